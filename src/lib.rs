@@ -1,0 +1,2 @@
+//! cudagraph (work in progress)
+pub mod sys;
