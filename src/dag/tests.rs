@@ -1,0 +1,428 @@
+//! Host-only tests of the builder, validation, lowering (through the recording backend) and DOT.
+
+use super::*;
+use crate::args;
+
+fn rec() -> RecordingBackend {
+    RecordingBackend::new(DeviceLimits::hopper())
+}
+
+/// Lowers `dag` to a fresh recording backend and compares the transcript with `expect`
+/// (addresses rewritten relative to the first placeholder, so the text is stable).
+fn check(dag: &Dag, rec: &mut RecordingBackend, expect: &str) {
+    rec.calls.clear();
+    dag.lower(rec).unwrap();
+    let got = rec.transcript();
+    let got = got.replace("0x70000000", "@");
+    assert_eq!(got.trim(), expect.trim(), "transcript:\n{got}");
+}
+
+#[test]
+fn lowering_order_dependencies_and_parameters() {
+    let mut r = rec();
+    let x = r.device_buffer::<f32>(256);
+    let h = r.host_buffer::<f32>(256);
+    let k = r.kernel("scale", &[8, 4]);
+    let mut dag = Dag::new();
+    let up = dag.add_memcpy(&x, &h).unwrap();
+    let a = dag
+        .add_kernel(&k, LaunchConfig::new(1, 256), &args![&x, 2.0f32])
+        .unwrap();
+    let b = dag
+        .add_kernel(&k, LaunchConfig::new(2, 128), &args![&x, 3.0f32])
+        .unwrap();
+    let join = dag.add_empty();
+    let down = dag.add_memcpy(&h, &x).unwrap();
+    dag.set_name(up, "upload");
+    dag.fan_out(up, &[a, b]).unwrap();
+    dag.fan_in(&[a, b], join).unwrap();
+    dag.add_dependency(join, down).unwrap();
+    check(
+        &dag,
+        &mut r,
+        "
+0 cudaGraphAddMemcpyNode1D `upload` deps=[] dst=@0000 src=@0400 bytes=1024 kind=HostToDevice
+1 cudaGraphAddKernelNode `kernel#2` deps=[0] kernel=scale grid=(2,1,1) block=(128,1,1) smem=0 args=[0000000000700000,00004040]
+2 cudaGraphAddKernelNode `kernel#1` deps=[0] kernel=scale grid=(1,1,1) block=(256,1,1) smem=0 args=[0000000000700000,00000040]
+3 cudaGraphAddEmptyNode `empty#3` deps=[2, 1] 
+4 cudaGraphAddMemcpyNode1D `memcpy#4` deps=[3] dst=@0400 src=@0000 bytes=1024 kind=DeviceToHost",
+    );
+}
+
+#[test]
+fn memset_and_2d_copies_lower_with_pitches() {
+    let mut r = rec();
+    let d = r.device_buffer::<u16>(64 * 8);
+    let s = r.device_buffer::<u16>(32 * 8);
+    let mut dag = Dag::new();
+    let m = dag.add_memset(d.region(..64), 0xabcdu16).unwrap();
+    let m2 = dag
+        .add_memset_2d(Memset2d {
+            dst: d.region(64..),
+            pitch: 64,
+            width: 16,
+            height: 4,
+            value: 7u32.into(),
+        })
+        .unwrap();
+    let c = dag
+        .add_memcpy_2d(Copy2d {
+            dst: d.region(..),
+            dst_pitch: 64,
+            src: s.region(..),
+            src_pitch: 32,
+            width: 32,
+            height: 8,
+        })
+        .unwrap();
+    dag.chain(&[m, m2, c]).unwrap();
+    check(
+        &dag,
+        &mut r,
+        "
+0 cudaGraphAddMemsetNode `memset#0` deps=[] dst=@0000 value=0xabcd element_size=2 width=64 height=1 pitch=128
+1 cudaGraphAddMemsetNode `memset#1` deps=[0] dst=@0080 value=0x7 element_size=4 width=8 height=4 pitch=128
+2 cudaGraphAddMemcpyNode `memcpy#2` deps=[1] dst=@0000 dst_pitch=128 src=@0400 src_pitch=64 width=64 height=8 kind=DeviceToDevice",
+    );
+}
+
+#[test]
+fn child_graphs_and_host_nodes_lower() {
+    let mut r = rec();
+    let k = r.kernel("k", &[]);
+    let mut child = Dag::new();
+    let c1 = child.add_kernel(&k, LaunchConfig::new(1, 32), &[]).unwrap();
+    let c2 = child.add_empty();
+    child.add_dependency(c1, c2).unwrap();
+    let mut dag = Dag::new();
+    let h = dag.add_host(|| {});
+    let ch = dag.add_child(&child);
+    dag.add_dependency(h, ch).unwrap();
+    check(
+        &dag,
+        &mut r,
+        "
+0 cudaGraphAddHostNode `host#0` deps=[] 
+1 cudaGraphAddChildGraphNode `child#1` deps=[0] child=[cudaGraphAddKernelNode `kernel#0` deps=[]; cudaGraphAddEmptyNode `empty#1` deps=[0]]",
+    );
+}
+
+#[test]
+fn cycles_are_rejected_with_their_nodes() {
+    let mut dag = Dag::new();
+    let a = dag.add_empty();
+    let b = dag.add_empty();
+    let c = dag.add_empty();
+    dag.set_name(a, "a");
+    dag.set_name(b, "b");
+    dag.set_name(c, "c");
+    dag.chain(&[a, b, c]).unwrap();
+    let e = dag.add_dependency(c, a).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "dependency would create a cycle: c -> a -> b -> c"
+    );
+    match e {
+        Error::Dag(DagError::Cycle { nodes }) => assert_eq!(nodes, ["c", "a", "b", "c"]),
+        other => panic!("{other:?}"),
+    }
+    let e = dag.add_dependency(b, b).unwrap_err();
+    assert_eq!(e.to_string(), "dependency would create a cycle: b -> b");
+    // Nothing was added by the failed calls.
+    assert_eq!(dag.edge_count(), 2);
+    // A repeated edge is harmless.
+    dag.add_dependency(a, b).unwrap();
+    assert_eq!(dag.edge_count(), 2);
+}
+
+#[test]
+fn unknown_nodes_are_errors() {
+    let mut dag = Dag::new();
+    let a = dag.add_empty();
+    let b = dag.add_empty();
+    dag.remove(b).unwrap();
+    let e = dag.add_dependency(a, b).unwrap_err();
+    assert!(matches!(e, Error::Dag(DagError::UnknownNode(1))), "{e}");
+}
+
+#[test]
+fn kernel_argument_errors_name_the_node_and_argument() {
+    let r = rec();
+    let k = r.kernel("saxpy", &[4, 8, 8]);
+    let mut dag = Dag::new();
+    dag.add_empty();
+    let e = dag
+        .add_kernel(&k, LaunchConfig::new(1, 1), &args![1.0f32])
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "node `kernel#1`: kernel `saxpy` takes 3 arguments but 1 were given"
+    );
+    let e = dag
+        .add_kernel(&k, LaunchConfig::new(1, 1), &args![1.0f32, 2u64, 3u32])
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("argument 2 is 4 bytes (u32, 4 bytes) but parameter 2 is 8 bytes"),
+        "{e}"
+    );
+    // A buffer of another backend is rejected as an argument.
+    let mut other = rec();
+    let foreign = other.device_buffer::<f32>(4);
+    let e = dag
+        .add_kernel(&k, LaunchConfig::new(1, 1), &args![1.0f32, &foreign, 3u64])
+        .unwrap_err();
+    assert!(e.to_string().contains("another device or backend"), "{e}");
+}
+
+#[test]
+fn copy_bounds_errors_name_the_node() {
+    let mut r = rec();
+    let a = r.device_buffer::<f32>(100);
+    let b = r.device_buffer::<f32>(50);
+    let mut dag = Dag::new();
+    let e = dag.add_memcpy(&a, &b).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "node `memcpy#0`: copies 200 bytes into a 400-byte destination (sizes must match)"
+    );
+    let e = dag.add_memcpy(a.region(60..110), b.region(..)).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("destination range, bytes 240..440, is outside its 400-byte buffer"),
+        "{e}"
+    );
+    let e = dag
+        .add_memcpy_2d(Copy2d {
+            dst: a.region(..),
+            dst_pitch: 10,
+            src: b.region(..),
+            src_pitch: 10,
+            width: 10,
+            height: 6,
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("source range, bytes 0..240"), "{e}");
+    let e = dag.add_memset(a.region(95..105), 0u32).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("writes bytes 380..420 of a 400-byte buffer"),
+        "{e}"
+    );
+    let h = r.host_buffer::<u8>(8);
+    let e = dag.add_memset(&h, 0u8).unwrap_err();
+    assert!(e.to_string().contains("device memory"), "{e}");
+    let three = r.device_buffer::<u8>(3);
+    let e = dag.add_memset(&three, 0u16).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("not a whole number of 2-byte values"),
+        "{e}"
+    );
+    assert_eq!(dag.node_count(), 0, "no invalid node was added");
+}
+
+#[test]
+fn launch_shapes_are_validated_against_the_target() {
+    let mut r = rec();
+    let k = r.kernel("k", &[]);
+    let mut dag = Dag::new();
+    let n = dag.add_kernel(&k, LaunchConfig::new(1, 2048), &[]).unwrap();
+    dag.set_name(n, "too wide");
+    let e = dag.lower(&mut r).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("node `too wide`: kernel `k` launch grid (1,1,1) block (2048,1,1): block.x = 2048 exceeds"),
+        "{e}"
+    );
+    assert!(r.calls.is_empty(), "nothing is lowered from an invalid DAG");
+    dag.set_launch_config(n, LaunchConfig::new((1, 70000), 32))
+        .unwrap();
+    let e = dag.lower(&mut r).unwrap_err();
+    assert!(e.to_string().contains("grid.y = 70000"), "{e}");
+}
+
+#[test]
+fn objects_of_another_target_are_rejected_at_validation() {
+    let mut mine = rec();
+    let mut other = rec();
+    let k = other.kernel("k", &[]);
+    let mut dag = Dag::new();
+    dag.add_kernel(&k, LaunchConfig::new(1, 1), &[]).unwrap();
+    let e = dag.lower(&mut mine).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("kernel `k` belongs to recording backend"),
+        "{e}"
+    );
+
+    let a = other.device_buffer::<u8>(4);
+    let b = other.device_buffer::<u8>(4);
+    let mut dag = Dag::new();
+    dag.add_memcpy(&a, &b).unwrap();
+    let e = dag.lower(&mut mine).unwrap_err();
+    assert!(
+        e.to_string().contains("the destination buffer belongs to"),
+        "{e}"
+    );
+}
+
+#[test]
+fn editing_parameters_in_the_dag() {
+    let mut r = rec();
+    let x = r.device_buffer::<u32>(4);
+    let k = r.kernel("k", &[8, 4]);
+    let mut dag = Dag::new();
+    let n = dag
+        .add_kernel(&k, LaunchConfig::new(1, 1), &args![&x, 1u32])
+        .unwrap();
+    let m = dag.add_memset(&x, 5u32).unwrap();
+    dag.set_kernel_args(n, &args![&x, 9u32]).unwrap();
+    dag.set_memset_value(m, 6u32).unwrap();
+    let e = dag.set_memset_value(m, 6u8).unwrap_err();
+    assert!(e.to_string().contains("4-byte values"), "{e}");
+    let e = dag.set_kernel_args(m, &args![&x, 1u32]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "node `memset#1`: is a memset node, not a kernel node"
+    );
+    let Op::Kernel(kn) = dag.node(n).unwrap().op() else {
+        panic!()
+    };
+    assert_eq!(kn.arg_bytes(1), &9u32.to_ne_bytes());
+}
+
+#[test]
+fn dot_snapshot() {
+    let mut r = rec();
+    let x = r.device_buffer::<f32>(1024);
+    let h = r.host_buffer::<f32>(1024);
+    let k = r.kernel("scale", &[8, 4]);
+    let mut dag = Dag::new();
+    let up = dag.add_memcpy(&x, &h).unwrap();
+    let a = dag
+        .add_kernel(
+            &k,
+            LaunchConfig::new(4, 256).with_shared_mem(1024),
+            &args![&x, 2.0f32],
+        )
+        .unwrap();
+    let host = dag.add_host(|| {});
+    let z = dag.add_memset(&x, 0u32).unwrap();
+    dag.set_name(a, "scale \"x\"");
+    dag.chain(&[z, up, a, host]).unwrap();
+    let dot = dag.to_dot();
+    let expect = r##"digraph cudagraph {
+  rankdir=TB;
+  node [fontname="Helvetica", fontsize=10, style=filled];
+  n0 [label="memcpy#0\nmemcpy HostToDevice 4 KiB", shape=parallelogram, fillcolor="#d1e7dd", style="filled"];
+  n1 [label="scale \"x\"\nkernel scale\ngrid (4,1,1) block (256,1,1)\nsmem 1 KiB", shape=box, fillcolor="#cfe2ff", style="filled"];
+  n2 [label="host#2\nhost closure", shape=hexagon, fillcolor="#f8d7da", style="filled"];
+  n3 [label="memset#3\nmemset 4 KiB of 0x0 (4-byte)", shape=parallelogram, fillcolor="#fff3cd", style="filled"];
+  n3 -> n0;
+  n0 -> n1;
+  n1 -> n2;
+}
+"##;
+    assert_eq!(dot, expect);
+    assert_eq!(dot, dag.clone().to_dot(), "deterministic");
+}
+
+/// Renders the DOT with Graphviz when it is installed (CI installs it); without `dot` on the
+/// PATH the test is a failure in CI (`CI=true`) and a skip with a message elsewhere.
+#[test]
+fn dot_renders_with_graphviz() {
+    let mut r = rec();
+    let x = r.device_buffer::<f32>(16);
+    let k = r.kernel("k\\weird\"name", &[8]);
+    let mut dag = Dag::new();
+    let mut prev = dag.add_memset(&x, 0u32).unwrap();
+    for i in 0..5 {
+        let n = dag
+            .add_kernel(&k, LaunchConfig::new(1, 16), &args![&x])
+            .unwrap();
+        dag.set_name(n, format!("step {i}\n(second line)"));
+        dag.add_dependency(prev, n).unwrap();
+        prev = n;
+    }
+    let child = dag.clone();
+    let c = dag.add_child(&child);
+    dag.add_dependency(prev, c).unwrap();
+    let dot = dag.to_dot();
+    let run = std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match run {
+        Ok(c) => c,
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "Graphviz `dot` is required in CI: {e}"
+            );
+            eprintln!("skipping the Graphviz render: `dot` not found ({e})");
+            return;
+        }
+    };
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(dot.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "dot failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = String::from_utf8(out.stdout).unwrap();
+    assert!(svg.contains("<svg"), "{svg}");
+    assert!(svg.contains("step 4"), "labels reach the SVG");
+    assert_eq!(svg.matches("class=\"node\"").count(), dag.node_count());
+    assert_eq!(svg.matches("class=\"edge\"").count(), dag.edge_count());
+}
+
+#[test]
+fn ten_thousand_node_dag_builds_validates_and_lowers() {
+    let mut r = rec();
+    let x = r.device_buffer::<f32>(1);
+    let k = r.kernel("inc", &[8]);
+    let mut dag = Dag::new();
+    let mut prev = None;
+    for _ in 0..10_000 {
+        let n = dag
+            .add_kernel(&k, LaunchConfig::new(1, 1), &args![&x])
+            .unwrap();
+        if let Some(p) = prev {
+            dag.add_dependency(p, n).unwrap();
+        }
+        prev = Some(n);
+    }
+    let handles = dag.lower(&mut r).unwrap();
+    assert_eq!(r.calls.len(), 10_000);
+    assert_eq!(handles.iter().flatten().count(), 10_000);
+    for (i, c) in r.calls.iter().enumerate() {
+        let want: Vec<usize> = if i == 0 { vec![] } else { vec![i - 1] };
+        assert_eq!(c.deps, want);
+    }
+    // A cycle through the whole chain is found and listed.
+    let first = NodeId(petgraph::graph::NodeIndex::new(0));
+    let e = dag.add_dependency(prev.unwrap(), first).unwrap_err();
+    match e {
+        Error::Dag(DagError::Cycle { nodes }) => assert_eq!(nodes.len(), 10_001),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn host_closure_panics_are_caught_and_kept() {
+    let h = HostFn::new(|| panic!("boom {}", 42));
+    // SAFETY: `h` is a live HostFn.
+    unsafe { host_trampoline(Arc::as_ptr(&h) as *mut _) };
+    assert_eq!(h.take_panic().as_deref(), Some("boom 42"));
+    assert_eq!(h.take_panic(), None, "reported once");
+}

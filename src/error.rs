@@ -1,0 +1,216 @@
+//! The crate's error type.
+//!
+//! Every fallible call returns [`Result<T>`](Result). Errors are typed so callers can match on
+//! them, and their `Display` text names what failed and, where there is one, the DAG node
+//! concerned. They convert into `anyhow::Error` through `std::error::Error`.
+
+use std::fmt;
+
+/// Shorthand for `std::result::Result<T, cudagraph::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A CUDA-related library the crate loads at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Library {
+    /// The CUDA runtime, `libcudart.so.13`.
+    Cudart,
+    /// cuFFT, `libcufft.so.12`.
+    Cufft,
+    /// NVRTC, the run-time compiler, `libnvrtc.so.13`.
+    Nvrtc,
+}
+
+impl Library {
+    /// The file name the library is looked up by.
+    pub fn soname(self) -> &'static str {
+        match self {
+            Library::Cudart => "libcudart.so.13",
+            Library::Cufft => "libcufft.so.12",
+            Library::Nvrtc => "libnvrtc.so.13",
+        }
+    }
+}
+
+impl fmt::Display for Library {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Library::Cudart => "the CUDA runtime",
+            Library::Cufft => "cuFFT",
+            Library::Nvrtc => "NVRTC",
+        })
+    }
+}
+
+/// A `major.minor` CUDA version, as the libraries report it (`13000` is 13.0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    /// Major version.
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+impl Version {
+    /// Decodes CUDA's `1000 * major + 10 * minor` encoding.
+    pub fn from_cuda(encoded: i32) -> Self {
+        let v = encoded.max(0) as u32;
+        Version {
+            major: v / 1000,
+            minor: (v % 1000) / 10,
+        }
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// Everything that can go wrong in cudagraph.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A library could not be loaded from any of the places tried.
+    #[error(
+        "{library} ({soname}) could not be loaded; tried {tried:?}; last error: {reason}. \
+         Install the CUDA 13 toolkit libraries and put their directory on LD_LIBRARY_PATH, \
+         or set CUDA_PATH"
+    )]
+    LibraryNotFound {
+        /// Which library.
+        library: Library,
+        /// Its file name.
+        soname: &'static str,
+        /// The paths and names tried, in order.
+        tried: Vec<String>,
+        /// The loader's message for the last attempt.
+        reason: String,
+    },
+    /// The library was loaded but lacks a function the call needs (it is older than needed).
+    #[error(
+        "{library} has no function `{symbol}`: the installed library is too old for this call"
+    )]
+    MissingSymbol {
+        /// Which library.
+        library: Library,
+        /// The missing function.
+        symbol: &'static str,
+    },
+    /// A library or the driver is older than the crate needs.
+    #[error("{what} is version {found}, but cudagraph needs {required} or newer: {hint}")]
+    TooOld {
+        /// What is too old ("the CUDA runtime", "the NVIDIA driver", ...).
+        what: &'static str,
+        /// The version found.
+        found: Version,
+        /// The version needed.
+        required: Version,
+        /// How to fix it.
+        hint: &'static str,
+    },
+    /// No usable CUDA device (no driver, no GPU, or the ordinal does not exist).
+    #[error("no usable CUDA device: {0}")]
+    NoDevice(String),
+    /// A CUDA runtime call failed.
+    #[error("{call} failed: {name} ({code}): {message}")]
+    Cuda {
+        /// The runtime function that failed.
+        call: &'static str,
+        /// The numeric `cudaError_t`.
+        code: i32,
+        /// The error's name, e.g. `cudaErrorInvalidValue`.
+        name: String,
+        /// CUDA's description of the error.
+        message: String,
+    },
+    /// A cuFFT call failed.
+    #[error("{call} failed: {name} ({code})")]
+    Cufft {
+        /// The cuFFT function that failed.
+        call: &'static str,
+        /// The numeric `cufftResult`.
+        code: i32,
+        /// The status name, e.g. `CUFFT_INVALID_PLAN`.
+        name: &'static str,
+    },
+    /// An NVRTC call failed (other than a compile error, see [`Error::Compile`]).
+    #[error("{call} failed: {name} ({code})")]
+    Nvrtc {
+        /// The NVRTC function that failed.
+        call: &'static str,
+        /// The numeric `nvrtcResult`.
+        code: i32,
+        /// NVRTC's name for it.
+        name: String,
+    },
+    /// NVRTC rejected a program; the log says why.
+    #[error("NVRTC could not compile `{program}`:\n{log}")]
+    Compile {
+        /// The program's name.
+        program: String,
+        /// The compiler's log.
+        log: String,
+    },
+    /// A module has no kernel of this name.
+    #[error("no kernel named `{name}` in the module ({reason})")]
+    KernelNotFound {
+        /// The kernel name asked for.
+        name: String,
+        /// What CUDA said.
+        reason: String,
+    },
+    /// Kernel arguments do not match the kernel's parameters.
+    #[error("kernel `{kernel}`: {problem}")]
+    KernelArgs {
+        /// The kernel's name.
+        kernel: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A launch shape the device (or the kernel) cannot run.
+    #[error("kernel `{kernel}`: launch shape {problem}")]
+    LaunchShape {
+        /// The kernel's name.
+        kernel: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A copy or memset outside a buffer, or between buffers of different sizes.
+    #[error("{0}")]
+    OutOfBounds(String),
+    /// An object of one device was used with another, or with a recording backend.
+    #[error("{0}")]
+    WrongDevice(String),
+    /// The DAG is invalid; the error names the node.
+    #[error("{0}")]
+    Dag(#[from] crate::dag::DagError),
+    /// A host node's closure panicked while a graph ran.
+    #[error("host node `{node}` panicked: {message}")]
+    HostNodePanicked {
+        /// The host node's name.
+        node: String,
+        /// The panic message.
+        message: String,
+    },
+    /// CUDA refused an in-place update of an executable graph.
+    #[error("cudaGraphExecUpdate refused the update{}: {reason}", node.as_ref().map(|n| format!(" at node `{n}`")).unwrap_or_default())]
+    UpdateRefused {
+        /// The node CUDA blamed, if it named one.
+        node: Option<String>,
+        /// CUDA's reason (`cudaGraphExecUpdateResult`).
+        reason: String,
+    },
+    /// An error that happened while an object was dropped, reported by a later call.
+    #[error("while releasing {what}: {source}")]
+    Deferred {
+        /// What was being released.
+        what: &'static str,
+        /// The error.
+        source: Box<Error>,
+    },
+    /// Any other invalid use, described in words.
+    #[error("{0}")]
+    Invalid(String),
+}

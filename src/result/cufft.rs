@@ -1,0 +1,1 @@
+//! cuFFT calls (`libcufft`).

@@ -1,0 +1,806 @@
+//! CUDA runtime API calls (`libcudart`), grouped by topic.
+
+use std::ffi::{c_void, CStr};
+use std::mem::MaybeUninit;
+use std::ptr;
+
+use crate::error::{Error, Library, Result};
+use crate::load::{self, ffi};
+use crate::sys;
+
+const LIB: Library = Library::Cudart;
+
+/// Turns a `cudaError_t` into a `Result`, with CUDA's name and message for the error.
+pub fn check(call: &'static str, status: sys::cudaError_t) -> Result<()> {
+    if status == sys::cudaError::cudaSuccess {
+        Ok(())
+    } else {
+        Err(error(call, status))
+    }
+}
+
+/// The [`Error::Cuda`] for a failed call.
+pub fn error(call: &'static str, status: sys::cudaError_t) -> Error {
+    let code = status.0 as i32;
+    let (name, message) = match load::cudart() {
+        Ok(lib) => {
+            let text = |p: *const std::os::raw::c_char| {
+                if p.is_null() {
+                    String::new()
+                } else {
+                    // SAFETY: CUDA returns pointers to static NUL-terminated strings.
+                    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+                }
+            };
+            let name = lib
+                .cudaGetErrorName
+                .as_ref()
+                // SAFETY: takes any status value and returns a static string.
+                .map(|f| text(unsafe { f(status) }))
+                .unwrap_or_default();
+            let message = lib
+                .cudaGetErrorString
+                .as_ref()
+                // SAFETY: as above.
+                .map(|f| text(unsafe { f(status) }))
+                .unwrap_or_default();
+            (name, message)
+        }
+        Err(_) => (format!("cudaError({code})"), String::new()),
+    };
+    Error::Cuda {
+        call,
+        code,
+        name,
+        message,
+    }
+}
+
+macro_rules! rt {
+    ($f:ident ( $($arg:expr),* $(,)? )) => {{
+        let lib = load::cudart()?;
+        check(stringify!($f), ffi!(lib, LIB, $f($($arg),*)))
+    }};
+}
+
+// ---- versions and devices ------------------------------------------------------------------
+
+/// `cudaRuntimeGetVersion`.
+///
+/// # Safety
+/// None beyond loading the runtime.
+pub unsafe fn runtime_version() -> Result<i32> {
+    let mut v = 0;
+    rt!(cudaRuntimeGetVersion(&mut v))?;
+    Ok(v)
+}
+
+/// `cudaDriverGetVersion`: 0 when no driver is installed.
+///
+/// # Safety
+/// None beyond loading the runtime.
+pub unsafe fn driver_version() -> Result<i32> {
+    let mut v = 0;
+    rt!(cudaDriverGetVersion(&mut v))?;
+    Ok(v)
+}
+
+/// `cudaGetDeviceCount`.
+///
+/// # Safety
+/// None beyond loading the runtime.
+pub unsafe fn device_count() -> Result<i32> {
+    let mut n = 0;
+    rt!(cudaGetDeviceCount(&mut n))?;
+    Ok(n)
+}
+
+/// `cudaSetDevice`.
+///
+/// # Safety
+/// `ordinal` must be a valid device ordinal.
+pub unsafe fn set_device(ordinal: i32) -> Result<()> {
+    rt!(cudaSetDevice(ordinal))
+}
+
+/// `cudaGetDevice`.
+///
+/// # Safety
+/// None beyond loading the runtime.
+pub unsafe fn get_device() -> Result<i32> {
+    let mut d = 0;
+    rt!(cudaGetDevice(&mut d))?;
+    Ok(d)
+}
+
+/// `cudaDeviceGetAttribute`.
+///
+/// # Safety
+/// `ordinal` must be a valid device ordinal.
+pub unsafe fn device_attribute(attr: sys::cudaDeviceAttr, ordinal: i32) -> Result<i32> {
+    let mut v = 0;
+    rt!(cudaDeviceGetAttribute(&mut v, attr, ordinal))?;
+    Ok(v)
+}
+
+/// `cudaGetDeviceProperties`.
+///
+/// # Safety
+/// `ordinal` must be a valid device ordinal.
+pub unsafe fn device_properties(ordinal: i32) -> Result<sys::cudaDeviceProp> {
+    let mut p = MaybeUninit::<sys::cudaDeviceProp>::zeroed();
+    rt!(cudaGetDeviceProperties(p.as_mut_ptr(), ordinal))?;
+    Ok(p.assume_init())
+}
+
+/// `cudaDeviceSynchronize`.
+///
+/// # Safety
+/// None beyond loading the runtime.
+pub unsafe fn device_synchronize() -> Result<()> {
+    rt!(cudaDeviceSynchronize())
+}
+
+/// `cudaGetLastError` (which also clears it).
+///
+/// # Safety
+/// None beyond loading the runtime.
+pub unsafe fn get_last_error() -> Result<()> {
+    rt!(cudaGetLastError())
+}
+
+// ---- memory --------------------------------------------------------------------------------
+
+/// `cudaMalloc`.
+///
+/// # Safety
+/// The memory must be freed with [`free`] once no work uses it.
+pub unsafe fn malloc(bytes: usize) -> Result<*mut c_void> {
+    let mut p = ptr::null_mut();
+    rt!(cudaMalloc(&mut p, bytes))?;
+    Ok(p)
+}
+
+/// `cudaFree`.
+///
+/// # Safety
+/// `ptr` comes from [`malloc`] and no queued or running work uses it.
+pub unsafe fn free(ptr: *mut c_void) -> Result<()> {
+    rt!(cudaFree(ptr))
+}
+
+/// `cudaHostAlloc` (page-locked host memory).
+///
+/// # Safety
+/// The memory must be freed with [`free_host`].
+pub unsafe fn host_alloc(bytes: usize, flags: u32) -> Result<*mut c_void> {
+    let mut p = ptr::null_mut();
+    rt!(cudaHostAlloc(&mut p, bytes, flags))?;
+    Ok(p)
+}
+
+/// `cudaFreeHost`.
+///
+/// # Safety
+/// `ptr` comes from [`host_alloc`] and no queued or running work uses it.
+pub unsafe fn free_host(ptr: *mut c_void) -> Result<()> {
+    rt!(cudaFreeHost(ptr))
+}
+
+/// `cudaMemcpy` (synchronous with respect to the host).
+///
+/// # Safety
+/// `dst` and `src` are valid for `bytes` bytes in the memory spaces `kind` names.
+pub unsafe fn memcpy(
+    dst: *mut c_void,
+    src: *const c_void,
+    bytes: usize,
+    kind: sys::cudaMemcpyKind,
+) -> Result<()> {
+    rt!(cudaMemcpy(dst, src, bytes, kind))
+}
+
+/// `cudaMemcpyAsync`.
+///
+/// # Safety
+/// As [`memcpy`], and both stay valid until the copy has run on `stream`.
+pub unsafe fn memcpy_async(
+    dst: *mut c_void,
+    src: *const c_void,
+    bytes: usize,
+    kind: sys::cudaMemcpyKind,
+    stream: sys::cudaStream_t,
+) -> Result<()> {
+    rt!(cudaMemcpyAsync(dst, src, bytes, kind, stream))
+}
+
+/// `cudaMemset`.
+///
+/// # Safety
+/// `dst` is device memory valid for `bytes` bytes.
+pub unsafe fn memset(dst: *mut c_void, value: i32, bytes: usize) -> Result<()> {
+    rt!(cudaMemset(dst, value, bytes))
+}
+
+/// `cudaMemsetAsync`.
+///
+/// # Safety
+/// As [`memset`], valid until the memset has run on `stream`.
+pub unsafe fn memset_async(
+    dst: *mut c_void,
+    value: i32,
+    bytes: usize,
+    stream: sys::cudaStream_t,
+) -> Result<()> {
+    rt!(cudaMemsetAsync(dst, value, bytes, stream))
+}
+
+// ---- streams and events --------------------------------------------------------------------
+
+/// `cudaStreamCreateWithFlags`.
+///
+/// # Safety
+/// The stream must be destroyed with [`stream_destroy`].
+pub unsafe fn stream_create(flags: u32) -> Result<sys::cudaStream_t> {
+    let mut s = ptr::null_mut();
+    rt!(cudaStreamCreateWithFlags(&mut s, flags))?;
+    Ok(s)
+}
+
+/// `cudaStreamDestroy`.
+///
+/// # Safety
+/// `stream` is a live stream not used afterwards.
+pub unsafe fn stream_destroy(stream: sys::cudaStream_t) -> Result<()> {
+    rt!(cudaStreamDestroy(stream))
+}
+
+/// `cudaStreamSynchronize`.
+///
+/// # Safety
+/// `stream` is a live stream.
+pub unsafe fn stream_synchronize(stream: sys::cudaStream_t) -> Result<()> {
+    rt!(cudaStreamSynchronize(stream))
+}
+
+/// `cudaStreamBeginCaptureToGraph`: captures work issued to `stream` into the existing `graph`,
+/// after the nodes `deps`.
+///
+/// # Safety
+/// `stream` and `graph` are live; `deps` are nodes of `graph`.
+pub unsafe fn stream_begin_capture_to_graph(
+    stream: sys::cudaStream_t,
+    graph: sys::cudaGraph_t,
+    deps: &[sys::cudaGraphNode_t],
+    mode: sys::cudaStreamCaptureMode,
+) -> Result<()> {
+    rt!(cudaStreamBeginCaptureToGraph(
+        stream,
+        graph,
+        deps.as_ptr(),
+        ptr::null(),
+        deps.len(),
+        mode
+    ))
+}
+
+/// `cudaStreamEndCapture`.
+///
+/// # Safety
+/// `stream` is capturing.
+pub unsafe fn stream_end_capture(stream: sys::cudaStream_t) -> Result<sys::cudaGraph_t> {
+    let mut g = ptr::null_mut();
+    rt!(cudaStreamEndCapture(stream, &mut g))?;
+    Ok(g)
+}
+
+/// `cudaStreamGetCaptureInfo`: the capture status and the capture's current dependency set
+/// (the nodes the next captured work would depend on), copied out.
+///
+/// # Safety
+/// `stream` is live.
+pub unsafe fn stream_capture_dependencies(
+    stream: sys::cudaStream_t,
+) -> Result<(sys::cudaStreamCaptureStatus, Vec<sys::cudaGraphNode_t>)> {
+    let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
+    let mut deps: *const sys::cudaGraphNode_t = ptr::null();
+    let mut n: usize = 0;
+    rt!(cudaStreamGetCaptureInfo(
+        stream,
+        &mut status,
+        ptr::null_mut(),
+        ptr::null_mut(),
+        &mut deps,
+        ptr::null_mut(),
+        &mut n
+    ))?;
+    let list = if deps.is_null() || n == 0 {
+        Vec::new()
+    } else {
+        std::slice::from_raw_parts(deps, n).to_vec()
+    };
+    Ok((status, list))
+}
+
+/// `cudaEventCreateWithFlags`.
+///
+/// # Safety
+/// The event must be destroyed with [`event_destroy`].
+pub unsafe fn event_create(flags: u32) -> Result<sys::cudaEvent_t> {
+    let mut e = ptr::null_mut();
+    rt!(cudaEventCreateWithFlags(&mut e, flags))?;
+    Ok(e)
+}
+
+/// `cudaEventDestroy`.
+///
+/// # Safety
+/// `event` is live and not used afterwards.
+pub unsafe fn event_destroy(event: sys::cudaEvent_t) -> Result<()> {
+    rt!(cudaEventDestroy(event))
+}
+
+/// `cudaEventRecord`.
+///
+/// # Safety
+/// `event` and `stream` are live.
+pub unsafe fn event_record(event: sys::cudaEvent_t, stream: sys::cudaStream_t) -> Result<()> {
+    rt!(cudaEventRecord(event, stream))
+}
+
+/// `cudaEventSynchronize`.
+///
+/// # Safety
+/// `event` is live.
+pub unsafe fn event_synchronize(event: sys::cudaEvent_t) -> Result<()> {
+    rt!(cudaEventSynchronize(event))
+}
+
+/// `cudaEventElapsedTime`, in milliseconds.
+///
+/// # Safety
+/// Both events are live, were recorded, and have completed.
+pub unsafe fn event_elapsed_ms(start: sys::cudaEvent_t, end: sys::cudaEvent_t) -> Result<f32> {
+    let mut ms = 0f32;
+    rt!(cudaEventElapsedTime(&mut ms, start, end))?;
+    Ok(ms)
+}
+
+// ---- libraries and kernels -----------------------------------------------------------------
+
+/// `cudaLibraryLoadData` with no JIT or library options.
+///
+/// # Safety
+/// `image` is a valid cubin, PTX or fatbin image; the library must be unloaded with
+/// [`library_unload`].
+pub unsafe fn library_load_data(image: &[u8]) -> Result<sys::cudaLibrary_t> {
+    let mut l = ptr::null_mut();
+    rt!(cudaLibraryLoadData(
+        &mut l,
+        image.as_ptr().cast(),
+        ptr::null_mut(),
+        ptr::null_mut(),
+        0,
+        ptr::null_mut(),
+        ptr::null_mut(),
+        0
+    ))?;
+    Ok(l)
+}
+
+/// `cudaLibraryUnload`.
+///
+/// # Safety
+/// No kernel of the library is used afterwards.
+pub unsafe fn library_unload(library: sys::cudaLibrary_t) -> Result<()> {
+    rt!(cudaLibraryUnload(library))
+}
+
+/// `cudaLibraryGetKernel`.
+///
+/// # Safety
+/// `library` is loaded.
+pub unsafe fn library_get_kernel(
+    library: sys::cudaLibrary_t,
+    name: &CStr,
+) -> Result<sys::cudaKernel_t> {
+    let mut k = ptr::null_mut();
+    rt!(cudaLibraryGetKernel(&mut k, library, name.as_ptr()))?;
+    Ok(k)
+}
+
+/// `cudaFuncGetParamInfo`: the offset and size of parameter `index`, or `None` past the last
+/// parameter (CUDA answers `cudaErrorInvalidValue` there).
+///
+/// # Safety
+/// `func` is a live kernel.
+pub unsafe fn func_param_info(func: *const c_void, index: usize) -> Result<Option<(usize, usize)>> {
+    let lib = load::cudart()?;
+    let (mut offset, mut size) = (0usize, 0usize);
+    let status = ffi!(
+        lib,
+        LIB,
+        cudaFuncGetParamInfo(func, index, &mut offset, &mut size)
+    );
+    if status == sys::cudaError::cudaErrorInvalidValue {
+        return Ok(None);
+    }
+    check("cudaFuncGetParamInfo", status)?;
+    Ok(Some((offset, size)))
+}
+
+/// `cudaFuncGetAttributes`.
+///
+/// # Safety
+/// `func` is a live kernel.
+pub unsafe fn func_attributes(func: *const c_void) -> Result<sys::cudaFuncAttributes> {
+    let mut a = MaybeUninit::<sys::cudaFuncAttributes>::zeroed();
+    rt!(cudaFuncGetAttributes(a.as_mut_ptr(), func))?;
+    Ok(a.assume_init())
+}
+
+/// `cudaFuncSetAttribute`.
+///
+/// # Safety
+/// `func` is a live kernel.
+pub unsafe fn func_set_attribute(
+    func: *const c_void,
+    attr: sys::cudaFuncAttribute,
+    value: i32,
+) -> Result<()> {
+    rt!(cudaFuncSetAttribute(func, attr, value))
+}
+
+/// `cudaLaunchKernel`.
+///
+/// # Safety
+/// `func` is a live kernel; `args` points to one pointer per kernel parameter, each to a value
+/// of that parameter's size; the launch shape is valid for the kernel and the device.
+pub unsafe fn launch_kernel(
+    func: *const c_void,
+    grid: sys::dim3,
+    block: sys::dim3,
+    args: *mut *mut c_void,
+    shared_mem: usize,
+    stream: sys::cudaStream_t,
+) -> Result<()> {
+    rt!(cudaLaunchKernel(
+        func, grid, block, args, shared_mem, stream
+    ))
+}
+
+// ---- graphs: construction ------------------------------------------------------------------
+
+/// `cudaGraphCreate`.
+///
+/// # Safety
+/// The graph must be destroyed with [`graph_destroy`].
+pub unsafe fn graph_create() -> Result<sys::cudaGraph_t> {
+    let mut g = ptr::null_mut();
+    rt!(cudaGraphCreate(&mut g, 0))?;
+    Ok(g)
+}
+
+/// `cudaGraphDestroy`.
+///
+/// # Safety
+/// `graph` is live and not used afterwards.
+pub unsafe fn graph_destroy(graph: sys::cudaGraph_t) -> Result<()> {
+    rt!(cudaGraphDestroy(graph))
+}
+
+/// `cudaGraphAddKernelNode`.
+///
+/// # Safety
+/// `graph` is live, `deps` are its nodes, `params` describes a valid launch whose argument
+/// pointers are valid for the duration of the call (CUDA copies the values).
+pub unsafe fn graph_add_kernel_node(
+    graph: sys::cudaGraph_t,
+    deps: &[sys::cudaGraphNode_t],
+    params: &sys::cudaKernelNodeParams,
+) -> Result<sys::cudaGraphNode_t> {
+    let mut n = ptr::null_mut();
+    rt!(cudaGraphAddKernelNode(
+        &mut n,
+        graph,
+        deps.as_ptr(),
+        deps.len(),
+        params
+    ))?;
+    Ok(n)
+}
+
+/// `cudaGraphAddMemcpyNode1D`.
+///
+/// # Safety
+/// `graph` is live, `deps` are its nodes; `dst` and `src` stay valid for `bytes` bytes while any
+/// executable graph made from this one can run.
+pub unsafe fn graph_add_memcpy_node_1d(
+    graph: sys::cudaGraph_t,
+    deps: &[sys::cudaGraphNode_t],
+    dst: *mut c_void,
+    src: *const c_void,
+    bytes: usize,
+    kind: sys::cudaMemcpyKind,
+) -> Result<sys::cudaGraphNode_t> {
+    let mut n = ptr::null_mut();
+    rt!(cudaGraphAddMemcpyNode1D(
+        &mut n,
+        graph,
+        deps.as_ptr(),
+        deps.len(),
+        dst,
+        src,
+        bytes,
+        kind
+    ))?;
+    Ok(n)
+}
+
+/// `cudaGraphAddMemcpyNode` (pitched 2D/3D copies).
+///
+/// # Safety
+/// As [`graph_add_memcpy_node_1d`], for the regions `params` describes.
+pub unsafe fn graph_add_memcpy_node(
+    graph: sys::cudaGraph_t,
+    deps: &[sys::cudaGraphNode_t],
+    params: &sys::cudaMemcpy3DParms,
+) -> Result<sys::cudaGraphNode_t> {
+    let mut n = ptr::null_mut();
+    rt!(cudaGraphAddMemcpyNode(
+        &mut n,
+        graph,
+        deps.as_ptr(),
+        deps.len(),
+        params
+    ))?;
+    Ok(n)
+}
+
+/// `cudaGraphAddMemsetNode`.
+///
+/// # Safety
+/// `graph` is live, `deps` are its nodes, the region stays valid while the graph can run.
+pub unsafe fn graph_add_memset_node(
+    graph: sys::cudaGraph_t,
+    deps: &[sys::cudaGraphNode_t],
+    params: &sys::cudaMemsetParams,
+) -> Result<sys::cudaGraphNode_t> {
+    let mut n = ptr::null_mut();
+    rt!(cudaGraphAddMemsetNode(
+        &mut n,
+        graph,
+        deps.as_ptr(),
+        deps.len(),
+        params
+    ))?;
+    Ok(n)
+}
+
+/// `cudaGraphAddHostNode`.
+///
+/// # Safety
+/// `graph` is live, `deps` are its nodes; `params.fn_` may be called with `params.userData`
+/// from a CUDA thread whenever a graph made from this one runs, so both stay valid meanwhile.
+pub unsafe fn graph_add_host_node(
+    graph: sys::cudaGraph_t,
+    deps: &[sys::cudaGraphNode_t],
+    params: &sys::cudaHostNodeParams,
+) -> Result<sys::cudaGraphNode_t> {
+    let mut n = ptr::null_mut();
+    rt!(cudaGraphAddHostNode(
+        &mut n,
+        graph,
+        deps.as_ptr(),
+        deps.len(),
+        params
+    ))?;
+    Ok(n)
+}
+
+/// `cudaGraphAddEmptyNode`.
+///
+/// # Safety
+/// `graph` is live and `deps` are its nodes.
+pub unsafe fn graph_add_empty_node(
+    graph: sys::cudaGraph_t,
+    deps: &[sys::cudaGraphNode_t],
+) -> Result<sys::cudaGraphNode_t> {
+    let mut n = ptr::null_mut();
+    rt!(cudaGraphAddEmptyNode(
+        &mut n,
+        graph,
+        deps.as_ptr(),
+        deps.len()
+    ))?;
+    Ok(n)
+}
+
+/// `cudaGraphAddChildGraphNode` (CUDA clones `child`).
+///
+/// # Safety
+/// `graph` and `child` are live and `deps` are nodes of `graph`.
+pub unsafe fn graph_add_child_graph_node(
+    graph: sys::cudaGraph_t,
+    deps: &[sys::cudaGraphNode_t],
+    child: sys::cudaGraph_t,
+) -> Result<sys::cudaGraphNode_t> {
+    let mut n = ptr::null_mut();
+    rt!(cudaGraphAddChildGraphNode(
+        &mut n,
+        graph,
+        deps.as_ptr(),
+        deps.len(),
+        child
+    ))?;
+    Ok(n)
+}
+
+/// `cudaGraphGetNodes`: every node of `graph`.
+///
+/// # Safety
+/// `graph` is live.
+pub unsafe fn graph_nodes(graph: sys::cudaGraph_t) -> Result<Vec<sys::cudaGraphNode_t>> {
+    let mut n = 0usize;
+    rt!(cudaGraphGetNodes(graph, ptr::null_mut(), &mut n))?;
+    let mut nodes = vec![ptr::null_mut(); n];
+    rt!(cudaGraphGetNodes(graph, nodes.as_mut_ptr(), &mut n))?;
+    nodes.truncate(n);
+    Ok(nodes)
+}
+
+/// `cudaGraphDebugDotPrint`.
+///
+/// # Safety
+/// `graph` is live.
+pub unsafe fn graph_debug_dot_print(
+    graph: sys::cudaGraph_t,
+    path: &CStr,
+    flags: u32,
+) -> Result<()> {
+    rt!(cudaGraphDebugDotPrint(graph, path.as_ptr(), flags))
+}
+
+// ---- graphs: execution and update ----------------------------------------------------------
+
+/// `cudaGraphInstantiate`.
+///
+/// # Safety
+/// `graph` is live; the result must be destroyed with [`graph_exec_destroy`].
+pub unsafe fn graph_instantiate(
+    graph: sys::cudaGraph_t,
+    flags: u64,
+) -> Result<sys::cudaGraphExec_t> {
+    let mut e = ptr::null_mut();
+    rt!(cudaGraphInstantiate(&mut e, graph, flags as _))?;
+    Ok(e)
+}
+
+/// `cudaGraphExecDestroy`.
+///
+/// # Safety
+/// `exec` is live and not used afterwards.
+pub unsafe fn graph_exec_destroy(exec: sys::cudaGraphExec_t) -> Result<()> {
+    rt!(cudaGraphExecDestroy(exec))
+}
+
+/// `cudaGraphLaunch`.
+///
+/// # Safety
+/// `exec` and `stream` are live, and everything the graph refers to stays valid until it ran.
+pub unsafe fn graph_launch(exec: sys::cudaGraphExec_t, stream: sys::cudaStream_t) -> Result<()> {
+    rt!(cudaGraphLaunch(exec, stream))
+}
+
+/// `cudaGraphUpload`.
+///
+/// # Safety
+/// `exec` and `stream` are live.
+pub unsafe fn graph_upload(exec: sys::cudaGraphExec_t, stream: sys::cudaStream_t) -> Result<()> {
+    rt!(cudaGraphUpload(exec, stream))
+}
+
+/// `cudaGraphExecKernelNodeSetParams`.
+///
+/// # Safety
+/// `node` is a kernel node of the graph `exec` was instantiated from; `params` is valid as for
+/// [`graph_add_kernel_node`] and uses the same kernel's context.
+pub unsafe fn graph_exec_kernel_node_set_params(
+    exec: sys::cudaGraphExec_t,
+    node: sys::cudaGraphNode_t,
+    params: &sys::cudaKernelNodeParams,
+) -> Result<()> {
+    rt!(cudaGraphExecKernelNodeSetParams(exec, node, params))
+}
+
+/// `cudaGraphExecMemcpyNodeSetParams1D`.
+///
+/// # Safety
+/// As [`graph_add_memcpy_node_1d`]; `node` is a memcpy node of `exec`'s graph.
+pub unsafe fn graph_exec_memcpy_node_set_params_1d(
+    exec: sys::cudaGraphExec_t,
+    node: sys::cudaGraphNode_t,
+    dst: *mut c_void,
+    src: *const c_void,
+    bytes: usize,
+    kind: sys::cudaMemcpyKind,
+) -> Result<()> {
+    rt!(cudaGraphExecMemcpyNodeSetParams1D(
+        exec, node, dst, src, bytes, kind
+    ))
+}
+
+/// `cudaGraphExecMemcpyNodeSetParams`.
+///
+/// # Safety
+/// As [`graph_add_memcpy_node`]; `node` is a memcpy node of `exec`'s graph.
+pub unsafe fn graph_exec_memcpy_node_set_params(
+    exec: sys::cudaGraphExec_t,
+    node: sys::cudaGraphNode_t,
+    params: &sys::cudaMemcpy3DParms,
+) -> Result<()> {
+    rt!(cudaGraphExecMemcpyNodeSetParams(exec, node, params))
+}
+
+/// `cudaGraphExecMemsetNodeSetParams`.
+///
+/// # Safety
+/// As [`graph_add_memset_node`]; `node` is a memset node of `exec`'s graph.
+pub unsafe fn graph_exec_memset_node_set_params(
+    exec: sys::cudaGraphExec_t,
+    node: sys::cudaGraphNode_t,
+    params: &sys::cudaMemsetParams,
+) -> Result<()> {
+    rt!(cudaGraphExecMemsetNodeSetParams(exec, node, params))
+}
+
+/// `cudaGraphExecHostNodeSetParams`.
+///
+/// # Safety
+/// As [`graph_add_host_node`]; `node` is a host node of `exec`'s graph.
+pub unsafe fn graph_exec_host_node_set_params(
+    exec: sys::cudaGraphExec_t,
+    node: sys::cudaGraphNode_t,
+    params: &sys::cudaHostNodeParams,
+) -> Result<()> {
+    rt!(cudaGraphExecHostNodeSetParams(exec, node, params))
+}
+
+/// `cudaGraphNodeSetEnabled`.
+///
+/// # Safety
+/// `node` is a kernel, memcpy or memset node of `exec`'s graph.
+pub unsafe fn graph_node_set_enabled(
+    exec: sys::cudaGraphExec_t,
+    node: sys::cudaGraphNode_t,
+    enabled: bool,
+) -> Result<()> {
+    rt!(cudaGraphNodeSetEnabled(exec, node, enabled as u32))
+}
+
+/// `cudaGraphExecUpdate`. On refusal returns CUDA's verdict and the node it blamed (which may
+/// be null) inside `Ok(Err(..))`; other failures are `Err`.
+///
+/// # Safety
+/// `exec` and `graph` are live.
+#[allow(clippy::type_complexity)] // reason: the nested result separates refusal from failure
+pub unsafe fn graph_exec_update(
+    exec: sys::cudaGraphExec_t,
+    graph: sys::cudaGraph_t,
+) -> Result<std::result::Result<(), (sys::cudaGraphExecUpdateResult, sys::cudaGraphNode_t)>> {
+    let lib = load::cudart()?;
+    let mut info = MaybeUninit::<sys::cudaGraphExecUpdateResultInfo>::zeroed();
+    let status = ffi!(
+        lib,
+        LIB,
+        cudaGraphExecUpdate(exec, graph, info.as_mut_ptr())
+    );
+    let info = info.assume_init();
+    if status == sys::cudaError::cudaSuccess {
+        return Ok(Ok(()));
+    }
+    if status == sys::cudaError::cudaErrorGraphExecUpdateFailure {
+        return Ok(Err((info.result, info.errorNode)));
+    }
+    Err(error("cudaGraphExecUpdate", status))
+}

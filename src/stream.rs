@@ -1,0 +1,126 @@
+//! Streams and events.
+
+use std::sync::Arc;
+
+use crate::device::Device;
+use crate::error::Result;
+use crate::result::runtime as rt;
+use crate::sys;
+
+pub(crate) struct StreamInner {
+    pub(crate) raw: sys::cudaStream_t,
+    pub(crate) device: Device,
+}
+
+// SAFETY: a CUDA stream handle may be used from any thread; the runtime serialises access.
+unsafe impl Send for StreamInner {}
+// SAFETY: as above.
+unsafe impl Sync for StreamInner {}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        // SAFETY: the handle is live and this is its last owner.
+        if let Err(e) = unsafe { rt::stream_destroy(self.raw) } {
+            self.device.defer("a stream", e);
+        }
+    }
+}
+
+/// A CUDA stream (created non-blocking: it does not synchronise with the legacy default
+/// stream). Cheap to clone; the stream is destroyed when the last clone is dropped.
+#[derive(Clone)]
+pub struct Stream {
+    pub(crate) inner: Arc<StreamInner>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("raw", &self.inner.raw)
+            .finish()
+    }
+}
+
+impl Stream {
+    /// Creates a stream on `device`.
+    pub fn new(device: &Device) -> Result<Stream> {
+        device.bind()?;
+        // SAFETY: the stream is owned by the returned value and destroyed in its Drop.
+        let raw = unsafe { rt::stream_create(sys::cudaStreamNonBlocking)? };
+        Ok(Stream {
+            inner: Arc::new(StreamInner {
+                raw,
+                device: device.clone(),
+            }),
+        })
+    }
+
+    /// The raw handle, for calling CUDA directly. It stays valid while `self` lives.
+    pub fn raw(&self) -> sys::cudaStream_t {
+        self.inner.raw
+    }
+
+    /// The stream's device.
+    pub fn device(&self) -> &Device {
+        &self.inner.device
+    }
+
+    /// Waits until all work queued on the stream has finished, then reports the first error
+    /// kept from a `Drop` on this device, if any.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: the stream is live.
+        unsafe { rt::stream_synchronize(self.inner.raw)? };
+        self.inner.device.take_deferred()
+    }
+}
+
+/// A CUDA event with timing enabled, for ordering and measuring work.
+pub struct Event {
+    raw: sys::cudaEvent_t,
+    device: Device,
+}
+
+// SAFETY: event handles may be used from any thread.
+unsafe impl Send for Event {}
+// SAFETY: as above.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Creates an event on `device`.
+    pub fn new(device: &Device) -> Result<Event> {
+        device.bind()?;
+        // SAFETY: the event is owned by the returned value and destroyed in its Drop.
+        let raw = unsafe { rt::event_create(sys::cudaEventDefault)? };
+        Ok(Event {
+            raw,
+            device: device.clone(),
+        })
+    }
+
+    /// Records the event on `stream`: it completes when the work queued before it has.
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        // SAFETY: both handles are live.
+        unsafe { rt::event_record(self.raw, stream.raw()) }
+    }
+
+    /// Waits until the event has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: the event is live.
+        unsafe { rt::event_synchronize(self.raw) }
+    }
+
+    /// Milliseconds between `self` and the later event `end` (both recorded and completed).
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        // SAFETY: both events are live; CUDA reports an error if either has not completed.
+        unsafe { rt::event_elapsed_ms(self.raw, end.raw) }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: the handle is live and owned.
+        if let Err(e) = unsafe { rt::event_destroy(self.raw) } {
+            self.device.defer("an event", e);
+        }
+    }
+}
