@@ -51,7 +51,12 @@ pub(crate) fn open_first<T>(
         }
         match open(path) {
             Ok(lib) => return Ok(lib),
-            Err(e) => reason = e.to_string(),
+            Err(e) => {
+                reason = match std::error::Error::source(&e) {
+                    Some(src) => format!("{e}: {src}"),
+                    None => e.to_string(),
+                }
+            }
         }
     }
     Err(Error::LibraryNotFound {

@@ -1,1 +1,17 @@
-fn main() {}
+//! GPU test suite (custom harness, libtest-mimic).
+//!
+//! Every test here needs a GPU and goes through [`common::gpu_test`]: without a usable GPU it is
+//! reported as *ignored* with the reason; with `CUDAGRAPH_REQUIRE_GPU=1` it must run, and fails
+//! if it cannot.
+
+mod common;
+mod dag;
+mod foundation;
+
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let mut trials = Vec::new();
+    trials.extend(foundation::tests());
+    trials.extend(dag::tests());
+    libtest_mimic::run(&args, trials).exit();
+}

@@ -1,0 +1,90 @@
+//! The one helper that decides whether a GPU test runs.
+
+use std::sync::OnceLock;
+
+use cudagraph::{Device, Module, Stream};
+use libtest_mimic::{Completion, Trial};
+
+/// What a GPU test gets.
+pub struct Gpu {
+    pub device: Device,
+    pub stream: Stream,
+}
+
+impl Gpu {
+    /// Compiles and loads `source` for this GPU.
+    pub fn module(&self, source: &str) -> anyhow::Result<Module> {
+        Ok(Module::from_source(&self.device, source)?)
+    }
+}
+
+fn device() -> &'static Result<Device, String> {
+    static DEVICE: OnceLock<Result<Device, String>> = OnceLock::new();
+    DEVICE.get_or_init(|| Device::get(0).map_err(|e| e.to_string()))
+}
+
+fn gpu_required() -> bool {
+    std::env::var("CUDAGRAPH_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// A test that needs a GPU: run when there is one, *ignored* (with the reason) when there is
+/// none, and failed when there is none but `CUDAGRAPH_REQUIRE_GPU=1`.
+pub fn gpu_test(name: &str, f: fn(&Gpu) -> anyhow::Result<()>) -> Trial {
+    Trial::ignorable_test(name, move || match device() {
+        Ok(device) => {
+            let stream = Stream::new(device).map_err(|e| e.to_string())?;
+            let gpu = Gpu {
+                device: device.clone(),
+                stream,
+            };
+            f(&gpu).map_err(|e| format!("{e:#}"))?;
+            Ok(Completion::Completed)
+        }
+        Err(reason) if gpu_required() => {
+            Err(format!("CUDAGRAPH_REQUIRE_GPU=1 but the GPU cannot be used: {reason}").into())
+        }
+        Err(reason) => Ok(Completion::ignored_with(format!("no GPU: {reason}"))),
+    })
+    .with_kind("gpu")
+}
+
+/// Asserts two float slices agree within `tol` (absolute + relative to the reference).
+pub fn assert_close(got: &[f32], want: &[f32], tol: f32) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        got.len() == want.len(),
+        "lengths {} vs {}",
+        got.len(),
+        want.len()
+    );
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        anyhow::ensure!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "element {i}: got {g}, want {w} (tolerance {tol})"
+        );
+    }
+    Ok(())
+}
+
+/// Kernels shared by the tests.
+pub const KERNELS: &str = r#"
+extern "C" __global__ void scale(float* x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+extern "C" __global__ void add(float* y, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+extern "C" __global__ void axpy(float* y, float a, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += a * x[i];
+}
+extern "C" __global__ void inc(unsigned int* c) { atomicAdd(c, 1u); }
+extern "C" __global__ void write_slot(unsigned int* out, unsigned int slot, unsigned int value) {
+    out[slot] = value;
+}
+extern "C" __global__ void spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+}
+"#;

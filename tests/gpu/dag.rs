@@ -1,0 +1,491 @@
+//! GPU tests of DAGs: every node kind, every update path, queued-launch isolation, host-node
+//! panics, keep-alive, a 10,000-node chain, CUDA's own DOT.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use anyhow::ensure;
+use cudagraph::{
+    args, Copy2d, Dag, DeviceBuffer, Error, HostBuffer, LaunchConfig, Memset2d, Stream,
+    UpdateOutcome,
+};
+use libtest_mimic::Trial;
+
+use crate::common::{assert_close, gpu_test, Gpu, KERNELS};
+
+pub fn tests() -> Vec<Trial> {
+    vec![
+        gpu_test("dag::every_node_kind", every_node_kind),
+        gpu_test("dag::pitched_copies_and_fills", pitched_copies_and_fills),
+        gpu_test("dag::kernel_updates", kernel_updates),
+        gpu_test(
+            "dag::memcpy_memset_host_updates",
+            memcpy_memset_host_updates,
+        ),
+        gpu_test("dag::enable_disable", enable_disable),
+        gpu_test("dag::whole_graph_update", whole_graph_update),
+        gpu_test(
+            "dag::queued_launches_keep_their_parameters",
+            queued_launch_isolation,
+        ),
+        gpu_test("dag::host_panic_is_an_error", host_panic_is_an_error),
+        gpu_test(
+            "dag::dropped_buffers_stay_alive",
+            dropped_buffers_stay_alive,
+        ),
+        gpu_test("dag::chain_of_10000", chain_of_10000),
+        gpu_test("dag::cuda_dot", cuda_dot),
+        gpu_test("dag::validation_on_device", validation_on_device),
+    ]
+}
+
+/// upload -> (scale, axpy from a child) fan-out/fan-in -> host -> download, plus memset,
+/// D2D and empty nodes.
+fn every_node_kind(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let (scale, add) = (m.kernel("scale")?, m.kernel("add")?);
+    let n = 4096usize;
+    let input: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let h_in = HostBuffer::from_slice(d, &input)?;
+    let h_out = HostBuffer::<f32>::zeros(d, n)?;
+    let x = DeviceBuffer::<f32>::zeros(d, n)?;
+    let y = DeviceBuffer::<f32>::zeros(d, n)?;
+    let z = DeviceBuffer::<f32>::zeros(d, n)?;
+    let cfg = LaunchConfig::for_elements(n as u32, 256);
+    let calls = Arc::new(AtomicU32::new(0));
+
+    let mut dag = Dag::new();
+    let up = dag.add_memcpy(&x, &h_in)?;
+    let fill = dag.add_memset(&y, 1.0f32)?;
+    let fork = dag.add_empty();
+    let s = dag.add_kernel(&scale, cfg, &args![&x, 2.0f32, n as i32])?;
+    // A child graph: z = copy of y, then z += y (so z = 2).
+    let mut child = Dag::new();
+    let c1 = child.add_memcpy(&z, &y)?;
+    let c2 = child.add_kernel(&add, cfg, &args![&z, &y, n as i32])?;
+    child.add_dependency(c1, c2)?;
+    let ch = dag.add_child(&child);
+    let join = dag.add_kernel(&add, cfg, &args![&x, &z, n as i32])?; // x = 2i + 2
+    let c = calls.clone();
+    let host = dag.add_host(move || {
+        c.fetch_add(1, Ordering::SeqCst);
+    });
+    let down = dag.add_memcpy(&h_out, &x)?;
+    dag.add_dependency(up, fork)?;
+    dag.add_dependency(fill, fork)?;
+    dag.fan_out(fork, &[s, ch])?;
+    dag.fan_in(&[s, ch], join)?;
+    dag.chain(&[join, host, down])?;
+
+    let mut exec = dag.instantiate(d)?;
+    for _ in 0..3 {
+        exec.launch(&gpu.stream)?;
+    }
+    exec.synchronize()?;
+    ensure!(
+        calls.load(Ordering::SeqCst) == 3,
+        "host node ran {:?}",
+        calls
+    );
+    let want: Vec<f32> = input.iter().map(|v| 2.0 * v + 2.0).collect();
+    assert_close(&h_out.to_vec()?, &want, 0.0)
+}
+
+fn pitched_copies_and_fills(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    // A 6x4 block of a 10-wide source matrix into an 8-wide destination at column 1.
+    let (sw, dw, w, h) = (10usize, 8usize, 4usize, 6usize);
+    let src: Vec<u32> = (0..(sw * h) as u32).collect();
+    let s = DeviceBuffer::from_slice(d, &src)?;
+    let dst = DeviceBuffer::<u32>::zeros(d, dw * h)?;
+    let host = HostBuffer::<u32>::zeros(d, dw * h)?;
+    let mut dag = Dag::new();
+    let fill = dag.add_memset_2d(Memset2d {
+        dst: dst.region(..),
+        pitch: dw,
+        width: dw,
+        height: h,
+        value: 7u32.into(),
+    })?;
+    let copy = dag.add_memcpy_2d(Copy2d {
+        dst: dst.region(1..),
+        dst_pitch: dw,
+        src: s.region(2..),
+        src_pitch: sw,
+        width: w,
+        height: h,
+    })?;
+    let down = dag.add_memcpy(&host, &dst)?;
+    dag.chain(&[fill, copy, down])?;
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    let got = host.to_vec()?;
+    for r in 0..h {
+        for c in 0..dw {
+            let want = if (1..1 + w).contains(&c) {
+                src[r * sw + 2 + (c - 1)]
+            } else {
+                7
+            };
+            ensure!(
+                got[r * dw + c] == want,
+                "row {r} col {c}: {} vs {want}",
+                got[r * dw + c]
+            );
+        }
+    }
+    Ok(())
+}
+
+fn kernel_updates(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let write = m.kernel("write_slot")?;
+    let scale = m.kernel("scale")?;
+    let a = DeviceBuffer::<u32>::zeros(d, 8)?;
+    let b = DeviceBuffer::<u32>::zeros(d, 8)?;
+    let f = DeviceBuffer::from_slice(d, &[1.0f32; 1000])?;
+    let mut dag = Dag::new();
+    let w = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&a, 0u32, 5u32])?;
+    let s = dag.add_kernel(
+        &scale,
+        LaunchConfig::new(1, 100),
+        &args![&f, 2.0f32, 1000i32],
+    )?;
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    // One argument, then all of them (to another buffer), then the launch shape.
+    exec.set_kernel_arg(w, 1, 3u32)?;
+    exec.launch(&gpu.stream)?;
+    exec.set_kernel_args(w, &args![&b, 7u32, 9u32])?;
+    exec.launch(&gpu.stream)?;
+    exec.set_launch_config(s, LaunchConfig::new(10, 100))?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(
+        a.to_vec()? == [5, 0, 0, 5, 0, 0, 0, 0],
+        "a = {:?}",
+        a.to_vec()?
+    );
+    ensure!(
+        b.to_vec()? == [0, 0, 0, 0, 0, 0, 0, 9],
+        "b = {:?}",
+        b.to_vec()?
+    );
+    let fv = f.to_vec()?;
+    // 3 launches scaled the first 100 elements, the 4th all 1000.
+    ensure!(
+        fv[0] == 16.0 && fv[100] == 2.0 && fv[999] == 2.0,
+        "{} {} {}",
+        fv[0],
+        fv[100],
+        fv[999]
+    );
+    // Validation on update.
+    let e = exec.set_kernel_arg(w, 1, 3u64).unwrap_err();
+    ensure!(e.to_string().contains("argument 1 is 8 bytes"), "{e}");
+    let e = exec.set_kernel_args(w, &args![&b]).unwrap_err();
+    ensure!(e.to_string().contains("takes 3 arguments"), "{e}");
+    let e = exec
+        .set_launch_config(s, LaunchConfig::new(1, 5000))
+        .unwrap_err();
+    ensure!(matches!(e, Error::Dag(_)), "{e}");
+    ensure!(e.to_string().contains("block.x = 5000"), "{e}");
+    Ok(())
+}
+
+fn memcpy_memset_host_updates(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let src1 = DeviceBuffer::from_slice(d, &[1u32; 16])?;
+    let src2 = DeviceBuffer::from_slice(d, &[2u32; 16])?;
+    let dst = DeviceBuffer::<u32>::zeros(d, 32)?;
+    let tag = Arc::new(AtomicU32::new(0));
+    let mut dag = Dag::new();
+    let set = dag.add_memset(dst.region(16..), 5u32)?;
+    let cp = dag.add_memcpy(dst.region(..16), &src1)?;
+    let t = tag.clone();
+    let host = dag.add_host(move || t.store(1, Ordering::SeqCst));
+    dag.chain(&[set, cp, host])?;
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(dst.to_vec()?[..16] == [1; 16] && dst.to_vec()?[16..] == [5; 16]);
+    ensure!(tag.load(Ordering::SeqCst) == 1);
+
+    exec.set_memcpy(cp, dst.region(..16), &src2)?;
+    exec.set_memset_value(set, 6u32)?;
+    let t = tag.clone();
+    exec.set_host_fn(host, move || t.store(2, Ordering::SeqCst))?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    let v = dst.to_vec()?;
+    ensure!(v[..16] == [2; 16] && v[16..] == [6; 16], "{v:?}");
+    ensure!(tag.load(Ordering::SeqCst) == 2);
+    // Wrong updates are refused with the node's name.
+    let e = exec.set_memcpy(cp, dst.region(..8), &src2).unwrap_err();
+    ensure!(e.to_string().contains("sizes must match"), "{e}");
+    let e = exec.set_memset_value(set, 1u8).unwrap_err();
+    ensure!(e.to_string().contains("4-byte values"), "{e}");
+    let e = exec.set_memset_value(cp, 1u32).unwrap_err();
+    ensure!(
+        e.to_string()
+            .contains("is a memcpy node, not a memset node"),
+        "{e}"
+    );
+    let hbuf = HostBuffer::<u32>::zeros(d, 16)?;
+    let e = exec.set_memcpy(cp, dst.region(..16), &hbuf).unwrap_err();
+    ensure!(e.to_string().contains("cannot become"), "{e}");
+    Ok(())
+}
+
+fn enable_disable(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let inc = m.kernel("inc")?;
+    let c = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let mut dag = Dag::new();
+    let a = dag.add_kernel(&inc, LaunchConfig::new(1, 1), &args![&c])?;
+    let b = dag.add_kernel(&inc, LaunchConfig::new(1, 10), &args![&c])?;
+    dag.add_dependency(a, b)?;
+    let e = dag.add_empty();
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?; // +11
+    exec.set_enabled(b, false)?;
+    exec.launch(&gpu.stream)?; // +1
+    ensure!(
+        exec.to_dot().contains("dashed"),
+        "disabled nodes are dashed in DOT"
+    );
+    exec.set_enabled(b, true)?;
+    exec.launch(&gpu.stream)?; // +11
+    exec.synchronize()?;
+    ensure!(c.to_vec()? == [23], "{:?}", c.to_vec()?);
+    let err = exec.set_enabled(e, false).unwrap_err();
+    ensure!(err.to_string().contains("is a empty node"), "{err}");
+    Ok(())
+}
+
+fn whole_graph_update(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let write = m.kernel("write_slot")?;
+    let out = DeviceBuffer::<u32>::zeros(d, 4)?;
+    let mut dag = Dag::new();
+    let w = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 0u32, 1u32])?;
+    let fill = dag.add_memset(out.region(3..), 9u32)?;
+    dag.add_dependency(w, fill)?;
+    dag.set_name(w, "writer");
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    // Edit the DAG (same topology) and update in place.
+    dag.set_kernel_args(w, &args![&out, 1u32, 2u32])?;
+    dag.set_memset_value(fill, 8u32)?;
+    exec.update(&dag)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(out.to_vec()? == [1, 2, 0, 8], "{:?}", out.to_vec()?);
+    // Per-node updates still work after a whole-graph update.
+    exec.set_kernel_arg(w, 1, 2u32)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(out.to_vec()? == [1, 2, 2, 8]);
+    ensure!(exec.cuda_dot()?.contains("digraph"));
+
+    // A topology change is refused with the node named ...
+    let mut other = dag.clone();
+    let extra = other.add_empty();
+    other.add_dependency(w, extra)?;
+    let e = exec.update(&other).unwrap_err();
+    ensure!(matches!(e, Error::UpdateRefused { .. }), "{e}");
+    ensure!(e.to_string().contains("empty#2"), "{e}");
+    // ... and so is a changed edge, which only CUDA sees.
+    let mut rewired = Dag::new();
+    let w2 = rewired.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 0u32, 3u32])?;
+    let f2 = rewired.add_memset(out.region(3..), 4u32)?;
+    let _ = (w2, f2); // no edge this time
+    let e = exec.update(&rewired).unwrap_err();
+    ensure!(matches!(e, Error::UpdateRefused { .. }), "{e}");
+    // ... and update_or_reinstantiate handles both.
+    ensure!(exec.update_or_reinstantiate(&rewired)? == UpdateOutcome::Reinstantiated);
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(out.to_vec()? == [3, 2, 2, 4], "{:?}", out.to_vec()?);
+    rewired.set_memset_value(f2, 5u32)?;
+    ensure!(exec.update_or_reinstantiate(&rewired)? == UpdateOutcome::Updated);
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(out.to_vec()? == [3, 2, 2, 5]);
+    Ok(())
+}
+
+/// Launches queued behind a slow kernel keep the parameters they were launched with, even
+/// though every launch is followed by an update before any of them ran.
+fn queued_launch_isolation(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let (write, spin) = (m.kernel("write_slot")?, m.kernel("spin")?);
+    let slots = 64u32;
+    let out = DeviceBuffer::<u32>::zeros(d, slots as usize)?;
+    let ring = HostBuffer::<u32>::zeros(d, slots as usize)?;
+    let mut dag = Dag::new();
+    let w = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 0u32, 0u32])?;
+    let down = dag.add_memcpy(&ring, &out)?;
+    dag.add_dependency(w, down)?;
+    let mut exec = dag.instantiate(d)?;
+    let s = Stream::new(d)?;
+    // ~100 ms of GPU time in front of all launches.
+    spin.launch(&s, LaunchConfig::new(1, 1), &args![200_000_000i64])?;
+    for i in 0..slots {
+        exec.set_kernel_args(w, &args![&out, i, 1000 + i])?;
+        exec.launch(&s)?;
+    }
+    // Nothing has run yet: the copy-back has not happened.
+    let early = ring.to_vec()?;
+    exec.synchronize()?;
+    let got = out.to_vec()?;
+    let want: Vec<u32> = (0..slots).map(|i| 1000 + i).collect();
+    ensure!(got == want, "got {got:?}");
+    ensure!(ring.to_vec()? == want);
+    ensure!(
+        early.iter().all(|&v| v == 0),
+        "launches ran before the spin ended: {early:?}"
+    );
+    Ok(())
+}
+
+fn host_panic_is_an_error(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let inc = m.kernel("inc")?;
+    let c = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let mut dag = Dag::new();
+    let k = dag.add_kernel(&inc, LaunchConfig::new(1, 1), &args![&c])?;
+    let h = dag.add_host(|| panic!("host node failed on purpose"));
+    dag.set_name(h, "bad host");
+    let k2 = dag.add_kernel(&inc, LaunchConfig::new(1, 1), &args![&c])?;
+    dag.chain(&[k, h, k2])?;
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    let e = exec.synchronize().unwrap_err();
+    match &e {
+        Error::HostNodePanicked { node, message } => {
+            ensure!(node == "bad host");
+            ensure!(message.contains("failed on purpose"));
+        }
+        other => anyhow::bail!("expected a host panic, got {other:?}"),
+    }
+    // The process lives on, the graph still works, and a launch after a panic reports it.
+    ensure!(c.to_vec()? == [2], "both kernels ran: {:?}", c.to_vec()?);
+    exec.set_host_fn(h, || {})?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(c.to_vec()? == [4]);
+    exec.set_host_fn(h, || panic!("again"))?;
+    exec.launch(&gpu.stream)?;
+    gpu.stream.synchronize()?;
+    let e = exec.launch(&gpu.stream).unwrap_err();
+    ensure!(
+        e.to_string() == "host node `bad host` panicked: again",
+        "{e}"
+    );
+    Ok(())
+}
+
+fn dropped_buffers_stay_alive(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let scale = m.kernel("scale")?;
+    let n = 1 << 20;
+    let out = HostBuffer::<f32>::zeros(d, n)?;
+    let mut exec = {
+        let x = DeviceBuffer::from_slice(d, &vec![1.5f32; n])?;
+        let src = HostBuffer::from_slice(d, &vec![1.5f32; n])?;
+        let mut dag = Dag::new();
+        let up = dag.add_memcpy(&x, &src)?;
+        let k = dag.add_kernel(
+            &scale,
+            LaunchConfig::for_elements(n as u32, 256),
+            &args![&x, 2.0f32, n as i32],
+        )?;
+        let down = dag.add_memcpy(&out, &x)?;
+        dag.chain(&[up, k, down])?;
+        dag.instantiate(d)?
+        // x, src, dag and the module handle are dropped here.
+    };
+    drop(m);
+    drop(scale);
+    // Allocate and fill other memory that would reuse the freed addresses.
+    let junk: Vec<_> = (0..4)
+        .map(|_| DeviceBuffer::from_slice(d, &vec![-7.0f32; n]))
+        .collect::<Result<_, _>>()?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(out.to_vec()?.iter().all(|&v| v == 3.0));
+    drop(junk);
+    Ok(())
+}
+
+fn chain_of_10000(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let inc = m.kernel("inc")?;
+    let c = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let mut dag = Dag::new();
+    let mut prev = None;
+    for _ in 0..10_000 {
+        let n = dag.add_kernel(&inc, LaunchConfig::new(1, 1), &args![&c])?;
+        if let Some(p) = prev {
+            dag.add_dependency(p, n)?;
+        }
+        prev = Some(n);
+    }
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(c.to_vec()? == [20_000], "{:?}", c.to_vec()?);
+    Ok(())
+}
+
+fn cuda_dot(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let inc = m.kernel("inc")?;
+    let c = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let mut dag = Dag::new();
+    let a = dag.add_kernel(&inc, LaunchConfig::new(1, 1), &args![&c])?;
+    let b = dag.add_memset(&c, 0u32)?;
+    dag.add_dependency(b, a)?;
+    let exec = dag.instantiate(d)?;
+    let dot = exec.cuda_dot()?;
+    ensure!(dot.contains("digraph"), "{dot}");
+    ensure!(dot.contains("inc"), "the kernel's name appears: {dot}");
+    ensure!(exec.to_dot() == dag.to_dot());
+    Ok(())
+}
+
+fn validation_on_device(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let inc = m.kernel("inc")?;
+    let c = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let mut dag = Dag::new();
+    let k = dag.add_kernel(&inc, LaunchConfig::new(1, 2048), &args![&c])?;
+    dag.set_name(k, "wide");
+    let e = dag.instantiate(d).err().expect("invalid launch shape");
+    ensure!(
+        e.to_string()
+            .starts_with("node `wide`: kernel `inc` launch"),
+        "{e}"
+    );
+    // A recording backend's buffer cannot go into a real graph.
+    let mut rec = cudagraph::RecordingBackend::new(d.limits().clone());
+    let fake = rec.device_buffer::<u32>(1);
+    let mut dag = Dag::new();
+    dag.add_memcpy(&c, &fake)?;
+    let e = dag.instantiate(d).err().expect("foreign buffer");
+    ensure!(e.to_string().contains("recording backend"), "{e}");
+    Ok(())
+}

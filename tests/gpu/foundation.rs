@@ -1,0 +1,249 @@
+//! GPU tests of the foundation: loading, devices, memory, NVRTC, stream launches.
+
+use anyhow::{ensure, Context};
+use cudagraph::{
+    args, CompileOptions, Device, DeviceBuffer, Error, HostBuffer, KernelArg, LaunchConfig, Module,
+    Stream,
+};
+use libtest_mimic::Trial;
+
+use crate::common::{assert_close, gpu_test, Gpu, KERNELS};
+
+pub fn tests() -> Vec<Trial> {
+    vec![
+        gpu_test(
+            "foundation::versions_and_properties",
+            versions_and_properties,
+        ),
+        gpu_test(
+            "foundation::missing_device_is_typed",
+            missing_device_is_typed,
+        ),
+        gpu_test("foundation::memory_round_trips", memory_round_trips),
+        gpu_test("foundation::compile_and_launch", compile_and_launch),
+        gpu_test("foundation::parameter_layout", parameter_layout),
+        gpu_test("foundation::compile_error_has_log", compile_error_has_log),
+        gpu_test(
+            "foundation::wrong_arguments_rejected",
+            wrong_arguments_rejected,
+        ),
+        gpu_test(
+            "foundation::bad_launch_shape_rejected",
+            bad_launch_shape_rejected,
+        ),
+        gpu_test("foundation::name_expressions", name_expressions),
+        gpu_test("foundation::events_time_work", events_time_work),
+    ]
+}
+
+fn versions_and_properties(gpu: &Gpu) -> anyhow::Result<()> {
+    let (runtime, driver) = cudagraph::versions()?;
+    ensure!(runtime.major >= 13, "runtime {runtime}");
+    ensure!(driver >= runtime, "driver {driver} < runtime {runtime}");
+    let (nv_major, _) = cudagraph::nvrtc_version()?;
+    ensure!(nv_major >= 13, "nvrtc {nv_major}");
+    let p = gpu.device.properties();
+    println!(
+        "device 0: {} cc {:?}, {} SMs, {} GiB, runtime {}, driver {}",
+        p.name,
+        p.limits.compute_capability,
+        p.multiprocessor_count,
+        p.total_memory >> 30,
+        p.runtime_version,
+        p.driver_version
+    );
+    ensure!(!p.name.is_empty());
+    ensure!(p.limits.compute_capability.0 >= 5);
+    ensure!(p.multiprocessor_count > 0);
+    ensure!(p.limits.max_threads_per_block >= 512);
+    ensure!(p.limits.max_grid_dim[0] >= 65535);
+    ensure!(p.limits.max_shared_mem_per_block_optin >= p.limits.max_shared_mem_per_block);
+    ensure!(Device::count()? >= 1);
+    Ok(())
+}
+
+fn missing_device_is_typed(_gpu: &Gpu) -> anyhow::Result<()> {
+    match Device::get(10_000) {
+        Err(Error::NoDevice(msg)) => ensure!(msg.contains("10000"), "{msg}"),
+        other => anyhow::bail!("expected NoDevice, got {other:?}"),
+    }
+    Ok(())
+}
+
+fn memory_round_trips(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let data: Vec<f32> = (0..10_000).map(|i| i as f32 * 0.5).collect();
+    let a = DeviceBuffer::from_slice(d, &data)?; // H2D
+    ensure!(a.to_vec()? == data, "H2D/D2H round trip"); // D2H
+    let b = DeviceBuffer::<f32>::zeros(d, data.len())?;
+    ensure!(b.to_vec()?.iter().all(|&x| x == 0.0), "zeros");
+    b.copy_from_device(&a)?; // D2D
+    ensure!(b.to_vec()? == data, "D2D");
+    b.memset_bytes(0xff)?;
+    ensure!(
+        b.to_vec()?.iter().all(|x| x.to_bits() == 0xffff_ffff),
+        "memset"
+    );
+    let h = HostBuffer::from_slice(d, &data)?;
+    ensure!(h.to_vec()? == data, "pinned round trip");
+    let c = DeviceBuffer::<f32>::zeros(d, data.len())?;
+    c.copy_from_host_async(&h, &gpu.stream)?;
+    gpu.stream.synchronize()?;
+    ensure!(c.to_vec()? == data, "async H2D");
+    let e = a.copy_from_slice(&data[..10]).unwrap_err();
+    ensure!(matches!(e, Error::OutOfBounds(_)), "{e}");
+    let empty = DeviceBuffer::<u8>::zeros(d, 0)?;
+    ensure!(empty.to_vec()?.is_empty());
+    Ok(())
+}
+
+fn compile_and_launch(gpu: &Gpu) -> anyhow::Result<()> {
+    let m = gpu.module(KERNELS)?;
+    let axpy = m.kernel("axpy")?;
+    let n = 100_000usize;
+    let x: Vec<f32> = (0..n).map(|i| (i % 97) as f32).collect();
+    let y0: Vec<f32> = (0..n).map(|i| (i % 13) as f32 - 6.0).collect();
+    let xd = DeviceBuffer::from_slice(&gpu.device, &x)?;
+    let yd = DeviceBuffer::from_slice(&gpu.device, &y0)?;
+    axpy.launch(
+        &gpu.stream,
+        LaunchConfig::for_elements(n as u32, 256),
+        &args![&yd, 3.0f32, &xd, n as i32],
+    )?;
+    gpu.stream.synchronize()?;
+    let want: Vec<f32> = y0.iter().zip(&x).map(|(y, x)| y + 3.0 * x).collect();
+    assert_close(&yd.to_vec()?, &want, 0.0)
+}
+
+fn parameter_layout(gpu: &Gpu) -> anyhow::Result<()> {
+    let m = gpu
+        .module(r#"extern "C" __global__ void f(float* p, float a, int n, double d, char c) {}"#)?;
+    let k = m.kernel("f")?;
+    let sizes: Vec<usize> = k.params().iter().map(|p| p.size).collect();
+    let offsets: Vec<usize> = k.params().iter().map(|p| p.offset).collect();
+    ensure!(sizes == [8, 4, 4, 8, 1], "sizes {sizes:?}");
+    ensure!(offsets == [0, 8, 12, 16, 24], "offsets {offsets:?}");
+    ensure!(k.max_threads_per_block() >= 512);
+    let e = m.kernel("nope").unwrap_err();
+    ensure!(matches!(e, Error::KernelNotFound { .. }), "{e}");
+    Ok(())
+}
+
+fn compile_error_has_log(gpu: &Gpu) -> anyhow::Result<()> {
+    let opts = CompileOptions {
+        name: "broken.cu".into(),
+        ..Default::default()
+    };
+    let e = Module::from_source_with(
+        &gpu.device,
+        "extern \"C\" __global__ void k(int* p) { p[0] = undefined_thing; }",
+        &opts,
+    )
+    .unwrap_err();
+    match &e {
+        Error::Compile { program, log } => {
+            ensure!(program == "broken.cu");
+            ensure!(log.contains("undefined_thing"), "log: {log}");
+        }
+        other => anyhow::bail!("expected a compile error, got {other:?}"),
+    }
+    ensure!(e.to_string().contains("undefined_thing"));
+    Ok(())
+}
+
+fn wrong_arguments_rejected(gpu: &Gpu) -> anyhow::Result<()> {
+    let m = gpu.module(KERNELS)?;
+    let scale = m.kernel("scale")?;
+    let x = DeviceBuffer::<f32>::zeros(&gpu.device, 16)?;
+    let cfg = LaunchConfig::new(1, 16);
+    let e = scale
+        .launch(&gpu.stream, cfg, &args![&x, 2.0f32])
+        .unwrap_err();
+    ensure!(
+        e.to_string() == "kernel `scale`: takes 3 arguments but 2 were given",
+        "{e}"
+    );
+    let e = scale
+        .launch(&gpu.stream, cfg, &args![&x, 2.0f64, 16i32])
+        .unwrap_err();
+    ensure!(
+        e.to_string()
+            .contains("argument 1 is 8 bytes (f64, 8 bytes) but parameter 1 is 4 bytes"),
+        "{e}"
+    );
+    let pinned = HostBuffer::<f32>::zeros(&gpu.device, 16)?;
+    let host_ptr = KernelArg::from(pinned.as_raw_ptr());
+    // A raw address is just a u64 value: accepted by size (the caller's responsibility).
+    scale.check_args(&[host_ptr, 1.0f32.into(), 0i32.into()])?;
+    Ok(())
+}
+
+fn bad_launch_shape_rejected(gpu: &Gpu) -> anyhow::Result<()> {
+    let m = gpu.module(KERNELS)?;
+    let inc = m.kernel("inc")?;
+    let c = DeviceBuffer::<u32>::zeros(&gpu.device, 1)?;
+    let e = inc
+        .launch(&gpu.stream, LaunchConfig::new(1, 4096), &args![&c])
+        .unwrap_err();
+    ensure!(matches!(e, Error::LaunchShape { .. }), "{e}");
+    let too_much = gpu.device.limits().max_shared_mem_per_block_optin as u32 + 1;
+    let e = inc
+        .launch(
+            &gpu.stream,
+            LaunchConfig::new(1, 1).with_shared_mem(too_much),
+            &args![&c],
+        )
+        .unwrap_err();
+    ensure!(e.to_string().contains("shared memory"), "{e}");
+    // Opting in to more dynamic shared memory makes a 100 KB launch valid.
+    let big = 100 * 1024;
+    let cfg = LaunchConfig::new(1, 1).with_shared_mem(big);
+    ensure!(inc.launch(&gpu.stream, cfg, &args![&c]).is_err());
+    inc.set_max_dynamic_shared_mem(big as usize)?;
+    inc.launch(&gpu.stream, cfg, &args![&c])?;
+    gpu.stream.synchronize()?;
+    ensure!(c.to_vec()? == [1]);
+    Ok(())
+}
+
+fn name_expressions(gpu: &Gpu) -> anyhow::Result<()> {
+    let src = r#"
+template <typename T> __global__ void fill(T* p, T v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = v;
+}"#;
+    let opts = CompileOptions {
+        name_expressions: vec!["fill<int>".into(), "fill<double>".into()],
+        ..Default::default()
+    };
+    let m = Module::from_source_with(&gpu.device, src, &opts)?;
+    let fi = m.kernel("fill<int>").context("fill<int>")?;
+    let fd = m.kernel("fill<double>")?;
+    ensure!(fd.params()[1].size == 8 && fi.params()[1].size == 4);
+    let p = DeviceBuffer::<f64>::zeros(&gpu.device, 10)?;
+    fd.launch(
+        &gpu.stream,
+        LaunchConfig::new(1, 32),
+        &args![&p, 2.5f64, 10i32],
+    )?;
+    gpu.stream.synchronize()?;
+    ensure!(p.to_vec()? == vec![2.5; 10]);
+    Ok(())
+}
+
+fn events_time_work(gpu: &Gpu) -> anyhow::Result<()> {
+    let m = gpu.module(KERNELS)?;
+    let spin = m.kernel("spin")?;
+    let (a, b) = (
+        cudagraph::Event::new(&gpu.device)?,
+        cudagraph::Event::new(&gpu.device)?,
+    );
+    let s = Stream::new(&gpu.device)?;
+    a.record(&s)?;
+    spin.launch(&s, LaunchConfig::new(1, 1), &args![20_000_000i64])?;
+    b.record(&s)?;
+    b.synchronize()?;
+    let ms = a.elapsed_ms(&b)?;
+    ensure!(ms > 0.5 && ms < 1000.0, "{ms} ms for ~20M cycles");
+    Ok(())
+}
