@@ -19,6 +19,8 @@ pub enum Library {
     Cufft,
     /// NVRTC, the run-time compiler, `libnvrtc.so.13`.
     Nvrtc,
+    /// nvJitLink, which cuFFT needs for LTO callbacks, `libnvJitLink.so.13`.
+    NvJitLink,
 }
 
 impl Library {
@@ -28,6 +30,7 @@ impl Library {
             Library::Cudart => "libcudart.so.13",
             Library::Cufft => "libcufft.so.12",
             Library::Nvrtc => "libnvrtc.so.13",
+            Library::NvJitLink => "libnvJitLink.so.13",
         }
     }
 }
@@ -38,6 +41,7 @@ impl fmt::Display for Library {
             Library::Cudart => "the CUDA runtime",
             Library::Cufft => "cuFFT",
             Library::Nvrtc => "NVRTC",
+            Library::NvJitLink => "nvJitLink (needed for cuFFT LTO callbacks)",
         })
     }
 }

@@ -895,6 +895,20 @@ impl PackedArgs {
         std::mem::replace(&mut self.buffers[i], a.buffer.clone())
     }
 
+    /// Overwrites parameter `i` with `bytes` (exactly its size), without touching buffers.
+    pub(crate) fn set_bytes(&mut self, i: usize, bytes: &[u8]) {
+        let info = self.layout.params[i];
+        assert_eq!(bytes.len(), info.size, "parameter {i} size");
+        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside `storage`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.storage.as_mut_ptr().cast::<u8>().add(info.offset),
+                info.size,
+            )
+        };
+    }
+
     /// The `kernelParams` array.
     pub(crate) fn kernel_params(&self) -> *mut *mut c_void {
         self.ptrs.as_ptr() as *mut *mut c_void

@@ -18,6 +18,10 @@ pub use dag::{
 };
 pub use device::{versions, Device, DeviceLimits, DeviceProperties};
 pub use error::{Error, Library, Result, Version};
+pub use fft::{
+    CallbackParams, CustomCallback, Direction, FftNode, FftParams, FftPlan, FftPlanDesc, FftSpec,
+    FftType, Layout, LoadCallback, StoreCallback,
+};
 pub use kernel::{
     compile, nvrtc_version, CodeKind, CompileOptions, Compiled, Dim3, Kernel, KernelArg,
     LaunchConfig, Module, ParamInfo,

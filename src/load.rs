@@ -113,6 +113,21 @@ loader!(cudart, sys::cudart::Cudart, Library::Cudart, |lib| {
 loader!(cufft, sys::cufft::Cufft, Library::Cufft, |_| Ok(()));
 loader!(nvrtc, sys::nvrtc::Nvrtc, Library::Nvrtc, |_| Ok(()));
 
+/// Checks once that libnvJitLink, which cuFFT loads for LTO callbacks, can be loaded. The
+/// library stays loaded for the process.
+pub fn nvjitlink() -> Result<()> {
+    static CELL: OnceLock<Result<libloading::Library>> = OnceLock::new();
+    CELL.get_or_init(|| {
+        open_first(Library::NvJitLink, &candidates(Library::NvJitLink), |p| {
+            // SAFETY: loading nvJitLink runs only its initialisers.
+            unsafe { libloading::Library::new(p) }
+        })
+    })
+    .as_ref()
+    .map(|_| ())
+    .map_err(Clone::clone)
+}
+
 /// Calls a function of a loaded library, turning a missing symbol into
 /// [`Error::MissingSymbol`]. Evaluates to the function's return value.
 macro_rules! ffi {

@@ -366,18 +366,33 @@ impl Exec {
         Ok(())
     }
 
-    pub(crate) fn fft_context(
-        &mut self,
-    ) -> (
-        &mut crate::fft::LoweringContext,
-        &mut Dag,
-        sys::cudaGraphExec_t,
-    ) {
-        (&mut self.fft, &mut self.dag, self.raw)
-    }
-
-    pub(crate) fn retire_any(&mut self, a: Arc<dyn Any + Send + Sync>) {
-        Self::retire(&mut self.retired, a)
+    /// Replaces the callback parameters of FFT node `id` for launches issued after this call
+    /// (launches already queued keep theirs). Regions the old parameters pointed to stay alive
+    /// until the next [`Exec::synchronize`].
+    pub fn set_fft_params(&mut self, id: NodeId, params: crate::fft::FftParams) -> Result<()> {
+        let key = super::DeviceKey::Cuda(self.device.ordinal() as i32);
+        let node = self.dag.node_mut(id)?;
+        let name = node.name.clone();
+        let Op::Fft(f) = &mut node.op else {
+            return Err(node.wrong_kind("an FFT node"));
+        };
+        let old = f.apply_params(&name, params)?;
+        if let Err(e) = f.validate(&name, key) {
+            f.params = old;
+            return Err(e);
+        }
+        let blob = f.param_blob(&f.params);
+        let uid = f.uid;
+        for p in [old.load, old.store].into_iter().flatten() {
+            if let crate::fft::CallbackParams::Load { input: Some(r), .. }
+            | crate::fft::CallbackParams::Store {
+                output: Some(r), ..
+            } = p
+            {
+                Self::retire(&mut self.retired, r.alloc);
+            }
+        }
+        self.fft.set_params(self.raw, uid, &blob)
     }
 
     /// Updates the executable graph in place to match `dag` (same nodes, same dependencies;

@@ -15,7 +15,7 @@ use petgraph::visit::NodeIndexable;
 use super::{host_trampoline, CopyKind, Dag, HostNode, KernelNode, MemcpyNode, MemsetNode, Op};
 use crate::device::{Device, DeviceLimits};
 use crate::error::Result;
-use crate::fft::FftNode;
+use crate::fft::{FftNode, WorkShare};
 use crate::kernel::Kernel;
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace, Owner};
 use crate::result::runtime as rt;
@@ -63,8 +63,14 @@ pub trait Backend {
     fn add_empty(&mut self, name: &str, deps: &[Self::Node]) -> Result<Self::Node>;
     /// A child graph (lowered with a backend of the same kind).
     fn add_child(&mut self, name: &str, deps: &[Self::Node], child: &Dag) -> Result<Self::Node>;
-    /// An FFT. Returns the node later nodes should depend on.
-    fn add_fft(&mut self, name: &str, deps: &[Self::Node], f: &FftNode) -> Result<Self::Node>;
+    /// An FFT, with the work area it may share. Returns the node later nodes depend on.
+    fn add_fft(
+        &mut self,
+        name: &str,
+        deps: &[Self::Node],
+        f: &FftNode,
+        work: &WorkShare,
+    ) -> Result<Self::Node>;
 }
 
 impl Dag {
@@ -83,7 +89,9 @@ impl Dag {
     ) -> Result<Vec<Option<B::Node>>> {
         let mut handles: Vec<Option<B::Node>> = vec![None; self.graph.node_bound()];
         let mut deps: Vec<B::Node> = Vec::new();
-        for id in self.topological_order() {
+        let order = self.topological_order();
+        let shares = crate::fft::lower::work_shares(self, &order);
+        for id in order {
             deps.clear();
             deps.extend(
                 self.graph
@@ -101,7 +109,14 @@ impl Dag {
                 Op::Host(h) => backend.add_host(name, &deps, h)?,
                 Op::Empty => backend.add_empty(name, &deps)?,
                 Op::Child(c) => backend.add_child(name, &deps, &c.dag)?,
-                Op::Fft(f) => backend.add_fft(name, &deps, f)?,
+                Op::Fft(f) => backend.add_fft(
+                    name,
+                    &deps,
+                    f,
+                    shares[id.index()]
+                        .as_ref()
+                        .expect("every FFT node has a share"),
+                )?,
             };
             handles[id.index()] = Some(h);
         }
@@ -133,6 +148,8 @@ pub struct RecordingBackend {
     id: u64,
     limits: DeviceLimits,
     next_addr: u64,
+    next_fft_handle: u64,
+    fft_param_buffers: Vec<Arc<Allocation>>,
     /// The calls received, in order.
     pub calls: Vec<RecordedCall>,
 }
@@ -144,6 +161,8 @@ impl RecordingBackend {
             id: NEXT_RECORDING.fetch_add(1, Ordering::Relaxed),
             limits,
             next_addr: 0x7000_0000_0000,
+            next_fft_handle: 0,
+            fft_param_buffers: Vec::new(),
             calls: Vec::new(),
         }
     }
@@ -203,10 +222,6 @@ impl RecordingBackend {
             params,
         });
         self.calls.len() - 1
-    }
-
-    pub(crate) fn id(&self) -> u64 {
-        self.id
     }
 }
 
@@ -281,7 +296,9 @@ impl Backend for RecordingBackend {
         let mut sub = RecordingBackend {
             id: self.id,
             limits: self.limits.clone(),
-            next_addr: self.next_addr,
+            next_addr: self.next_addr + 0x1000_0000,
+            next_fft_handle: self.next_fft_handle + 1000,
+            fft_param_buffers: Vec::new(),
             calls: Vec::new(),
         };
         child.lower_validated(&mut sub)?;
@@ -293,9 +310,42 @@ impl Backend for RecordingBackend {
         let p = format!("child=[{}]", inner.join("; "));
         Ok(self.record("cudaGraphAddChildGraphNode", name, deps, p))
     }
-    fn add_fft(&mut self, name: &str, deps: &[usize], f: &FftNode) -> Result<usize> {
-        let p = f.describe_lowering();
-        Ok(self.record("cudaStreamBeginCaptureToGraph+cufftExec", name, deps, p))
+    fn add_fft(
+        &mut self,
+        name: &str,
+        deps: &[usize],
+        f: &FftNode,
+        work: &WorkShare,
+    ) -> Result<usize> {
+        // What the CUDA backend does, per node: its own cuFFT handle and parameter buffer, a
+        // kernel node writing the parameters, then the captured transform.
+        self.next_fft_handle += 1;
+        let handle = self.next_fft_handle;
+        let d = f.plan().desc();
+        let plan = format!(
+            "handle=#{handle} plan={:?}{:?}x{} dir={:?} in={:#x} out={:#x} work_slot={}",
+            d.kind,
+            d.sizes,
+            d.batch,
+            f.direction(),
+            f.input.addr(),
+            f.output.addr(),
+            work.slot
+        );
+        let bytes = f.param_buffer_bytes();
+        let mut deps = deps.to_vec();
+        if bytes > 0 {
+            let buf = self.placeholder(bytes, MemorySpace::Device);
+            let blob = f.param_blob(f.params());
+            let p = format!(
+                "kernel=cudagraph_fft_set_params handle=#{handle} param_buffer={:#x} bytes={bytes} params={}",
+                buf.ptr,
+                hex(&blob[..bytes])
+            );
+            self.fft_param_buffers.push(buf);
+            deps = vec![self.record("cudaGraphAddKernelNode", name, &deps, p)];
+        }
+        Ok(self.record("cudaStreamBeginCaptureToGraph+cufftExec", name, &deps, plan))
     }
 }
 
@@ -333,10 +383,6 @@ impl CudaBackend {
         let (device, fft) = unsafe { (std::ptr::read(&me.device), std::ptr::read(&me.fft)) };
         drop(device);
         (me.graph, fft)
-    }
-
-    pub(crate) fn device(&self) -> &Device {
-        &self.device
     }
 }
 
@@ -467,9 +513,15 @@ impl Backend for CudaBackend {
         self.fft.absorb(fft);
         Ok(node)
     }
-    fn add_fft(&mut self, name: &str, deps: &[Self::Node], f: &FftNode) -> Result<Self::Node> {
+    fn add_fft(
+        &mut self,
+        _: &str,
+        deps: &[Self::Node],
+        f: &FftNode,
+        work: &WorkShare,
+    ) -> Result<Self::Node> {
         let graph = self.graph;
         let device = self.device.clone();
-        self.fft.lower(&device, graph, name, deps, f)
+        self.fft.lower(&device, graph, deps, f, work)
     }
 }

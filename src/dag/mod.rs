@@ -10,7 +10,7 @@
 
 mod dot;
 mod exec;
-mod lower;
+pub(crate) mod lower;
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};

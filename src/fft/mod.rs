@@ -1,45 +1,812 @@
-//! FFT nodes (cuFFT). Work in progress.
+//! FFT nodes: cuFFT transforms as DAG nodes, with reusable plans, per-node callback
+//! parameters and no shared mutable state between nodes.
+//!
+//! # The model
+//! - An [`FftPlan`] is a *description* (rank, sizes, batch, layout, type, callbacks), cheap to
+//!   clone and shared by any number of nodes of any number of DAGs.
+//! - [`Dag::add_fft`] adds a node: plan, direction, input and output regions and the node's
+//!   callback parameters ([`FftParams`]).
+//! - Lowering gives **every FFT node its own cuFFT handle** (callbacks are attached to a handle
+//!   before its plan is made and cannot change afterwards) and **its own device buffer for the
+//!   callback parameters** (the `caller_info` the callbacks read). Nothing mutable is shared
+//!   between two nodes, or between two executable graphs made from one DAG.
+//! - The parameter values reach that buffer through a small kernel node placed just before the
+//!   transform in the graph, whose *arguments* are the values. Kernel-node arguments are copied
+//!   by CUDA when set, so [`Exec::set_fft_params`](crate::Exec::set_fft_params) affects only
+//!   launches issued after it, even while earlier launches are still queued, with no host
+//!   synchronisation.
+//! - Work areas: nodes that the DAG orders may share one; nodes that may run at the same time
+//!   never do.
+//!
+//! # How a node is lowered (the crate's only use of stream capture, invisible to users)
+//! cuFFT has no explicit-node API, so the transform is captured: the plan is bound to a private
+//! stream, executed once outside capture on scratch buffers (so that lazy initialisation does
+//! not happen inside the capture), then `cufftExec*` is captured straight into the graph being
+//! built with `cudaStreamBeginCaptureToGraph`, after the node's dependencies. Lowering checks
+//! that the capture added nodes.
+//!
+//! # Callbacks
+//! cuFFT LTO callbacks: CUDA C++ compiled by NVRTC to LTO-IR (cached per source and
+//! architecture) and attached with `cufftXtSetJITCallback`. Built-ins ([`LoadCallback`],
+//! [`StoreCallback`]) cover 8/16-bit integer input with a scale, and scaled or detected-power
+//! (|X|²) output, optionally accumulated. Each built-in reads `{ float scale; unsigned flags;
+//! unsigned long long ptr; }` from its parameter buffer; a non-zero `ptr` overrides the
+//! input (load) or output (store) address, so the data location can change per launch.
+//! LTO callbacks need libnvJitLink at run time; without it, callback plans fail with an error
+//! that says so, and plain FFT nodes still work.
 
-use crate::dag::DeviceKey;
-use crate::device::Device;
+pub(crate) mod lower;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::dag::{Dag, DagError, DeviceKey, NodeId, Op};
 use crate::error::{Error, Result};
-use crate::sys;
+use crate::memory::{DeviceRepr, MemorySpace, Region};
 
-/// A cuFFT transform as a DAG node.
+pub(crate) use lower::LoweringContext;
+pub use lower::WorkShare;
+
+/// The transform type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FftType {
+    /// Complex to complex, single precision.
+    C2C,
+    /// Real to complex, single precision (forward only).
+    R2C,
+    /// Complex to real, single precision (inverse only).
+    C2R,
+    /// Complex to complex, double precision.
+    Z2Z,
+    /// Real to complex, double precision.
+    D2Z,
+    /// Complex to real, double precision.
+    Z2D,
+}
+
+impl FftType {
+    fn double(self) -> bool {
+        matches!(self, FftType::Z2Z | FftType::D2Z | FftType::Z2D)
+    }
+    /// Bytes of one input element (without a load callback).
+    pub fn input_elem_bytes(self) -> usize {
+        match self {
+            FftType::C2C | FftType::C2R => 8,
+            FftType::R2C => 4,
+            FftType::Z2Z | FftType::Z2D => 16,
+            FftType::D2Z => 8,
+        }
+    }
+    /// Bytes of one output element (without a store callback).
+    pub fn output_elem_bytes(self) -> usize {
+        match self {
+            FftType::C2C | FftType::R2C => 8,
+            FftType::C2R => 4,
+            FftType::Z2Z | FftType::D2Z => 16,
+            FftType::Z2D => 8,
+        }
+    }
+    fn real_input(self) -> bool {
+        matches!(self, FftType::R2C | FftType::D2Z)
+    }
+    fn real_output(self) -> bool {
+        matches!(self, FftType::C2R | FftType::Z2D)
+    }
+    pub(crate) fn raw(self) -> crate::sys::cufftType {
+        use crate::sys::cufftType as T;
+        match self {
+            FftType::C2C => T::CUFFT_C2C,
+            FftType::R2C => T::CUFFT_R2C,
+            FftType::C2R => T::CUFFT_C2R,
+            FftType::Z2Z => T::CUFFT_Z2Z,
+            FftType::D2Z => T::CUFFT_D2Z,
+            FftType::Z2D => T::CUFFT_Z2D,
+        }
+    }
+}
+
+/// Transform direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// `CUFFT_FORWARD` (-1).
+    Forward,
+    /// `CUFFT_INVERSE` (+1), unnormalised.
+    Inverse,
+}
+
+impl Direction {
+    pub(crate) fn raw(self) -> i32 {
+        match self {
+            Direction::Forward => crate::sys::CUFFT_FORWARD as i32,
+            Direction::Inverse => crate::sys::CUFFT_INVERSE as i32,
+        }
+    }
+}
+
+/// cuFFT's advanced data layout (`inembed`, `istride`, `idist`, and the same for the output),
+/// in elements.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Storage dimensions of the input (rank entries; the first is not used by cuFFT).
+    pub inembed: Vec<i64>,
+    /// Distance between two successive input elements.
+    pub istride: i64,
+    /// Distance between the first elements of two successive input batches.
+    pub idist: i64,
+    /// Storage dimensions of the output.
+    pub onembed: Vec<i64>,
+    /// Distance between two successive output elements.
+    pub ostride: i64,
+    /// Distance between two successive output batches.
+    pub odist: i64,
+}
+
+/// A user-defined callback: CUDA C++ defining `function` with cuFFT's LTO callback signature
+/// (C++ linkage, not `extern "C"`), which reads its parameters (a struct of `params_size`
+/// bytes) through `callerInfo`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CustomCallback {
+    /// The source.
+    pub source: String,
+    /// The callback function's name.
+    pub function: String,
+    /// Size of the parameter struct, bytes (at most 112).
+    pub params_size: usize,
+    /// Bytes of one element the callback reads (load) or writes (store), for buffer checks.
+    pub elem_bytes: usize,
+}
+
+/// Load callbacks: how input elements are read.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LoadCallback {
+    /// Complex 8-bit integers (`char2`), times the node's scale, into complex float (C2C/C2R).
+    ComplexI8,
+    /// Complex 16-bit integers (`short2`), times the scale (C2C/C2R).
+    ComplexI16,
+    /// Real 8-bit integers, times the scale, into real float (R2C).
+    RealI8,
+    /// Complex float times the scale (C2C/C2R).
+    ComplexF32,
+    /// User-defined.
+    Custom(CustomCallback),
+}
+
+/// Store callbacks: how output elements are written.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum StoreCallback {
+    /// The element times the node's scale (e.g. 1/N), optionally added to what is there.
+    Scale,
+    /// Detected power |X|² times the scale, as `f32`, optionally accumulated (C2C/R2C).
+    Power,
+    /// User-defined.
+    Custom(CustomCallback),
+}
+
+impl LoadCallback {
+    fn elem_bytes(&self) -> usize {
+        match self {
+            LoadCallback::ComplexI8 => 2,
+            LoadCallback::ComplexI16 => 4,
+            LoadCallback::RealI8 => 1,
+            LoadCallback::ComplexF32 => 8,
+            LoadCallback::Custom(c) => c.elem_bytes,
+        }
+    }
+}
+
+/// What an FFT plan computes: everything but the data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FftPlanDesc {
+    /// Transform sizes, 1 to 3 dimensions, slowest first.
+    pub sizes: Vec<i64>,
+    /// Number of transforms.
+    pub batch: i64,
+    /// Type and precision.
+    pub kind: FftType,
+    /// Advanced layout; `None` means contiguous batches.
+    pub layout: Option<Layout>,
+    /// Load callback.
+    pub load: Option<LoadCallback>,
+    /// Store callback.
+    pub store: Option<StoreCallback>,
+}
+
+impl FftPlanDesc {
+    /// A contiguous, callback-free plan.
+    pub fn new(kind: FftType, sizes: &[i64], batch: i64) -> Self {
+        FftPlanDesc {
+            sizes: sizes.to_vec(),
+            batch,
+            kind,
+            layout: None,
+            load: None,
+            store: None,
+        }
+    }
+    /// With a load callback.
+    pub fn with_load(mut self, cb: LoadCallback) -> Self {
+        self.load = Some(cb);
+        self
+    }
+    /// With a store callback.
+    pub fn with_store(mut self, cb: StoreCallback) -> Self {
+        self.store = Some(cb);
+        self
+    }
+    /// With an advanced layout.
+    pub fn with_layout(mut self, layout: Layout) -> Self {
+        self.layout = Some(layout);
+        self
+    }
+}
+
+pub(crate) struct PlanInner {
+    pub(crate) desc: FftPlanDesc,
+    /// Elements the input and output of one node span.
+    pub(crate) in_elems: u64,
+    pub(crate) out_elems: u64,
+}
+
+/// A validated, reusable FFT plan description. Cheap to clone; use it for any number of nodes.
+#[derive(Clone)]
+pub struct FftPlan {
+    pub(crate) inner: Arc<PlanInner>,
+}
+
+impl std::fmt::Debug for FftPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.desc.fmt(f)
+    }
+}
+
+fn plan_err(problem: String) -> Error {
+    Error::Invalid(format!("FFT plan: {problem}"))
+}
+
+/// Elements spanned by `batch` transforms with logical sizes `n` in storage `embed` with
+/// `stride` and `dist`.
+fn span(n: &[i64], embed: &[i64], stride: i64, dist: i64, batch: i64) -> u64 {
+    let mut lin = 0i64;
+    for (i, &ni) in n.iter().enumerate() {
+        let inner: i64 = embed[i + 1..].iter().product();
+        lin += (ni - 1) * inner;
+    }
+    ((batch - 1) * dist + stride * lin + 1) as u64
+}
+
+impl FftPlan {
+    /// Validates `desc`: rank 1–3, positive sizes and batch, a layout that fits the sizes,
+    /// callbacks that fit the type and precision.
+    pub fn new(desc: FftPlanDesc) -> Result<FftPlan> {
+        let rank = desc.sizes.len();
+        if !(1..=3).contains(&rank) {
+            return Err(plan_err(format!(
+                "rank {rank}: 1, 2 or 3 dimensions are supported"
+            )));
+        }
+        if let Some(&bad) = desc.sizes.iter().find(|&&n| n < 1) {
+            return Err(plan_err(format!(
+                "size {bad} in {:?} is not positive",
+                desc.sizes
+            )));
+        }
+        if desc.batch < 1 {
+            return Err(plan_err(format!("batch {} is not positive", desc.batch)));
+        }
+        let kind = desc.kind;
+        // Logical sizes of the input and output arrays.
+        let mut n_in = desc.sizes.clone();
+        let mut n_out = desc.sizes.clone();
+        let half = desc.sizes[rank - 1] / 2 + 1;
+        if kind.real_input() {
+            n_out[rank - 1] = half;
+        }
+        if kind.real_output() {
+            n_in[rank - 1] = half;
+        }
+        let (in_elems, out_elems) = match &desc.layout {
+            None => (
+                (n_in.iter().product::<i64>() * desc.batch) as u64,
+                (n_out.iter().product::<i64>() * desc.batch) as u64,
+            ),
+            Some(l) => {
+                if l.inembed.len() != rank || l.onembed.len() != rank {
+                    return Err(plan_err(format!(
+                        "inembed and onembed need {rank} entries (have {} and {})",
+                        l.inembed.len(),
+                        l.onembed.len()
+                    )));
+                }
+                for (what, embed, n) in [
+                    ("inembed", &l.inembed, &n_in),
+                    ("onembed", &l.onembed, &n_out),
+                ] {
+                    for i in 1..rank {
+                        if embed[i] < n[i] {
+                            return Err(plan_err(format!(
+                                "{what}[{i}] = {} is smaller than the data's {}",
+                                embed[i], n[i]
+                            )));
+                        }
+                    }
+                }
+                if l.istride < 1 || l.ostride < 1 || l.idist < 1 || l.odist < 1 {
+                    return Err(plan_err("strides and distances must be positive".into()));
+                }
+                (
+                    span(&n_in, &l.inembed, l.istride, l.idist, desc.batch),
+                    span(&n_out, &l.onembed, l.ostride, l.odist, desc.batch),
+                )
+            }
+        };
+        let builtin = |cb_is_builtin: bool, what: &str| -> Result<()> {
+            if cb_is_builtin && kind.double() {
+                return Err(plan_err(format!(
+                    "the built-in {what} callbacks are single precision; {kind:?} needs a custom one"
+                )));
+            }
+            Ok(())
+        };
+        if let Some(l) = &desc.load {
+            builtin(!matches!(l, LoadCallback::Custom(_)), "load")?;
+            let ok = match l {
+                LoadCallback::RealI8 => kind.real_input(),
+                LoadCallback::ComplexI8 | LoadCallback::ComplexI16 | LoadCallback::ComplexF32 => {
+                    !kind.real_input()
+                }
+                LoadCallback::Custom(c) => c.params_size <= MAX_CB_PARAMS,
+            };
+            if !ok {
+                return Err(plan_err(format!(
+                    "load callback {l:?} does not fit a {kind:?} plan"
+                )));
+            }
+        }
+        if let Some(s) = &desc.store {
+            builtin(!matches!(s, StoreCallback::Custom(_)), "store")?;
+            let ok = match s {
+                StoreCallback::Power => !kind.real_output(),
+                StoreCallback::Scale => true,
+                StoreCallback::Custom(c) => c.params_size <= MAX_CB_PARAMS,
+            };
+            if !ok {
+                return Err(plan_err(format!(
+                    "store callback {s:?} does not fit a {kind:?} plan"
+                )));
+            }
+        }
+        Ok(FftPlan {
+            inner: Arc::new(PlanInner {
+                desc,
+                in_elems,
+                out_elems,
+            }),
+        })
+    }
+
+    /// The description.
+    pub fn desc(&self) -> &FftPlanDesc {
+        &self.inner.desc
+    }
+
+    /// Bytes a node's input must hold.
+    pub fn input_bytes(&self) -> usize {
+        self.inner.in_elems as usize * self.input_elem_bytes()
+    }
+
+    /// Bytes a node's output must hold.
+    pub fn output_bytes(&self) -> usize {
+        self.inner.out_elems as usize * self.output_elem_bytes()
+    }
+
+    fn input_elem_bytes(&self) -> usize {
+        self.inner
+            .desc
+            .load
+            .as_ref()
+            .map_or(self.inner.desc.kind.input_elem_bytes(), |l| l.elem_bytes())
+    }
+
+    fn output_elem_bytes(&self) -> usize {
+        match &self.inner.desc.store {
+            Some(StoreCallback::Power) => 4,
+            Some(StoreCallback::Custom(c)) => c.elem_bytes,
+            _ => self.inner.desc.kind.output_elem_bytes(),
+        }
+    }
+}
+
+/// Largest parameter struct of one callback, bytes.
+pub const MAX_CB_PARAMS: usize = 112;
+
+/// The parameters of one callback of one node.
+#[derive(Clone, Debug)]
+pub enum CallbackParams {
+    /// For the built-in load callbacks: the scale, and optionally an input region to read
+    /// instead of the node's input.
+    Load {
+        /// Multiplies every input value.
+        scale: f32,
+        /// Read this region instead of the node's input.
+        input: Option<Region>,
+    },
+    /// For the built-in store callbacks.
+    Store {
+        /// Multiplies every output value (e.g. `1/N`).
+        scale: f32,
+        /// Write this region instead of the node's output (e.g. one slot of a ring).
+        output: Option<Region>,
+        /// Add to the output instead of overwriting it.
+        accumulate: bool,
+    },
+    /// For a custom callback: the bytes of its parameter struct.
+    Custom(Vec<u8>),
+}
+
+impl CallbackParams {
+    /// Built-in load parameters with `scale`.
+    pub fn load(scale: f32) -> Self {
+        CallbackParams::Load { scale, input: None }
+    }
+    /// Built-in store parameters with `scale`.
+    pub fn store(scale: f32) -> Self {
+        CallbackParams::Store {
+            scale,
+            output: None,
+            accumulate: false,
+        }
+    }
+    /// A custom callback's parameter struct.
+    pub fn custom<T: DeviceRepr>(value: T) -> Self {
+        let size = std::mem::size_of::<T>();
+        // SAFETY: `value` is `size` bytes of plain data.
+        let bytes = unsafe { std::slice::from_raw_parts((&value as *const T).cast::<u8>(), size) };
+        CallbackParams::Custom(bytes.to_vec())
+    }
+    fn region(&self) -> Option<&Region> {
+        match self {
+            CallbackParams::Load { input, .. } => input.as_ref(),
+            CallbackParams::Store { output, .. } => output.as_ref(),
+            CallbackParams::Custom(_) => None,
+        }
+    }
+}
+
+/// The callback parameters of one FFT node.
+#[derive(Clone, Debug, Default)]
+pub struct FftParams {
+    /// For the load callback (required when the plan has one).
+    pub load: Option<CallbackParams>,
+    /// For the store callback (required when the plan has one).
+    pub store: Option<CallbackParams>,
+}
+
+impl FftParams {
+    /// No callback parameters (a plan without callbacks).
+    pub fn none() -> Self {
+        FftParams::default()
+    }
+}
+
+/// Everything [`Dag::add_fft`] needs.
+#[derive(Clone, Debug)]
+pub struct FftSpec {
+    /// The plan (shared).
+    pub plan: FftPlan,
+    /// Direction (C2C/Z2Z; R2C is forward, C2R inverse).
+    pub direction: Direction,
+    /// Input (device memory).
+    pub input: Region,
+    /// Output (device memory; may be the input for in-place transforms).
+    pub output: Region,
+    /// This node's callback parameters.
+    pub params: FftParams,
+}
+
+static NEXT_FFT_NODE: AtomicU64 = AtomicU64::new(1);
+
+/// A cuFFT transform in a DAG.
 #[derive(Clone)]
 pub struct FftNode {
-    _private: (),
+    pub(crate) uid: u64,
+    pub(crate) plan: FftPlan,
+    pub(crate) direction: Direction,
+    pub(crate) input: Region,
+    pub(crate) output: Region,
+    pub(crate) params: FftParams,
+}
+
+const BUILTIN_PARAMS: usize = 16;
+
+/// The 16-byte parameter struct of the built-in callbacks.
+fn builtin_bytes(scale: f32, flags: u32, ptr: u64) -> [u8; BUILTIN_PARAMS] {
+    let mut b = [0u8; BUILTIN_PARAMS];
+    b[..4].copy_from_slice(&scale.to_ne_bytes());
+    b[4..8].copy_from_slice(&flags.to_ne_bytes());
+    b[8..].copy_from_slice(&ptr.to_ne_bytes());
+    b
 }
 
 impl FftNode {
-    pub(crate) fn validate(&self, _name: &str, _key: DeviceKey) -> Result<()> {
+    /// The plan.
+    pub fn plan(&self) -> &FftPlan {
+        &self.plan
+    }
+    /// The direction.
+    pub fn direction(&self) -> Direction {
+        self.direction
+    }
+    /// The node's current callback parameters.
+    pub fn params(&self) -> &FftParams {
+        &self.params
+    }
+
+    /// Size of the load part of the parameter buffer, padded to 16 bytes (0 without one).
+    fn load_size(plan: &FftPlan) -> usize {
+        match &plan.inner.desc.load {
+            None => 0,
+            Some(LoadCallback::Custom(c)) => c.params_size.div_ceil(16) * 16,
+            Some(_) => BUILTIN_PARAMS,
+        }
+    }
+    fn store_size(plan: &FftPlan) -> usize {
+        match &plan.inner.desc.store {
+            None => 0,
+            Some(StoreCallback::Custom(c)) => c.params_size.div_ceil(16) * 16,
+            Some(_) => BUILTIN_PARAMS,
+        }
+    }
+
+    /// Bytes of this node's parameter buffer (load part, then store part); 0 without callbacks.
+    pub(crate) fn param_buffer_bytes(&self) -> usize {
+        Self::load_size(&self.plan) + Self::store_size(&self.plan)
+    }
+
+    /// Offset of the store part in the parameter buffer.
+    pub(crate) fn store_offset(&self) -> usize {
+        Self::load_size(&self.plan)
+    }
+
+    /// The parameter buffer's contents for `params` (checked).
+    pub(crate) fn param_blob(&self, params: &FftParams) -> [u8; PARAM_BLOB] {
+        let mut blob = [0u8; PARAM_BLOB];
+        let put = |blob: &mut [u8; PARAM_BLOB], at: usize, p: &CallbackParams| match p {
+            CallbackParams::Load { scale, input } => blob[at..at + 16].copy_from_slice(
+                &builtin_bytes(*scale, 0, input.as_ref().map_or(0, |r| r.addr())),
+            ),
+            CallbackParams::Store {
+                scale,
+                output,
+                accumulate,
+            } => blob[at..at + 16].copy_from_slice(&builtin_bytes(
+                *scale,
+                *accumulate as u32,
+                output.as_ref().map_or(0, |r| r.addr()),
+            )),
+            CallbackParams::Custom(b) => blob[at..at + b.len()].copy_from_slice(b),
+        };
+        if let Some(p) = &params.load {
+            put(&mut blob, 0, p);
+        }
+        if let Some(p) = &params.store {
+            put(&mut blob, self.store_offset(), p);
+        }
+        blob
+    }
+
+    /// What is wrong with `params` for this node's plan, if anything.
+    fn params_problem(
+        plan: &FftPlan,
+        params: &FftParams,
+        input: &Region,
+        output: &Region,
+    ) -> Option<String> {
+        let d = &plan.inner.desc;
+        let check = |what: &str,
+                     has_cb: Option<&CustomCallback>,
+                     builtin: bool,
+                     p: &Option<CallbackParams>,
+                     region_bytes: usize|
+         -> Option<String> {
+            match (builtin || has_cb.is_some(), p) {
+                (false, None) => None,
+                (false, Some(_)) => Some(format!("has {what} callback parameters but the plan has no {what} callback")),
+                (true, None) => Some(format!("the plan's {what} callback needs {what} parameters")),
+                (true, Some(p)) => match (has_cb, p) {
+                    (Some(c), CallbackParams::Custom(b)) if b.len() == c.params_size => None,
+                    (Some(c), CallbackParams::Custom(b)) => Some(format!(
+                        "the custom {what} callback takes {} parameter bytes, not {}",
+                        c.params_size,
+                        b.len()
+                    )),
+                    (Some(_), _) => Some(format!("the custom {what} callback needs CallbackParams::Custom")),
+                    (None, CallbackParams::Load { .. }) if what == "load" => None,
+                    (None, CallbackParams::Store { .. }) if what == "store" => None,
+                    (None, _) => Some(format!("the built-in {what} callback needs CallbackParams::{}", if what == "load" { "Load" } else { "Store" })),
+                }
+                .or_else(|| {
+                    let r = p.region()?;
+                    (r.alloc.space != MemorySpace::Device).then(|| format!("the {what} override region is not device memory"))
+                        .or_else(|| (r.offset + r.len > r.alloc.bytes).then(|| format!("the {what} override region is outside its buffer")))
+                        .or_else(|| (r.len < region_bytes).then(|| format!("the {what} override region has {} bytes; the plan needs {region_bytes}", r.len)))
+                }),
+            }
+        };
+        let custom_load = match &d.load {
+            Some(LoadCallback::Custom(c)) => Some(c),
+            _ => None,
+        };
+        let custom_store = match &d.store {
+            Some(StoreCallback::Custom(c)) => Some(c),
+            _ => None,
+        };
+        let _ = (input, output);
+        check(
+            "load",
+            custom_load,
+            d.load.is_some() && custom_load.is_none(),
+            &params.load,
+            plan.input_bytes(),
+        )
+        .or_else(|| {
+            check(
+                "store",
+                custom_store,
+                d.store.is_some() && custom_store.is_none(),
+                &params.store,
+                plan.output_bytes(),
+            )
+        })
+    }
+
+    fn check(name: &str, spec: &FftSpec) -> Result<()> {
+        let fail = |problem: String| {
+            Err(Error::Dag(DagError::Fft {
+                node: name.to_string(),
+                problem,
+            }))
+        };
+        let plan = &spec.plan;
+        let kind = plan.inner.desc.kind;
+        match (kind, spec.direction) {
+            (FftType::R2C | FftType::D2Z, Direction::Inverse) => {
+                return fail(format!("a {kind:?} transform is forward only"))
+            }
+            (FftType::C2R | FftType::Z2D, Direction::Forward) => {
+                return fail(format!("a {kind:?} transform is inverse only"))
+            }
+            _ => {}
+        }
+        for (what, r, need, elem) in [
+            (
+                "input",
+                &spec.input,
+                plan.input_bytes(),
+                plan.input_elem_bytes(),
+            ),
+            (
+                "output",
+                &spec.output,
+                plan.output_bytes(),
+                plan.output_elem_bytes(),
+            ),
+        ] {
+            if r.alloc.space != MemorySpace::Device {
+                return fail(format!("the {what} must be device memory"));
+            }
+            if r.offset + r.len > r.alloc.bytes {
+                return fail(format!("the {what} region is outside its buffer"));
+            }
+            if r.len < need {
+                return fail(format!(
+                    "the {what} has {} bytes but the plan ({:?} {:?} x{}) needs {need}",
+                    r.len, kind, plan.inner.desc.sizes, plan.inner.desc.batch
+                ));
+            }
+            if r.addr() % elem.min(16) as u64 != 0 {
+                return fail(format!(
+                    "the {what} is not aligned to its {elem}-byte elements"
+                ));
+            }
+        }
+        if let Some(problem) = Self::params_problem(plan, &spec.params, &spec.input, &spec.output) {
+            return fail(problem);
+        }
         Ok(())
     }
-    pub(crate) fn describe_lowering(&self) -> String {
-        String::new()
+
+    pub(crate) fn validate(&self, name: &str, key: DeviceKey) -> Result<()> {
+        let regions = [Some(&self.input), Some(&self.output)].into_iter().chain(
+            [self.params.load.as_ref(), self.params.store.as_ref()]
+                .map(|p| p.and_then(|p| p.region())),
+        );
+        for r in regions.flatten() {
+            let k = DeviceKey::of_owner(&r.alloc.owner);
+            if k != key {
+                return Err(Error::Dag(DagError::WrongDevice {
+                    node: name.to_string(),
+                    problem: format!("an FFT buffer belongs to {k}, but the graph is for {key}"),
+                }));
+            }
+        }
+        Ok(())
     }
+
     pub(crate) fn dot_lines(&self) -> Vec<String> {
-        vec!["fft".into()]
+        let d = &self.plan.inner.desc;
+        let mut l = vec![format!(
+            "fft {:?} {:?} {:?} x{}",
+            d.kind, self.direction, d.sizes, d.batch
+        )];
+        if let Some(c) = &d.load {
+            l.push(format!("load {}", cb_name_load(c)));
+        }
+        if let Some(c) = &d.store {
+            l.push(format!("store {}", cb_name_store(c)));
+        }
+        l
+    }
+
+    /// Replaces the parameters (checked). Returns the old ones.
+    pub(crate) fn apply_params(&mut self, name: &str, params: FftParams) -> Result<FftParams> {
+        if let Some(problem) = Self::params_problem(&self.plan, &params, &self.input, &self.output)
+        {
+            return Err(Error::Dag(DagError::Fft {
+                node: name.to_string(),
+                problem,
+            }));
+        }
+        Ok(std::mem::replace(&mut self.params, params))
     }
 }
 
-/// Per-lowering FFT state (cuFFT handles and parameter nodes).
-#[derive(Default)]
-pub(crate) struct LoweringContext {}
-
-impl LoweringContext {
-    pub(crate) fn lower(
-        &mut self,
-        _device: &Device,
-        _graph: sys::cudaGraph_t,
-        name: &str,
-        _deps: &[sys::cudaGraphNode_t],
-        _f: &FftNode,
-    ) -> Result<sys::cudaGraphNode_t> {
-        Err(Error::Invalid(format!(
-            "{name}: FFT nodes are not implemented yet"
-        )))
+fn cb_name_load(c: &LoadCallback) -> String {
+    match c {
+        LoadCallback::Custom(c) => c.function.clone(),
+        other => format!("{other:?}"),
     }
-    pub(crate) fn absorb(&mut self, _other: LoweringContext) {}
-    pub(crate) fn adopt_node_handles_from(&mut self, _other: &LoweringContext) {}
+}
+fn cb_name_store(c: &StoreCallback) -> String {
+    match c {
+        StoreCallback::Custom(c) => c.function.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Size of the parameter blob a node's parameter-setting kernel carries.
+pub(crate) const PARAM_BLOB: usize = 256;
+
+impl Dag {
+    /// Adds an FFT node. The plan, direction, buffer sizes and callback parameters are checked
+    /// now; the node gets its own cuFFT handle and parameter buffer when lowered.
+    pub fn add_fft(&mut self, spec: FftSpec) -> Result<NodeId> {
+        let name = self.next_default_name(crate::dag::NodeKind::Fft);
+        FftNode::check(&name, &spec)?;
+        Ok(self.add_op(Op::Fft(FftNode {
+            uid: NEXT_FFT_NODE.fetch_add(1, Ordering::Relaxed),
+            plan: spec.plan,
+            direction: spec.direction,
+            input: spec.input,
+            output: spec.output,
+            params: spec.params,
+        })))
+    }
+
+    /// Replaces an FFT node's callback parameters in the DAG (for a whole-graph update).
+    pub fn set_fft_params(&mut self, id: NodeId, params: FftParams) -> Result<()> {
+        let node = self.node_mut(id)?;
+        let name = node.name.clone();
+        match &mut node.op {
+            Op::Fft(f) => f.apply_params(&name, params).map(|_| ()),
+            _ => Err(Error::Dag(DagError::WrongKind {
+                node: name,
+                problem: "is not an FFT node".into(),
+            })),
+        }
+    }
+}
+
+/// Whether libnvJitLink (needed by LTO callbacks) can be loaded.
+pub fn nvjitlink_available() -> Result<()> {
+    crate::load::nvjitlink()
 }

@@ -1,0 +1,578 @@
+//! Lowering FFT nodes to CUDA: one cuFFT handle, parameter buffer and parameter-setting kernel
+//! node per FFT node, the transform captured into the graph being built.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use petgraph::visit::NodeIndexable;
+
+use super::{FftNode, FftPlan, LoadCallback, StoreCallback, PARAM_BLOB};
+use crate::dag::{Dag, KernelNode, Op};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::kernel::{
+    compile, CodeKind, CompileOptions, Kernel, KernelArg, LaunchConfig, Module, PackedArgs,
+};
+use crate::memory::{Allocation, MemorySpace};
+use crate::result::{cufft as cf, runtime as rt};
+use crate::stream::Stream;
+use crate::sys;
+
+/// Which work area an FFT node uses: nodes with the same slot are ordered by the DAG, so they
+/// can share one; `plans` are all the plans using the slot (the area fits the largest).
+#[derive(Clone, Debug)]
+pub struct WorkShare {
+    /// The slot.
+    pub slot: usize,
+    /// Every plan of the nodes sharing the slot.
+    pub plans: Vec<FftPlan>,
+}
+
+/// Assigns work-area slots to the FFT nodes of `dag` (greedily, in topological order): a node
+/// joins a slot only if every node already in it is one of its ancestors.
+pub(crate) fn work_shares(dag: &Dag, order: &[crate::dag::NodeId]) -> Vec<Option<WorkShare>> {
+    let mut out: Vec<Option<WorkShare>> = vec![None; dag.graph.node_bound()];
+    let ffts: Vec<_> = order
+        .iter()
+        .filter(|id| matches!(dag.graph[id.0].op, Op::Fft(_)))
+        .copied()
+        .collect();
+    if ffts.is_empty() {
+        return out;
+    }
+    let mut slots: Vec<Vec<crate::dag::NodeId>> = Vec::new();
+    let mut space = petgraph::algo::DfsSpace::new(&dag.graph);
+    let mut slot_of = HashMap::new();
+    for &id in &ffts {
+        let slot = slots.iter().position(|members| {
+            members.iter().all(|&m| {
+                petgraph::algo::has_path_connecting(&dag.graph, m.0, id.0, Some(&mut space))
+            })
+        });
+        let slot = slot.unwrap_or_else(|| {
+            slots.push(Vec::new());
+            slots.len() - 1
+        });
+        slots[slot].push(id);
+        slot_of.insert(id, slot);
+    }
+    for &id in &ffts {
+        let slot = slot_of[&id];
+        let plans = slots[slot]
+            .iter()
+            .map(|m| match &dag.graph[m.0].op {
+                Op::Fft(f) => f.plan.clone(),
+                _ => unreachable!(),
+            })
+            .collect();
+        out[id.index()] = Some(WorkShare { slot, plans });
+    }
+    out
+}
+
+/// An owned cuFFT handle.
+struct Handle {
+    raw: sys::cufftHandle,
+    device: Device,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: owned handle; the Exec holding it has waited for its launches.
+        if let Err(e) = unsafe { cf::destroy(self.raw) } {
+            self.device.defer("a cuFFT plan", e);
+        }
+    }
+}
+
+/// One lowered FFT node.
+struct Lowered {
+    uid: u64,
+    _handle: Handle,
+    _params: Option<Arc<Allocation>>,
+    /// The parameter-setting kernel node (in the graph the Exec was instantiated from) and its
+    /// launch, whose argument 1 is the parameter blob.
+    setter: Option<(sys::cudaGraphNode_t, KernelNode)>,
+}
+
+/// FFT state made while lowering one graph; an [`Exec`](crate::Exec) keeps it alive.
+#[derive(Default)]
+pub(crate) struct LoweringContext {
+    stream: Option<Stream>,
+    nodes: Vec<Lowered>,
+    children: Vec<LoweringContext>,
+    work: HashMap<usize, Arc<Allocation>>,
+}
+
+// SAFETY: the raw node handles are only used by the Exec that owns this context, through
+// `&mut`; everything else is Send.
+unsafe impl Send for LoweringContext {}
+// SAFETY: shared references only read plain handles.
+unsafe impl Sync for LoweringContext {}
+
+const SETTER_SRC: &str = r#"
+struct cg_blob { unsigned long long w[32]; };
+extern "C" __global__ void cudagraph_fft_set_params(unsigned long long* dst, cg_blob b, int nwords) {
+    int i = threadIdx.x;
+    if (i < nwords) dst[i] = b.w[i];
+}
+"#;
+
+/// The parameter-setting kernel, compiled once per device.
+fn setter_kernel(device: &Device) -> Result<Kernel> {
+    static CACHE: OnceLock<Mutex<HashMap<usize, Kernel>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(k) = map.get(&device.ordinal()) {
+        return Ok(k.clone());
+    }
+    let opts = CompileOptions {
+        name: "cudagraph_fft_set_params.cu".into(),
+        ..Default::default()
+    };
+    let k =
+        Module::from_source_with(device, SETTER_SRC, &opts)?.kernel("cudagraph_fft_set_params")?;
+    map.insert(device.ordinal(), k.clone());
+    Ok(k)
+}
+
+const BUILTINS: &str = r#"
+struct cg_params { float scale; unsigned flags; unsigned long long ptr; };
+"#;
+
+fn builtin_source(name: &str) -> &'static str {
+    match name {
+        "cudagraph_load_ci8" => {
+            r#"
+__device__ float2 cudagraph_load_ci8(void* dataIn, unsigned long long offset, void* info, void* smem) {
+    const cg_params* p = (const cg_params*)info;
+    const char2* in = p->ptr ? (const char2*)p->ptr : (const char2*)dataIn;
+    char2 v = in[offset];
+    return make_float2(v.x * p->scale, v.y * p->scale);
+}"#
+        }
+        "cudagraph_load_ci16" => {
+            r#"
+__device__ float2 cudagraph_load_ci16(void* dataIn, unsigned long long offset, void* info, void* smem) {
+    const cg_params* p = (const cg_params*)info;
+    const short2* in = p->ptr ? (const short2*)p->ptr : (const short2*)dataIn;
+    short2 v = in[offset];
+    return make_float2(v.x * p->scale, v.y * p->scale);
+}"#
+        }
+        "cudagraph_load_ri8" => {
+            r#"
+__device__ float cudagraph_load_ri8(void* dataIn, unsigned long long offset, void* info, void* smem) {
+    const cg_params* p = (const cg_params*)info;
+    const signed char* in = p->ptr ? (const signed char*)p->ptr : (const signed char*)dataIn;
+    return in[offset] * p->scale;
+}"#
+        }
+        "cudagraph_load_cf32" => {
+            r#"
+__device__ float2 cudagraph_load_cf32(void* dataIn, unsigned long long offset, void* info, void* smem) {
+    const cg_params* p = (const cg_params*)info;
+    const float2* in = p->ptr ? (const float2*)p->ptr : (const float2*)dataIn;
+    float2 v = in[offset];
+    return make_float2(v.x * p->scale, v.y * p->scale);
+}"#
+        }
+        "cudagraph_store_scale_c" => {
+            r#"
+__device__ void cudagraph_store_scale_c(void* dataOut, unsigned long long offset, float2 e, void* info, void* smem) {
+    const cg_params* p = (const cg_params*)info;
+    float2* out = p->ptr ? (float2*)p->ptr : (float2*)dataOut;
+    float2 v = make_float2(e.x * p->scale, e.y * p->scale);
+    if (p->flags & 1u) { float2 o = out[offset]; v.x += o.x; v.y += o.y; }
+    out[offset] = v;
+}"#
+        }
+        "cudagraph_store_scale_r" => {
+            r#"
+__device__ void cudagraph_store_scale_r(void* dataOut, unsigned long long offset, float e, void* info, void* smem) {
+    const cg_params* p = (const cg_params*)info;
+    float* out = p->ptr ? (float*)p->ptr : (float*)dataOut;
+    float v = e * p->scale;
+    if (p->flags & 1u) v += out[offset];
+    out[offset] = v;
+}"#
+        }
+        "cudagraph_store_power" => {
+            r#"
+__device__ void cudagraph_store_power(void* dataOut, unsigned long long offset, float2 e, void* info, void* smem) {
+    const cg_params* p = (const cg_params*)info;
+    float* out = p->ptr ? (float*)p->ptr : (float*)dataOut;
+    float v = (e.x * e.x + e.y * e.y) * p->scale;
+    if (p->flags & 1u) v += out[offset];
+    out[offset] = v;
+}"#
+        }
+        _ => unreachable!("unknown built-in callback {name}"),
+    }
+}
+
+/// Compiles a callback to LTO-IR, cached per (source, function, architecture).
+fn callback_lto(device: &Device, function: &str, source: &str) -> Result<Arc<Vec<u8>>> {
+    type Key = (String, String, (u32, u32));
+    static CACHE: OnceLock<Mutex<HashMap<Key, Arc<Vec<u8>>>>> = OnceLock::new();
+    let cc = device.limits().compute_capability;
+    let key = (source.to_string(), function.to_string(), cc);
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(ir) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(ir.clone());
+    }
+    let opts = CompileOptions {
+        name: format!("{function}.cu"),
+        kind: CodeKind::LtoIr,
+        ..Default::default()
+    };
+    let ir = Arc::new(compile(Some(device), source, &opts)?.image);
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, ir.clone());
+    Ok(ir)
+}
+
+/// (symbol, source) of a load callback.
+fn load_cb(cb: &LoadCallback) -> (String, String) {
+    let builtin = |n: &str| (n.to_string(), format!("{BUILTINS}{}", builtin_source(n)));
+    match cb {
+        LoadCallback::ComplexI8 => builtin("cudagraph_load_ci8"),
+        LoadCallback::ComplexI16 => builtin("cudagraph_load_ci16"),
+        LoadCallback::RealI8 => builtin("cudagraph_load_ri8"),
+        LoadCallback::ComplexF32 => builtin("cudagraph_load_cf32"),
+        LoadCallback::Custom(c) => (c.function.clone(), c.source.clone()),
+    }
+}
+
+/// The cuFFT callback types for a plan's load and store callbacks.
+fn callback_types(kind: super::FftType) -> (sys::cufftXtCallbackType, sys::cufftXtCallbackType) {
+    use super::FftType as F;
+    use sys::cufftXtCallbackType as T;
+    match kind {
+        F::C2C => (T::CUFFT_CB_LD_COMPLEX, T::CUFFT_CB_ST_COMPLEX),
+        F::R2C => (T::CUFFT_CB_LD_REAL, T::CUFFT_CB_ST_COMPLEX),
+        F::C2R => (T::CUFFT_CB_LD_COMPLEX, T::CUFFT_CB_ST_REAL),
+        F::Z2Z => (T::CUFFT_CB_LD_COMPLEX_DOUBLE, T::CUFFT_CB_ST_COMPLEX_DOUBLE),
+        F::D2Z => (T::CUFFT_CB_LD_REAL_DOUBLE, T::CUFFT_CB_ST_COMPLEX_DOUBLE),
+        F::Z2D => (T::CUFFT_CB_LD_COMPLEX_DOUBLE, T::CUFFT_CB_ST_REAL_DOUBLE),
+    }
+}
+
+fn store_cb(cb: &StoreCallback, kind: super::FftType) -> (String, String) {
+    let builtin = |n: &str| (n.to_string(), format!("{BUILTINS}{}", builtin_source(n)));
+    match cb {
+        StoreCallback::Scale if kind == super::FftType::C2R => builtin("cudagraph_store_scale_r"),
+        StoreCallback::Scale => builtin("cudagraph_store_scale_c"),
+        StoreCallback::Power => builtin("cudagraph_store_power"),
+        StoreCallback::Custom(c) => (c.function.clone(), c.source.clone()),
+    }
+}
+
+/// Makes a cuFFT plan for `plan` on `handle` (advanced layout if any); returns the work size.
+fn make_plan(handle: sys::cufftHandle, plan: &FftPlan) -> Result<usize> {
+    let d = &plan.inner.desc;
+    let mut n = d.sizes.clone();
+    // SAFETY: the handle is live and not yet made; the embed arrays have rank entries.
+    unsafe {
+        match &d.layout {
+            None => cf::make_plan_many64(
+                handle,
+                &mut n,
+                None,
+                1,
+                0,
+                None,
+                1,
+                0,
+                d.kind.raw(),
+                d.batch,
+            ),
+            Some(l) => {
+                let (mut i, mut o) = (l.inembed.clone(), l.onembed.clone());
+                cf::make_plan_many64(
+                    handle,
+                    &mut n,
+                    Some(&mut i),
+                    l.istride,
+                    l.idist,
+                    Some(&mut o),
+                    l.ostride,
+                    l.odist,
+                    d.kind.raw(),
+                    d.batch,
+                )
+            }
+        }
+    }
+}
+
+/// The work size of `plan` (without callbacks), cached per plan and device.
+fn work_size(device: &Device, plan: &FftPlan) -> Result<usize> {
+    type Key = (usize, usize);
+    static CACHE: OnceLock<Mutex<HashMap<Key, usize>>> = OnceLock::new();
+    let key = (Arc::as_ptr(&plan.inner) as usize, device.ordinal());
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(&w) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(w);
+    }
+    device.bind()?;
+    // SAFETY: a temporary handle, destroyed by `Handle`'s Drop.
+    let h = Handle {
+        raw: unsafe { cf::create()? },
+        device: device.clone(),
+    };
+    // SAFETY: the handle is live and not made.
+    unsafe { cf::set_auto_allocation(h.raw, false)? };
+    let w = make_plan(h.raw, plan)?;
+    cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, w);
+    Ok(w)
+}
+
+fn zeroed_device(device: &Device, bytes: usize) -> Result<Arc<Allocation>> {
+    let a = Allocation::new(device, bytes.max(16), MemorySpace::Device)?;
+    // SAFETY: the allocation is live and `a.bytes` long.
+    unsafe { rt::memset(a.ptr as *mut c_void, 0, a.bytes)? };
+    Ok(a)
+}
+
+impl LoweringContext {
+    fn stream(&mut self, device: &Device) -> Result<Stream> {
+        if self.stream.is_none() {
+            self.stream = Some(Stream::new(device)?);
+        }
+        Ok(self.stream.clone().expect("just set"))
+    }
+
+    /// Lowers one FFT node into `graph` after `deps`; returns the node later nodes depend on.
+    pub(crate) fn lower(
+        &mut self,
+        device: &Device,
+        graph: sys::cudaGraph_t,
+        deps: &[sys::cudaGraphNode_t],
+        f: &FftNode,
+        work: &WorkShare,
+    ) -> Result<sys::cudaGraphNode_t> {
+        device.bind()?;
+        let d = &f.plan.inner.desc;
+        let stream = self.stream(device)?;
+        // SAFETY: the handle is owned by `Handle` and destroyed in its Drop.
+        let handle = Handle {
+            raw: unsafe { cf::create()? },
+            device: device.clone(),
+        };
+        let param_bytes = f.param_buffer_bytes();
+        let params = if param_bytes > 0 {
+            Some(zeroed_device(device, param_bytes)?)
+        } else {
+            None
+        };
+        if d.load.is_some() || d.store.is_some() {
+            crate::load::nvjitlink()?;
+            let (ld_type, st_type) = callback_types(d.kind);
+            let base = params.as_ref().expect("callbacks have parameters").ptr;
+            if let Some(cb) = &d.load {
+                let (sym, src) = load_cb(cb);
+                let ir = callback_lto(device, &sym, &src)?;
+                let sym = CString::new(sym)
+                    .map_err(|_| Error::Invalid("callback name has a NUL".into()))?;
+                let mut info = base as *mut c_void;
+                // SAFETY: the handle is not made yet; `ir` defines `sym`; `info` points to this
+                // node's parameter buffer, kept alive with the handle.
+                unsafe { cf::set_jit_callback(handle.raw, &sym, &ir, ld_type, &mut info)? };
+            }
+            if let Some(cb) = &d.store {
+                let (sym, src) = store_cb(cb, d.kind);
+                let ir = callback_lto(device, &sym, &src)?;
+                let sym = CString::new(sym)
+                    .map_err(|_| Error::Invalid("callback name has a NUL".into()))?;
+                let mut info = (base + f.store_offset() as u64) as *mut c_void;
+                // SAFETY: as above, for the store part of the buffer.
+                unsafe { cf::set_jit_callback(handle.raw, &sym, &ir, st_type, &mut info)? };
+            }
+        }
+        // SAFETY: the handle is live and not made.
+        unsafe { cf::set_auto_allocation(handle.raw, false)? };
+        let need = make_plan(handle.raw, &f.plan)?;
+        let area = match self.work.get(&work.slot) {
+            Some(a) => a.clone(),
+            None => {
+                let mut size = need;
+                for p in &work.plans {
+                    size = size.max(work_size(device, p)?);
+                }
+                let a = Allocation::new(device, size.max(16), MemorySpace::Device)?;
+                self.work.insert(work.slot, a.clone());
+                a
+            }
+        };
+        if area.bytes < need {
+            return Err(Error::Invalid(format!(
+                "FFT work area of {} bytes is smaller than the {need} the plan needs",
+                area.bytes
+            )));
+        }
+        // SAFETY: the area is large enough and kept alive by this context.
+        unsafe {
+            cf::set_work_area(handle.raw, area.ptr as *mut c_void)?;
+            cf::set_stream(handle.raw, stream.raw())?;
+        }
+
+        // Execute once outside capture, on scratch buffers, so nothing lazy happens inside it.
+        let scratch_bytes = (f.plan.inner.in_elems.max(f.plan.inner.out_elems) as usize) * 16;
+        let s_in = zeroed_device(device, scratch_bytes)?;
+        let s_out = zeroed_device(device, scratch_bytes)?;
+        // SAFETY: the scratch buffers are large enough for any element type of the plan.
+        unsafe {
+            cf::exec(
+                handle.raw,
+                d.kind.raw(),
+                s_in.ptr as *mut c_void,
+                s_out.ptr as *mut c_void,
+                f.direction.raw(),
+            )?;
+            rt::stream_synchronize(stream.raw())?;
+        }
+        drop((s_in, s_out));
+
+        // The parameter-setting kernel node.
+        let mut capture_deps: Vec<sys::cudaGraphNode_t> = deps.to_vec();
+        let setter = match &params {
+            Some(p) => {
+                let k = setter_kernel(device)?;
+                let blob = f.param_blob(&f.params);
+                let words = (param_bytes.div_ceil(8)) as i32;
+                let args = [
+                    KernelArg::from(p.ptr),
+                    KernelArg::from(blob),
+                    KernelArg::from(words),
+                ];
+                k.check_args(&args)?;
+                let node = KernelNode {
+                    args: PackedArgs::new(&k, &args),
+                    kernel: k,
+                    config: LaunchConfig::new(1, 32),
+                };
+                // SAFETY: validated arguments for a live kernel of this device.
+                let h = unsafe {
+                    rt::graph_add_kernel_node(
+                        graph,
+                        deps,
+                        &crate::dag::lower::kernel_params(&node),
+                    )?
+                };
+                capture_deps = vec![h];
+                Some((h, node))
+            }
+            None => None,
+        };
+
+        // Capture the transform into the graph.
+        // SAFETY: the graph is live.
+        let before = unsafe { rt::graph_nodes(graph)?.len() };
+        // SAFETY: stream and graph are live; the dependencies are nodes of the graph.
+        unsafe {
+            rt::stream_begin_capture_to_graph(
+                stream.raw(),
+                graph,
+                &capture_deps,
+                sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal,
+            )?
+        };
+        // SAFETY: the node's regions were validated against the plan; the capture records the
+        // call instead of running it.
+        let exec = unsafe {
+            cf::exec(
+                handle.raw,
+                d.kind.raw(),
+                f.input.addr() as *mut c_void,
+                f.output.addr() as *mut c_void,
+                f.direction.raw(),
+            )
+        };
+        // SAFETY: the stream is capturing (or the capture was invalidated).
+        let info = unsafe { rt::stream_capture_dependencies(stream.raw()) };
+        // SAFETY: always end the capture we began.
+        let ended = unsafe { rt::stream_end_capture(stream.raw()) };
+        exec?;
+        let (_, terminals) = info?;
+        ended?;
+        // SAFETY: the graph is live.
+        let after = unsafe { rt::graph_nodes(graph)?.len() };
+        if after <= before || terminals.is_empty() {
+            return Err(Error::Invalid(format!(
+                "capturing the cuFFT call for a {:?} plan added no nodes to the graph",
+                d.kind
+            )));
+        }
+        let out = if terminals.len() == 1 {
+            terminals[0]
+        } else {
+            // SAFETY: the terminals are nodes of the graph.
+            unsafe { rt::graph_add_empty_node(graph, &terminals)? }
+        };
+        self.nodes.push(Lowered {
+            uid: f.uid,
+            _handle: handle,
+            _params: params,
+            setter,
+        });
+        Ok(out)
+    }
+
+    /// Keeps a child graph's FFT state alive with this one (its nodes are not updatable per
+    /// node).
+    pub(crate) fn absorb(&mut self, child: LoweringContext) {
+        if !child.nodes.is_empty() || !child.children.is_empty() {
+            self.children.push(child);
+        }
+    }
+
+    /// After a whole-graph update, per-node updates must still name the nodes of the graph
+    /// the Exec was instantiated from: take those handles from `old`.
+    pub(crate) fn adopt_node_handles_from(&mut self, old: &LoweringContext) {
+        for n in &mut self.nodes {
+            let old_node = old.nodes.iter().find(|o| o.uid == n.uid);
+            if let (
+                Some((h, _)),
+                Some(Lowered {
+                    setter: Some((oh, _)),
+                    ..
+                }),
+            ) = (&mut n.setter, old_node)
+            {
+                *h = *oh;
+            }
+        }
+    }
+
+    /// Writes new parameters into FFT node `uid`'s setter kernel node of `exec`.
+    pub(crate) fn set_params(
+        &mut self,
+        exec: sys::cudaGraphExec_t,
+        uid: u64,
+        blob: &[u8; PARAM_BLOB],
+    ) -> Result<()> {
+        let Some((h, node)) = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.uid == uid)
+            .and_then(|n| n.setter.as_mut())
+        else {
+            return Err(Error::Invalid(
+                "this FFT node has no callback parameters to update".into(),
+            ));
+        };
+        node.args.set_bytes(1, blob);
+        // SAFETY: `h` is the setter kernel node of the graph `exec` was instantiated from; the
+        // arguments keep the validated layout.
+        unsafe {
+            rt::graph_exec_kernel_node_set_params(exec, *h, &crate::dag::lower::kernel_params(node))
+        }
+    }
+}
