@@ -810,3 +810,6 @@ impl Dag {
 pub fn nvjitlink_available() -> Result<()> {
     crate::load::nvjitlink()
 }
+
+#[cfg(test)]
+mod tests;

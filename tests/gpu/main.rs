@@ -6,6 +6,7 @@
 
 mod common;
 mod dag;
+mod fft;
 mod foundation;
 
 fn main() {
@@ -13,5 +14,6 @@ fn main() {
     let mut trials = Vec::new();
     trials.extend(foundation::tests());
     trials.extend(dag::tests());
+    trials.extend(fft::tests());
     libtest_mimic::run(&args, trials).exit();
 }

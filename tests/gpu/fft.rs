@@ -1,0 +1,665 @@
+//! GPU tests of FFT nodes, all against rustfft (computed in f64). Tolerance: the largest
+//! absolute error may be at most `TOL` times the largest magnitude of the reference.
+
+use anyhow::ensure;
+use cudagraph::{
+    args, CallbackParams, CustomCallback, Dag, DeviceBuffer, Direction, FftParams, FftPlan,
+    FftPlanDesc, FftSpec, FftType, LaunchConfig, LoadCallback, StoreCallback, Stream,
+};
+use libtest_mimic::Trial;
+use rustfft::num_complex::Complex;
+use rustfft::FftPlanner;
+
+use crate::common::{gpu_test, Gpu, KERNELS};
+
+const TOL: f64 = 2e-5;
+
+type C32 = Complex<f32>;
+type C64 = Complex<f64>;
+
+pub fn tests() -> Vec<Trial> {
+    vec![
+        gpu_test(
+            "fft::forward_then_inverse_1000_launches",
+            forward_inverse_ring,
+        ),
+        gpu_test("fft::parallel_nodes_of_one_plan", parallel_nodes),
+        gpu_test("fft::load_callbacks_from_integers", integer_loads),
+        gpu_test("fft::store_callbacks_scale_power_accumulate", stores),
+        gpu_test("fft::r2c_c2r", r2c_c2r),
+        gpu_test("fft::two_dimensional_batched", two_d),
+        gpu_test("fft::double_precision", double_precision),
+        gpu_test("fft::user_defined_callback", custom_callback),
+        gpu_test("fft::updates_while_launches_are_queued", queued_updates),
+        gpu_test("fft::advanced_layout", advanced_layout),
+    ]
+}
+
+/// Batched 1D transforms of `x` (each `n` long), in f64.
+fn reference(x: &[C64], n: usize, inverse: bool) -> Vec<C64> {
+    let mut p = FftPlanner::<f64>::new();
+    let f = if inverse {
+        p.plan_fft_inverse(n)
+    } else {
+        p.plan_fft_forward(n)
+    };
+    let mut out = x.to_vec();
+    for chunk in out.chunks_mut(n) {
+        f.process(chunk);
+    }
+    out
+}
+
+fn to64(x: &[C32]) -> Vec<C64> {
+    x.iter()
+        .map(|c| C64::new(c.re as f64, c.im as f64))
+        .collect()
+}
+
+fn check(got: &[C32], want: &[C64], what: &str) -> anyhow::Result<()> {
+    ensure!(
+        got.len() == want.len(),
+        "{what}: {} vs {} elements",
+        got.len(),
+        want.len()
+    );
+    let scale = want.iter().map(|c| c.norm()).fold(1e-30, f64::max);
+    let err = got
+        .iter()
+        .zip(want)
+        .map(|(g, w)| (C64::new(g.re as f64, g.im as f64) - w).norm())
+        .fold(0.0, f64::max);
+    ensure!(
+        err <= TOL * scale,
+        "{what}: max error {err:e} > {TOL:e} x {scale:e}"
+    );
+    Ok(())
+}
+
+fn check_real(got: &[f32], want: &[f64], what: &str) -> anyhow::Result<()> {
+    ensure!(got.len() == want.len(), "{what}: lengths");
+    let scale = want.iter().map(|v| v.abs()).fold(1e-30, f64::max);
+    let err = got
+        .iter()
+        .zip(want)
+        .map(|(g, w)| (*g as f64 - w).abs())
+        .fold(0.0, f64::max);
+    ensure!(
+        err <= TOL * scale,
+        "{what}: max error {err:e} > {TOL:e} x {scale:e}"
+    );
+    Ok(())
+}
+
+fn signal(len: usize, seed: u32) -> Vec<C32> {
+    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            let a = (s % 2000) as f32 / 1000.0 - 1.0;
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            C32::new(a, (s % 2000) as f32 / 1000.0 - 1.0)
+        })
+        .collect()
+}
+
+fn spec(
+    plan: &FftPlan,
+    dir: Direction,
+    i: &DeviceBuffer<impl cudagraph::DeviceRepr>,
+    o: &DeviceBuffer<impl cudagraph::DeviceRepr>,
+    params: FftParams,
+) -> FftSpec {
+    FftSpec {
+        plan: plan.clone(),
+        direction: dir,
+        input: i.into(),
+        output: o.into(),
+        params,
+    }
+}
+
+fn ld_st(load: Option<CallbackParams>, store: Option<CallbackParams>) -> FftParams {
+    FftParams { load, store }
+}
+
+/// The original scenario: one plan, a forward node then an inverse node with different
+/// callback parameters, launched 1,000 times with no synchronisation in the loop; each launch
+/// updates the scales and the output slot of a ring; every launch's result is checked.
+fn forward_inverse_ring(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let (n, batch, launches) = (256usize, 2usize, 1000usize);
+    let m = n * batch;
+    let plan = FftPlan::new(
+        FftPlanDesc::new(FftType::C2C, &[n as i64], batch as i64)
+            .with_load(LoadCallback::ComplexF32)
+            .with_store(StoreCallback::Scale),
+    )?;
+    let x = signal(m, 1);
+    let xd = DeviceBuffer::from_slice(d, &x)?;
+    let spectrum = DeviceBuffer::<C32>::zeros(d, m)?;
+    let ring = DeviceBuffer::<C32>::zeros(d, m * launches)?;
+    let mut dag = Dag::new();
+    let fwd = dag.add_fft(spec(
+        &plan,
+        Direction::Forward,
+        &xd,
+        &spectrum,
+        ld_st(
+            Some(CallbackParams::load(1.0)),
+            Some(CallbackParams::store(1.0)),
+        ),
+    ))?;
+    let inv = dag.add_fft(spec(
+        &plan,
+        Direction::Inverse,
+        &spectrum,
+        &ring,
+        ld_st(
+            Some(CallbackParams::load(1.0)),
+            Some(CallbackParams::store(1.0 / n as f32)),
+        ),
+    ))?;
+    dag.add_dependency(fwd, inv)?;
+    let mut exec = dag.instantiate(d)?;
+    let a = |i: usize| 0.5 + (i % 7) as f32 * 0.25;
+    let b = |i: usize| 1.0 + (i % 5) as f32;
+    let start = std::time::Instant::now();
+    for i in 0..launches {
+        exec.set_fft_params(
+            fwd,
+            ld_st(
+                Some(CallbackParams::load(a(i))),
+                Some(CallbackParams::store(b(i))),
+            ),
+        )?;
+        exec.set_fft_params(
+            inv,
+            ld_st(
+                Some(CallbackParams::load(1.0)),
+                Some(CallbackParams::Store {
+                    scale: 1.0 / n as f32,
+                    output: Some(ring.region(i * m..(i + 1) * m)),
+                    accumulate: false,
+                }),
+            ),
+        )?;
+        exec.launch(&gpu.stream)?;
+    }
+    exec.synchronize()?;
+    println!(
+        "1000 forward+inverse launches with updates: {:?}",
+        start.elapsed()
+    );
+    let got = ring.to_vec()?;
+    let roundtrip: Vec<C64> = reference(&reference(&to64(&x), n, false), n, true)
+        .into_iter()
+        .map(|c| c / n as f64)
+        .collect();
+    for i in 0..launches {
+        let k = (a(i) * b(i)) as f64;
+        let want: Vec<C64> = roundtrip.iter().map(|c| c * k).collect();
+        check(&got[i * m..(i + 1) * m], &want, &format!("launch {i}"))?;
+    }
+    // The intermediate spectrum is the last launch's forward transform.
+    let k = (a(launches - 1) * b(launches - 1)) as f64;
+    let want: Vec<C64> = reference(&to64(&x), n, false)
+        .into_iter()
+        .map(|c| c * k)
+        .collect();
+    check(&spectrum.to_vec()?, &want, "spectrum")
+}
+
+fn parallel_nodes(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let (n, batch) = (512usize, 8usize);
+    let plan = FftPlan::new(
+        FftPlanDesc::new(FftType::C2C, &[n as i64], batch as i64).with_store(StoreCallback::Scale),
+    )?;
+    let (x1, x2) = (signal(n * batch, 2), signal(n * batch, 3));
+    let (a, b) = (
+        DeviceBuffer::from_slice(d, &x1)?,
+        DeviceBuffer::from_slice(d, &x2)?,
+    );
+    let (ya, yb) = (
+        DeviceBuffer::<C32>::zeros(d, n * batch)?,
+        DeviceBuffer::<C32>::zeros(d, n * batch)?,
+    );
+    let mut dag = Dag::new();
+    dag.add_fft(spec(
+        &plan,
+        Direction::Forward,
+        &a,
+        &ya,
+        ld_st(None, Some(CallbackParams::store(1.0))),
+    ))?;
+    dag.add_fft(spec(
+        &plan,
+        Direction::Inverse,
+        &b,
+        &yb,
+        ld_st(None, Some(CallbackParams::store(2.0))),
+    ))?;
+    ensure!(dag.edge_count() == 0);
+    let mut exec = dag.instantiate(d)?;
+    for _ in 0..200 {
+        exec.launch(&gpu.stream)?;
+    }
+    exec.synchronize()?;
+    check(&ya.to_vec()?, &reference(&to64(&x1), n, false), "branch a")?;
+    let want: Vec<C64> = reference(&to64(&x2), n, true)
+        .into_iter()
+        .map(|c| c * 2.0)
+        .collect();
+    check(&yb.to_vec()?, &want, "branch b")?;
+    // Two Execs of the same DAG do not share parameter buffers either.
+    let mut other = dag.instantiate(d)?;
+    let ids: Vec<_> = dag.node_ids().collect();
+    other.set_fft_params(ids[0], ld_st(None, Some(CallbackParams::store(3.0))))?;
+    other.launch(&gpu.stream)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    other.synchronize()?;
+    check(
+        &ya.to_vec()?,
+        &reference(&to64(&x1), n, false),
+        "first exec kept scale 1",
+    )
+}
+
+fn integer_loads(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let n = 1024usize;
+    let raw: Vec<[i8; 2]> = (0..n)
+        .map(|i| [((i * 37) % 255) as i8, ((i * 11) % 201) as i8])
+        .collect();
+    let raw16: Vec<[i16; 2]> = (0..n)
+        .map(|i| [((i * 1237) % 30001) as i16 - 15000, (i as i16) * 7])
+        .collect();
+    let real8: Vec<i8> = (0..n).map(|i| ((i * 53) % 251) as i8).collect();
+    let scale = 0.25f32;
+    let out_c = DeviceBuffer::<C32>::zeros(d, n)?;
+    let out_c2 = DeviceBuffer::<C32>::zeros(d, n)?;
+    let out_r = DeviceBuffer::<C32>::zeros(d, n / 2 + 1)?;
+    let i8d = DeviceBuffer::from_slice(d, &raw)?;
+    let i16d = DeviceBuffer::from_slice(d, &raw16)?;
+    let r8d = DeviceBuffer::from_slice(d, &real8)?;
+    let p8 = FftPlan::new(
+        FftPlanDesc::new(FftType::C2C, &[n as i64], 1).with_load(LoadCallback::ComplexI8),
+    )?;
+    let p16 = FftPlan::new(
+        FftPlanDesc::new(FftType::C2C, &[n as i64], 1).with_load(LoadCallback::ComplexI16),
+    )?;
+    let pr = FftPlan::new(
+        FftPlanDesc::new(FftType::R2C, &[n as i64], 1).with_load(LoadCallback::RealI8),
+    )?;
+    let mut dag = Dag::new();
+    let lp = || ld_st(Some(CallbackParams::load(scale)), None);
+    dag.add_fft(spec(&p8, Direction::Forward, &i8d, &out_c, lp()))?;
+    dag.add_fft(spec(&p16, Direction::Forward, &i16d, &out_c2, lp()))?;
+    dag.add_fft(spec(&pr, Direction::Forward, &r8d, &out_r, lp()))?;
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    let x8: Vec<C64> = raw
+        .iter()
+        .map(|v| C64::new(v[0] as f64, v[1] as f64) * scale as f64)
+        .collect();
+    check(&out_c.to_vec()?, &reference(&x8, n, false), "complex i8")?;
+    let x16: Vec<C64> = raw16
+        .iter()
+        .map(|v| C64::new(v[0] as f64, v[1] as f64) * scale as f64)
+        .collect();
+    check(&out_c2.to_vec()?, &reference(&x16, n, false), "complex i16")?;
+    let xr: Vec<C64> = real8
+        .iter()
+        .map(|&v| C64::new(v as f64 * scale as f64, 0.0))
+        .collect();
+    check(
+        &out_r.to_vec()?,
+        &reference(&xr, n, false)[..n / 2 + 1],
+        "real i8 (R2C)",
+    )
+}
+
+fn stores(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let n = 2048usize;
+    let x = signal(n, 4);
+    let xd = DeviceBuffer::from_slice(d, &x)?;
+    let scaled = DeviceBuffer::<C32>::zeros(d, n)?;
+    let power = DeviceBuffer::<f32>::zeros(d, n)?;
+    let acc = DeviceBuffer::<f32>::zeros(d, n)?;
+    let ps = FftPlan::new(
+        FftPlanDesc::new(FftType::C2C, &[n as i64], 1).with_store(StoreCallback::Scale),
+    )?;
+    let pp = FftPlan::new(
+        FftPlanDesc::new(FftType::C2C, &[n as i64], 1).with_store(StoreCallback::Power),
+    )?;
+    let mut dag = Dag::new();
+    dag.add_fft(spec(
+        &ps,
+        Direction::Forward,
+        &xd,
+        &scaled,
+        ld_st(None, Some(CallbackParams::store(1.0 / n as f32))),
+    ))?;
+    dag.add_fft(spec(
+        &pp,
+        Direction::Forward,
+        &xd,
+        &power,
+        ld_st(None, Some(CallbackParams::store(0.5))),
+    ))?;
+    dag.add_fft(spec(
+        &pp,
+        Direction::Forward,
+        &xd,
+        &acc,
+        ld_st(
+            None,
+            Some(CallbackParams::Store {
+                scale: 1.0,
+                output: None,
+                accumulate: true,
+            }),
+        ),
+    ))?;
+    let mut exec = dag.instantiate(d)?;
+    for _ in 0..3 {
+        exec.launch(&gpu.stream)?;
+    }
+    exec.synchronize()?;
+    let f = reference(&to64(&x), n, false);
+    let want: Vec<C64> = f.iter().map(|c| c / n as f64).collect();
+    check(&scaled.to_vec()?, &want, "scale 1/N")?;
+    let p: Vec<f64> = f.iter().map(|c| c.norm_sqr() * 0.5).collect();
+    check_real(&power.to_vec()?, &p, "power")?;
+    let p3: Vec<f64> = f.iter().map(|c| c.norm_sqr() * 3.0).collect();
+    check_real(&acc.to_vec()?, &p3, "accumulated power over 3 launches")
+}
+
+fn r2c_c2r(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let (n, batch) = (1000usize, 3usize);
+    let h = n / 2 + 1;
+    let x: Vec<f32> = (0..n * batch)
+        .map(|i| ((i * 31) % 97) as f32 / 97.0 - 0.5)
+        .collect();
+    let xd = DeviceBuffer::from_slice(d, &x)?;
+    let spec_d = DeviceBuffer::<C32>::zeros(d, h * batch)?;
+    let back = DeviceBuffer::<f32>::zeros(d, n * batch)?;
+    let r2c = FftPlan::new(FftPlanDesc::new(FftType::R2C, &[n as i64], batch as i64))?;
+    let c2r = FftPlan::new(
+        FftPlanDesc::new(FftType::C2R, &[n as i64], batch as i64).with_store(StoreCallback::Scale),
+    )?;
+    let mut dag = Dag::new();
+    let a = dag.add_fft(spec(
+        &r2c,
+        Direction::Forward,
+        &xd,
+        &spec_d,
+        FftParams::none(),
+    ))?;
+    let b = dag.add_fft(spec(
+        &c2r,
+        Direction::Inverse,
+        &spec_d,
+        &back,
+        ld_st(None, Some(CallbackParams::store(1.0 / n as f32))),
+    ))?;
+    dag.add_dependency(a, b)?;
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    let xc: Vec<C64> = x.iter().map(|&v| C64::new(v as f64, 0.0)).collect();
+    let full = reference(&xc, n, false);
+    let want: Vec<C64> = full.chunks(n).flat_map(|c| c[..h].to_vec()).collect();
+    check(&spec_d.to_vec()?, &want, "R2C")?;
+    check_real(
+        &back.to_vec()?,
+        &x.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+        "C2R round trip",
+    )
+}
+
+fn two_d(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let (rows, cols, batch) = (32usize, 48usize, 4usize);
+    let x = signal(rows * cols * batch, 5);
+    let xd = DeviceBuffer::from_slice(d, &x)?;
+    let yd = DeviceBuffer::<C32>::zeros(d, x.len())?;
+    let plan = FftPlan::new(FftPlanDesc::new(
+        FftType::C2C,
+        &[rows as i64, cols as i64],
+        batch as i64,
+    ))?;
+    let mut dag = Dag::new();
+    dag.add_fft(spec(&plan, Direction::Forward, &xd, &yd, FftParams::none()))?;
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    // Reference: rows, then columns, per batch.
+    let mut want = reference(&to64(&x), cols, false);
+    let mut p = FftPlanner::<f64>::new();
+    let col = p.plan_fft_forward(rows);
+    for b in 0..batch {
+        for c in 0..cols {
+            let mut v: Vec<C64> = (0..rows)
+                .map(|r| want[b * rows * cols + r * cols + c])
+                .collect();
+            col.process(&mut v);
+            for (r, val) in v.into_iter().enumerate() {
+                want[b * rows * cols + r * cols + c] = val;
+            }
+        }
+    }
+    check(&yd.to_vec()?, &want, "2D batched")
+}
+
+fn double_precision(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let n = 4096usize;
+    let x: Vec<C64> = signal(n, 6)
+        .iter()
+        .map(|c| C64::new(c.re as f64, c.im as f64))
+        .collect();
+    let xd = DeviceBuffer::from_slice(d, &x)?;
+    let yd = DeviceBuffer::<C64>::zeros(d, n)?;
+    let plan = FftPlan::new(FftPlanDesc::new(FftType::Z2Z, &[n as i64], 1))?;
+    let mut dag = Dag::new();
+    dag.add_fft(spec(&plan, Direction::Forward, &xd, &yd, FftParams::none()))?;
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    let want = reference(&x, n, false);
+    let got = yd.to_vec()?;
+    let err = got
+        .iter()
+        .zip(&want)
+        .map(|(g, w)| (g - w).norm())
+        .fold(0.0, f64::max);
+    let scale = want.iter().map(|c| c.norm()).fold(0.0, f64::max);
+    ensure!(
+        err <= 1e-12 * scale,
+        "double precision error {err:e} vs {scale:e}"
+    );
+    Ok(())
+}
+
+/// A user-defined load callback: a Hann-like window with a per-node gain.
+fn custom_callback(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let n = 512usize;
+    let source = r#"
+struct window_params { float gain; int n; };
+__device__ float2 window_load(void* dataIn, unsigned long long offset, void* info, void* smem) {
+    const window_params* p = (const window_params*)info;
+    float2 v = ((const float2*)dataIn)[offset];
+    int i = (int)(offset % p->n);
+    float w = p->gain * (0.5f - 0.5f * cospif(2.0f * i / p->n));
+    return make_float2(v.x * w, v.y * w);
+}"#;
+    let cb = CustomCallback {
+        source: source.into(),
+        function: "window_load".into(),
+        params_size: 8,
+        elem_bytes: 8,
+    };
+    let plan = FftPlan::new(
+        FftPlanDesc::new(FftType::C2C, &[n as i64], 2).with_load(LoadCallback::Custom(cb)),
+    )?;
+    let x = signal(2 * n, 7);
+    let xd = DeviceBuffer::from_slice(d, &x)?;
+    let yd = DeviceBuffer::<C32>::zeros(d, 2 * n)?;
+    #[derive(Clone, Copy)]
+    #[repr(C)]
+    struct WindowParams {
+        gain: f32,
+        n: i32,
+    }
+    // SAFETY: two plain 4-byte fields, valid for any bits.
+    unsafe impl cudagraph::DeviceRepr for WindowParams {}
+    let mut dag = Dag::new();
+    let node = dag.add_fft(spec(
+        &plan,
+        Direction::Forward,
+        &xd,
+        &yd,
+        ld_st(
+            Some(CallbackParams::custom(WindowParams {
+                gain: 2.0,
+                n: n as i32,
+            })),
+            None,
+        ),
+    ))?;
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    let windowed = |gain: f64| -> Vec<C64> {
+        to64(&x)
+            .iter()
+            .enumerate()
+            .map(|(k, v)| {
+                let i = (k % n) as f64;
+                v * gain * (0.5 - 0.5 * (2.0 * std::f64::consts::PI * i / n as f64).cos())
+            })
+            .collect()
+    };
+    check(
+        &yd.to_vec()?,
+        &reference(&windowed(2.0), n, false),
+        "custom window, gain 2",
+    )?;
+    exec.set_fft_params(
+        node,
+        ld_st(
+            Some(CallbackParams::custom(WindowParams {
+                gain: -1.0,
+                n: n as i32,
+            })),
+            None,
+        ),
+    )?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    check(
+        &yd.to_vec()?,
+        &reference(&windowed(-1.0), n, false),
+        "custom window, gain -1",
+    )?;
+    let e = exec
+        .set_fft_params(node, ld_st(Some(CallbackParams::custom(1.0f64)), None))
+        .unwrap_err();
+    ensure!(e.to_string().contains("takes 8 parameter bytes"), "{e}");
+    Ok(())
+}
+
+/// Updates of callback parameters while earlier launches are still queued (behind a slow
+/// kernel) affect only later launches.
+fn queued_updates(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let spin = gpu.module(KERNELS)?.kernel("spin")?;
+    let (n, launches) = (256usize, 16usize);
+    let plan = FftPlan::new(
+        FftPlanDesc::new(FftType::C2C, &[n as i64], 1).with_store(StoreCallback::Scale),
+    )?;
+    let x = signal(n, 8);
+    let xd = DeviceBuffer::from_slice(d, &x)?;
+    let ring = DeviceBuffer::<C32>::zeros(d, n * launches)?;
+    let mut dag = Dag::new();
+    let node = dag.add_fft(spec(
+        &plan,
+        Direction::Forward,
+        &xd,
+        &ring,
+        ld_st(None, Some(CallbackParams::store(1.0))),
+    ))?;
+    let mut exec = dag.instantiate(d)?;
+    let s = Stream::new(d)?;
+    spin.launch(&s, LaunchConfig::new(1, 1), &args![200_000_000i64])?;
+    for i in 0..launches {
+        exec.set_fft_params(
+            node,
+            ld_st(
+                None,
+                Some(CallbackParams::Store {
+                    scale: (i + 1) as f32,
+                    output: Some(ring.region(i * n..(i + 1) * n)),
+                    accumulate: false,
+                }),
+            ),
+        )?;
+        exec.launch(&s)?;
+    }
+    exec.synchronize()?;
+    let f = reference(&to64(&x), n, false);
+    let got = ring.to_vec()?;
+    for i in 0..launches {
+        let want: Vec<C64> = f.iter().map(|c| c * (i + 1) as f64).collect();
+        check(
+            &got[i * n..(i + 1) * n],
+            &want,
+            &format!("queued launch {i}"),
+        )?;
+    }
+    Ok(())
+}
+
+fn advanced_layout(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    // Batches of 128 points, interleaved two channels (stride 2), batch distance 300.
+    let (n, batch, stride, dist) = (128usize, 3usize, 2usize, 300usize);
+    let x = signal(dist * batch, 9);
+    let xd = DeviceBuffer::from_slice(d, &x)?;
+    let yd = DeviceBuffer::<C32>::zeros(d, n * batch)?;
+    let plan = FftPlan::new(
+        FftPlanDesc::new(FftType::C2C, &[n as i64], batch as i64).with_layout(cudagraph::Layout {
+            inembed: vec![n as i64],
+            istride: stride as i64,
+            idist: dist as i64,
+            onembed: vec![n as i64],
+            ostride: 1,
+            odist: n as i64,
+        }),
+    )?;
+    let mut dag = Dag::new();
+    dag.add_fft(spec(&plan, Direction::Forward, &xd, &yd, FftParams::none()))?;
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    let gathered: Vec<C32> = (0..batch)
+        .flat_map(|b| (0..n).map(move |i| (b, i)))
+        .map(|(b, i)| x[b * dist + i * stride])
+        .collect();
+    check(
+        &yd.to_vec()?,
+        &reference(&to64(&gathered), n, false),
+        "strided input",
+    )
+}
