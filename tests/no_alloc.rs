@@ -1,0 +1,401 @@
+//! No heap allocation per update or per launch, shown with a counting global allocator.
+//!
+//! The allocator counts the allocations (`alloc`, `alloc_zeroed`, `realloc`) of the current
+//! thread only, and only inside a measured section, so other test threads cannot disturb a
+//! count. With `CUDAGRAPH_ALLOC_BACKTRACE=1` it prints a backtrace for every allocation it
+//! counts, to find where one comes from.
+//!
+//! Host tests (run anywhere): building kernel arguments of up to 64 bytes and buffers, and
+//! `Dag::set_kernel_args` with them, allocate nothing.
+//!
+//! GPU tests: after a first launch and one warm-up iteration, every iteration of a loop of
+//! `Exec::set_kernel_arg`, `Exec::set_kernel_args` or `Exec::launch` allocates nothing. (The
+//! warm-up iteration is reported but not asserted on: the first update that replaces a buffer
+//! argument may grow, once, the `Exec`'s list of buffers kept alive for queued launches.) As in
+//! `tests/gpu`, without a usable GPU they are reported as *ignored* with the reason, and fail
+//! instead when `CUDAGRAPH_REQUIRE_GPU=1`.
+//!
+//! Custom harness (libtest-mimic), so that GPU tests can be ignored at run time.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use anyhow::ensure;
+use cudagraph::{
+    args, Dag, Device, DeviceBuffer, DeviceLimits, KernelArg, LaunchConfig, Module, NodeId,
+    RecordingBackend, Stream,
+};
+use libtest_mimic::{Arguments, Completion, Trial};
+
+// ---- the counting allocator ----------------------------------------------------------------
+
+struct Counting;
+
+thread_local! {
+    /// Whether this thread is inside a measured section.
+    static MEASURING: Cell<bool> = const { Cell::new(false) };
+    /// Allocations counted in the current section.
+    static COUNT: Cell<u64> = const { Cell::new(0) };
+    /// Set while a backtrace is captured and printed (its own allocations are not counted).
+    static REPORTING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// `CUDAGRAPH_ALLOC_BACKTRACE=1`: print a backtrace for each counted allocation.
+static BACKTRACES: AtomicBool = AtomicBool::new(false);
+
+fn record(bytes: usize) {
+    // `try_with`: thread-locals may be gone while a thread exits; nothing is measured then.
+    let measuring = MEASURING.try_with(Cell::get).unwrap_or(false);
+    let reporting = REPORTING.try_with(Cell::get).unwrap_or(true);
+    if !measuring || reporting {
+        return;
+    }
+    let n = COUNT.with(|c| {
+        c.set(c.get() + 1);
+        c.get()
+    });
+    if BACKTRACES.load(Ordering::Relaxed) {
+        REPORTING.with(|r| r.set(true));
+        let bt = std::backtrace::Backtrace::force_capture();
+        eprintln!("--- counted allocation #{n} ({bytes} bytes) in a measured section:\n{bt}");
+        REPORTING.with(|r| r.set(false));
+    }
+}
+
+// SAFETY: every call is forwarded unchanged to the system allocator; counting does not touch
+// the memory.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        record(layout.size());
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        record(layout.size());
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        record(new_size);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Runs `f` as a measured section and returns how many allocations this thread made in it.
+fn count<R>(f: impl FnOnce() -> R) -> (u64, R) {
+    struct Section;
+    impl Drop for Section {
+        fn drop(&mut self) {
+            MEASURING.with(|m| m.set(false));
+        }
+    }
+    COUNT.with(|c| c.set(0));
+    MEASURING.with(|m| m.set(true));
+    let section = Section;
+    let r = f();
+    drop(section);
+    (COUNT.with(Cell::get), r)
+}
+
+/// Runs `iterations` measured iterations of `body`; fails naming those that allocated.
+fn assert_no_alloc_per_iteration(
+    what: &str,
+    iterations: u32,
+    mut body: impl FnMut(u32) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut offenders: Vec<(u32, u64)> = Vec::new();
+    for i in 0..iterations {
+        let (n, r) = count(|| body(i));
+        r?;
+        if n > 0 {
+            offenders.push((i, n));
+        }
+    }
+    ensure!(
+        offenders.is_empty(),
+        "{what}: {} of {iterations} iterations allocated (iteration, allocations): {:?}{}; \
+         run with CUDAGRAPH_ALLOC_BACKTRACE=1 to see where",
+        offenders.len(),
+        &offenders[..offenders.len().min(8)],
+        if offenders.len() > 8 { " ..." } else { "" }
+    );
+    Ok(())
+}
+
+// ---- host tests ----------------------------------------------------------------------------
+
+/// The counter works: a box is one allocation, and so is a kernel argument over 64 bytes
+/// (the documented heap case), while nothing outside a measured section is counted.
+fn counter_counts() -> anyhow::Result<()> {
+    let (n, b) = count(|| black_box(Box::new(black_box(7u64))));
+    ensure!(n == 1, "a Box::new counted {n} allocations");
+    drop(b);
+    let (n, a) = count(|| KernelArg::from(black_box([7u8; 100])));
+    ensure!(n >= 1, "a 100-byte kernel argument counted {n} allocations");
+    drop(a);
+    let _outside = black_box(vec![1u8; 10]);
+    let (n, ()) = count(|| ());
+    ensure!(n == 0, "an empty section counted {n}");
+    Ok(())
+}
+
+/// A kernel with buffer and value parameters, made by a recording backend.
+struct HostSetup {
+    dag: Dag,
+    id: NodeId,
+    a: DeviceBuffer<f32>,
+    b: DeviceBuffer<f32>,
+}
+
+fn host_setup() -> anyhow::Result<HostSetup> {
+    let mut rec = RecordingBackend::new(DeviceLimits::hopper());
+    let a = rec.device_buffer::<f32>(256);
+    let b = rec.device_buffer::<f32>(256);
+    // (float* x, unsigned n, double scale, float* y, unsigned table[16])
+    let k = rec.kernel("mixed", &[8, 4, 8, 8, 64]);
+    let mut dag = Dag::new();
+    let id = dag.add_kernel(
+        &k,
+        LaunchConfig::new(1, 32),
+        &args![&a, 1u32, 1.0f64, &b, [0u32; 16]],
+    )?;
+    Ok(HostSetup { dag, id, a, b })
+}
+
+/// Values of up to 64 bytes and buffers make kernel arguments without allocating.
+fn kernel_args_allocate_nothing() -> anyhow::Result<()> {
+    let s = host_setup()?;
+    assert_no_alloc_per_iteration("args![...]", 1000, |i| {
+        let a = args![
+            &s.a,
+            i,
+            i as f64,
+            &s.b,
+            [i; 16],
+            i as u8,
+            i as u16,
+            i as u64,
+            [i as u64; 8]
+        ];
+        black_box(&a);
+        Ok(())
+    })
+}
+
+/// `Dag::set_kernel_args`, arguments array included, allocates nothing.
+fn dag_set_kernel_args_allocates_nothing() -> anyhow::Result<()> {
+    let mut s = host_setup()?;
+    let (id, a, b) = (s.id, &s.a, &s.b);
+    assert_no_alloc_per_iteration("Dag::set_kernel_args", 1000, |i| {
+        let (x, y) = if i % 2 == 0 { (b, a) } else { (a, b) };
+        s.dag
+            .set_kernel_args(id, &args![x, i, i as f64 * 0.5, y, [i; 16]])?;
+        Ok(())
+    })?;
+    // The last update (i = 999, odd) is what the node holds.
+    let node = s.dag.node(id)?;
+    let cudagraph::dag::Op::Kernel(k) = node.op() else {
+        anyhow::bail!("not a kernel node");
+    };
+    ensure!(k.arg_bytes(1) == 999u32.to_ne_bytes());
+    ensure!(k.arg_bytes(2) == (999.0f64 * 0.5).to_ne_bytes());
+    ensure!(k.arg_bytes(0) == a.as_raw_ptr().to_ne_bytes());
+    ensure!(k.arg_bytes(3) == b.as_raw_ptr().to_ne_bytes());
+    Ok(())
+}
+
+// ---- GPU tests -----------------------------------------------------------------------------
+
+struct Gpu {
+    device: Device,
+    stream: Stream,
+}
+
+fn device() -> &'static Result<Device, String> {
+    static DEVICE: OnceLock<Result<Device, String>> = OnceLock::new();
+    DEVICE.get_or_init(|| Device::get(0).map_err(|e| e.to_string()))
+}
+
+fn gpu_required() -> bool {
+    std::env::var("CUDAGRAPH_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+/// A test that needs a GPU: run when there is one, *ignored* (with the reason) when there is
+/// none, failed when there is none but `CUDAGRAPH_REQUIRE_GPU=1` (as `tests/gpu/common.rs`).
+fn gpu_test(name: &str, f: fn(&Gpu) -> anyhow::Result<()>) -> Trial {
+    Trial::ignorable_test(name, move || match device() {
+        Ok(device) => {
+            let stream = Stream::new(device).map_err(|e| e.to_string())?;
+            let gpu = Gpu {
+                device: device.clone(),
+                stream,
+            };
+            f(&gpu).map_err(|e| format!("{e:#}"))?;
+            Ok(Completion::Completed)
+        }
+        Err(reason) if gpu_required() => {
+            Err(format!("CUDAGRAPH_REQUIRE_GPU=1 but the GPU cannot be used: {reason}").into())
+        }
+        Err(reason) => Ok(Completion::ignored_with(format!("no GPU: {reason}"))),
+    })
+    .with_kind("gpu")
+}
+
+const TINY: &str = r#"
+extern "C" __global__ void tiny(unsigned* c, unsigned v) { if (threadIdx.x == 0) c[0] += v; }
+"#;
+
+const NODES: usize = 4;
+const ITERATIONS: u32 = 200;
+
+/// A chain of `NODES` tiny kernels adding 1 to `c1`, instantiated and launched once.
+struct GpuSetup {
+    exec: cudagraph::Exec,
+    ids: Vec<NodeId>,
+    c1: DeviceBuffer<u32>,
+    c2: DeviceBuffer<u32>,
+}
+
+fn gpu_setup(gpu: &Gpu) -> anyhow::Result<GpuSetup> {
+    let d = &gpu.device;
+    let m = Module::from_source(d, TINY)?;
+    let tiny = m.kernel("tiny")?;
+    let c1 = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let c2 = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let mut dag = Dag::new();
+    let ids = (0..NODES)
+        .map(|_| dag.add_kernel(&tiny, LaunchConfig::new(1, 32), &args![&c1, 1u32]))
+        .collect::<cudagraph::Result<Vec<_>>>()?;
+    dag.chain(&ids)?;
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?; // the first launch
+    exec.synchronize()?;
+    ensure!(
+        c1.to_vec()? == [NODES as u32],
+        "first launch: {:?}",
+        c1.to_vec()?
+    );
+    c1.memset_bytes(0)?;
+    d.synchronize()?;
+    Ok(GpuSetup { exec, ids, c1, c2 })
+}
+
+/// Runs the warm-up iteration (reported, not asserted on), then the measured ones.
+fn warm_then_measure(
+    what: &str,
+    mut body: impl FnMut(u32) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let (first, r) = count(|| body(0));
+    r?;
+    eprintln!("{what}: the warm-up iteration made {first} allocation(s)");
+    assert_no_alloc_per_iteration(what, ITERATIONS, |i| body(i + 1))
+}
+
+fn exec_launch_allocates_nothing(gpu: &Gpu) -> anyhow::Result<()> {
+    let mut s = gpu_setup(gpu)?;
+    warm_then_measure("Exec::launch", |_| Ok(s.exec.launch(&gpu.stream)?))?;
+    s.exec.synchronize()?;
+    let want = (ITERATIONS + 1) * NODES as u32;
+    ensure!(
+        s.c1.to_vec()? == [want],
+        "{:?}, want {want}",
+        s.c1.to_vec()?
+    );
+    Ok(())
+}
+
+fn exec_set_kernel_arg_allocates_nothing(gpu: &Gpu) -> anyhow::Result<()> {
+    let mut s = gpu_setup(gpu)?;
+    let (exec, ids) = (&mut s.exec, &s.ids);
+    warm_then_measure("Exec::set_kernel_arg + Exec::launch", |i| {
+        for &id in ids {
+            exec.set_kernel_arg(id, 1, i + 1)?;
+        }
+        Ok(exec.launch(&gpu.stream)?)
+    })?;
+    s.exec.synchronize()?;
+    // Iteration i adds NODES * (i + 1), for i = 0..=ITERATIONS.
+    let want = NODES as u32 * (1..=ITERATIONS + 1).sum::<u32>();
+    ensure!(
+        s.c1.to_vec()? == [want],
+        "{:?}, want {want}",
+        s.c1.to_vec()?
+    );
+    Ok(())
+}
+
+fn exec_set_kernel_args_allocates_nothing(gpu: &Gpu) -> anyhow::Result<()> {
+    let mut s = gpu_setup(gpu)?;
+    let (exec, ids, c1, c2) = (&mut s.exec, &s.ids, &s.c1, &s.c2);
+    // Alternate the buffer too: even iterations add 1 to c2, odd ones 2 to c1.
+    warm_then_measure("Exec::set_kernel_args + Exec::launch", |i| {
+        for &id in ids {
+            if i % 2 == 0 {
+                exec.set_kernel_args(id, &args![c2, 1u32])?;
+            } else {
+                exec.set_kernel_args(id, &args![c1, 2u32])?;
+            }
+        }
+        Ok(exec.launch(&gpu.stream)?)
+    })?;
+    s.exec.synchronize()?;
+    let total = ITERATIONS + 1;
+    let (even, odd) = (total.div_ceil(2), total / 2);
+    let (w1, w2) = (2 * odd * NODES as u32, even * NODES as u32);
+    ensure!(
+        s.c1.to_vec()? == [w1] && s.c2.to_vec()? == [w2],
+        "c1 {:?} (want {w1}), c2 {:?} (want {w2})",
+        s.c1.to_vec()?,
+        s.c2.to_vec()?
+    );
+    Ok(())
+}
+
+// ---- main ----------------------------------------------------------------------------------
+
+fn host_test(name: &str, f: fn() -> anyhow::Result<()>) -> Trial {
+    Trial::test(name, move || f().map_err(|e| format!("{e:#}").into()))
+}
+
+fn main() {
+    BACKTRACES.store(
+        std::env::var("CUDAGRAPH_ALLOC_BACKTRACE").is_ok_and(|v| v == "1"),
+        Ordering::Relaxed,
+    );
+    let args = Arguments::from_args();
+    let trials = vec![
+        host_test("host::counter_counts", counter_counts),
+        host_test(
+            "host::kernel_args_allocate_nothing",
+            kernel_args_allocate_nothing,
+        ),
+        host_test(
+            "host::dag_set_kernel_args_allocates_nothing",
+            dag_set_kernel_args_allocates_nothing,
+        ),
+        gpu_test(
+            "gpu::exec_launch_allocates_nothing",
+            exec_launch_allocates_nothing,
+        ),
+        gpu_test(
+            "gpu::exec_set_kernel_arg_allocates_nothing",
+            exec_set_kernel_arg_allocates_nothing,
+        ),
+        gpu_test(
+            "gpu::exec_set_kernel_args_allocates_nothing",
+            exec_set_kernel_args_allocates_nothing,
+        ),
+    ];
+    libtest_mimic::run(&args, trials).exit();
+}
