@@ -333,10 +333,8 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Copies the buffer into a new `Vec`.
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        let mut v = Vec::with_capacity(self.len);
-        // SAFETY: every bit pattern is a valid `T` (DeviceRepr), and all `len` elements are
-        // written by the copy before the Vec is read; on error the Vec is dropped unread.
-        unsafe { v.set_len(self.len) };
+        // SAFETY: every bit pattern, zero included, is a valid `T` (DeviceRepr's contract).
+        let mut v = vec![unsafe { std::mem::zeroed::<T>() }; self.len];
         self.copy_to_slice(&mut v)?;
         Ok(v)
     }
@@ -475,10 +473,8 @@ impl<T: DeviceRepr> HostBuffer<T> {
 
     /// Copies the contents into a new `Vec`.
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        let mut v = Vec::with_capacity(self.len);
-        // SAFETY: every bit pattern is a valid `T`, and `copy_to_slice` writes all elements
-        // before the Vec is read; on error it is dropped unread.
-        unsafe { v.set_len(self.len) };
+        // SAFETY: every bit pattern, zero included, is a valid `T` (DeviceRepr's contract).
+        let mut v = vec![unsafe { std::mem::zeroed::<T>() }; self.len];
         self.copy_to_slice(&mut v)?;
         Ok(v)
     }

@@ -239,12 +239,10 @@ impl Exec {
         arg: impl Into<KernelArg>,
     ) -> Result<()> {
         let arg = arg.into();
-        let node = self.dag.node_mut(id)?;
-        let name = node.name.clone();
-        let k = node.kernel_mut()?;
+        let (name, k) = self.dag.node_mut(id)?.kernel_parts()?;
         if let Some(problem) = k.kernel.arg_problem(index, &arg) {
             return Err(Error::Dag(DagError::KernelArgs {
-                node: name,
+                node: name.to_string(),
                 kernel: k.kernel.name().to_string(),
                 problem,
             }));
@@ -257,13 +255,16 @@ impl Exec {
 
     /// Replaces the launch shape of kernel node `id` (checked against the device).
     pub fn set_launch_config(&mut self, id: NodeId, config: LaunchConfig) -> Result<()> {
-        let limits = self.device.limits().clone();
-        let node = self.dag.node_mut(id)?;
-        let name = node.name.clone();
-        let k = node.kernel_mut()?;
-        if let Some(problem) = k.kernel.launch_problem(&limits, &config) {
+        let limits = self.device.limits();
+        let (name, k) = self
+            .dag
+            .graph
+            .node_weight_mut(id.0)
+            .ok_or(Error::Dag(DagError::UnknownNode(id.index())))?
+            .kernel_parts()?;
+        if let Some(problem) = k.kernel.launch_problem(limits, &config) {
             return Err(Error::Dag(DagError::LaunchShape {
-                node: name,
+                node: name.to_string(),
                 kernel: k.kernel.name().to_string(),
                 problem,
             }));
@@ -372,12 +373,13 @@ impl Exec {
     pub fn set_fft_params(&mut self, id: NodeId, params: crate::fft::FftParams) -> Result<()> {
         let key = super::DeviceKey::Cuda(self.device.ordinal() as i32);
         let node = self.dag.node_mut(id)?;
-        let name = node.name.clone();
-        let Op::Fft(f) = &mut node.op else {
+        if !matches!(node.op, Op::Fft(_)) {
             return Err(node.wrong_kind("an FFT node"));
-        };
-        let old = f.apply_params(&name, params)?;
-        if let Err(e) = f.validate(&name, key) {
+        }
+        let super::Node { name, op, .. } = node;
+        let Op::Fft(f) = op else { unreachable!() };
+        let old = f.apply_params(name, params)?;
+        if let Err(e) = f.validate(name, key) {
             f.params = old;
             return Err(e);
         }

@@ -417,26 +417,23 @@ pub(crate) fn memcpy_kind(k: CopyKind) -> sys::cudaMemcpyKind {
 }
 
 pub(crate) fn memcpy_3d_params(m: &MemcpyNode) -> sys::cudaMemcpy3DParms {
-    let mut p = sys::cudaMemcpy3DParms::default();
-    p.srcPtr = sys::cudaPitchedPtr {
-        ptr: m.src.addr() as *mut c_void,
-        pitch: m.src_pitch,
+    let pitched = |addr: u64, pitch: usize| sys::cudaPitchedPtr {
+        ptr: addr as *mut c_void,
+        pitch,
         xsize: m.width,
         ysize: m.height,
     };
-    p.dstPtr = sys::cudaPitchedPtr {
-        ptr: m.dst.addr() as *mut c_void,
-        pitch: m.dst_pitch,
-        xsize: m.width,
-        ysize: m.height,
-    };
-    p.extent = sys::cudaExtent {
-        width: m.width,
-        height: m.height,
-        depth: 1,
-    };
-    p.kind = memcpy_kind(m.kind());
-    p
+    sys::cudaMemcpy3DParms {
+        srcPtr: pitched(m.src.addr(), m.src_pitch),
+        dstPtr: pitched(m.dst.addr(), m.dst_pitch),
+        extent: sys::cudaExtent {
+            width: m.width,
+            height: m.height,
+            depth: 1,
+        },
+        kind: memcpy_kind(m.kind()),
+        ..Default::default()
+    }
 }
 
 pub(crate) fn memset_params(m: &MemsetNode) -> sys::cudaMemsetParams {

@@ -644,7 +644,7 @@ impl Dag {
             value,
         };
         let name = format!("memset#{}", self.graph.node_bound());
-        if node.dst.len % value.size() != 0 {
+        if !node.dst.len.is_multiple_of(value.size()) {
             return Err(oob(
                 &name,
                 format!(
@@ -663,7 +663,7 @@ impl Dag {
         let name = format!("memset#{}", self.graph.node_bound());
         let e = m.dst.elem;
         let row = m.width * e;
-        if row % m.value.size() != 0 {
+        if !row.is_multiple_of(m.value.size()) {
             return Err(oob(
                 &name,
                 format!("a {row}-byte row is not a whole number of values"),
@@ -889,6 +889,18 @@ impl Node {
         })
     }
 
+    /// The name and the kernel node, borrowed apart (no allocation on the update path).
+    pub(crate) fn kernel_parts(&mut self) -> Result<(&str, &mut KernelNode)> {
+        if !matches!(self.op, Op::Kernel(_)) {
+            return Err(self.wrong_kind("a kernel node"));
+        }
+        let Node { name, op, .. } = self;
+        match op {
+            Op::Kernel(k) => Ok((name.as_str(), k)),
+            _ => unreachable!(),
+        }
+    }
+
     pub(crate) fn kernel_mut(&mut self) -> Result<&mut KernelNode> {
         if !matches!(self.op, Op::Kernel(_)) {
             return Err(self.wrong_kind("a kernel node"));
@@ -925,13 +937,14 @@ impl Node {
     }
 
     pub(crate) fn apply_memset_value(&mut self, value: MemsetValue) -> Result<()> {
-        let name = self.name.clone();
-        let Op::Memset(m) = &mut self.op else {
+        if !matches!(self.op, Op::Memset(_)) {
             return Err(self.wrong_kind("a memset node"));
-        };
+        }
+        let Node { name, op, .. } = self;
+        let Op::Memset(m) = op else { unreachable!() };
         if value.size() != m.value.size() {
             return Err(oob(
-                &name,
+                name,
                 format!(
                     "the node writes {}-byte values; a {}-byte value cannot replace them",
                     m.value.size(),
@@ -949,12 +962,14 @@ impl Node {
         src: Region,
         retire: &mut dyn FnMut(Arc<crate::memory::Allocation>),
     ) -> Result<()> {
-        let name = self.name.clone();
-        let Op::Memcpy(m) = &mut self.op else {
+        if !matches!(self.op, Op::Memcpy(_)) {
             return Err(self.wrong_kind("a memcpy node"));
-        };
+        }
+        let Node { name, op, .. } = self;
+        let name = name.as_str();
+        let Op::Memcpy(m) = op else { unreachable!() };
         if m.height != 1 {
-            return Err(oob(&name, "set_memcpy replaces 1D copies; this one is 2D"));
+            return Err(oob(name, "set_memcpy replaces 1D copies; this one is 2D"));
         }
         let new = MemcpyNode {
             width: src.len,
@@ -964,10 +979,10 @@ impl Node {
             dst,
             src,
         };
-        check_memcpy(&name, &new)?;
+        check_memcpy(name, &new)?;
         if new.kind() != m.kind() {
             return Err(oob(
-                &name,
+                name,
                 format!(
                     "the copy is {} and cannot become {}",
                     m.kind().as_str(),

@@ -75,6 +75,12 @@ pub(crate) fn work_shares(dag: &Dag, order: &[crate::dag::NodeId]) -> Vec<Option
 struct Handle {
     raw: sys::cufftHandle,
     device: Device,
+    /// The `caller_info` pointers given to `cufftXtSetJITCallback` (load, store): cuFFT keeps
+    /// the address of this array, so it lives as long as the handle.
+    caller_info: Box<[*mut c_void; 2]>,
+    /// The callback names and LTO-IR given to `cufftXtSetJITCallback`: cuFFT reads them again
+    /// when the plan is made, so they live as long as the handle.
+    callbacks: Vec<(CString, Arc<Vec<u8>>)>,
 }
 
 impl Drop for Handle {
@@ -272,40 +278,67 @@ fn store_cb(cb: &StoreCallback, kind: super::FftType) -> (String, String) {
 }
 
 /// Makes a cuFFT plan for `plan` on `handle` (advanced layout if any); returns the work size.
+/// Uses the 32-bit `cufftMakePlanMany` when every value fits (LTO callbacks need it; the 64-bit
+/// call answers `CUFFT_INVALID_SIZE` for them), else `cufftMakePlanMany64`.
 fn make_plan(handle: sys::cufftHandle, plan: &FftPlan) -> Result<usize> {
     let d = &plan.inner.desc;
-    let mut n = d.sizes.clone();
-    // SAFETY: the handle is live and not yet made; the embed arrays have rank entries.
-    unsafe {
-        match &d.layout {
-            None => cf::make_plan_many64(
+    let (mut inembed, istride, idist, mut onembed, ostride, odist) = match &d.layout {
+        None => (None, 1, 0, None, 1, 0),
+        Some(l) => (
+            Some(l.inembed.clone()),
+            l.istride,
+            l.idist,
+            Some(l.onembed.clone()),
+            l.ostride,
+            l.odist,
+        ),
+    };
+    let small = |v: &[i64]| v.iter().all(|&x| i32::try_from(x).is_ok());
+    let fits = small(&d.sizes)
+        && small(&[istride, idist, ostride, odist, d.batch])
+        && inembed.as_deref().is_none_or(small)
+        && onembed.as_deref().is_none_or(small);
+    if fits {
+        let to32 = |v: &[i64]| v.iter().map(|&x| x as i32).collect::<Vec<i32>>();
+        let mut n = to32(&d.sizes);
+        let mut i32in = inembed.as_deref().map(to32);
+        let mut i32on = onembed.as_deref().map(to32);
+        // SAFETY: the handle is live and not yet made; the embed arrays have rank entries.
+        return unsafe {
+            cf::make_plan_many(
                 handle,
                 &mut n,
-                None,
-                1,
-                0,
-                None,
-                1,
-                0,
+                i32in.as_deref_mut(),
+                istride as i32,
+                idist as i32,
+                i32on.as_deref_mut(),
+                ostride as i32,
+                odist as i32,
                 d.kind.raw(),
-                d.batch,
-            ),
-            Some(l) => {
-                let (mut i, mut o) = (l.inembed.clone(), l.onembed.clone());
-                cf::make_plan_many64(
-                    handle,
-                    &mut n,
-                    Some(&mut i),
-                    l.istride,
-                    l.idist,
-                    Some(&mut o),
-                    l.ostride,
-                    l.odist,
-                    d.kind.raw(),
-                    d.batch,
-                )
-            }
-        }
+                d.batch as i32,
+            )
+        };
+    }
+    if d.load.is_some() || d.store.is_some() {
+        return Err(Error::Invalid(
+            "cuFFT LTO callbacks need sizes, strides and batch that fit in 32 bits".into(),
+        ));
+    }
+    let mut n = d.sizes.clone();
+    // SAFETY: as above, 64-bit variant.
+    unsafe {
+        cf::make_plan_many64(
+            handle,
+            &mut n,
+            inembed.as_deref_mut(),
+            istride,
+            idist,
+            onembed.as_deref_mut(),
+            ostride,
+            odist,
+            d.kind.raw(),
+            d.batch,
+        )
     }
 }
 
@@ -323,6 +356,8 @@ fn work_size(device: &Device, plan: &FftPlan) -> Result<usize> {
     let h = Handle {
         raw: unsafe { cf::create()? },
         device: device.clone(),
+        caller_info: Box::new([std::ptr::null_mut(); 2]),
+        callbacks: Vec::new(),
     };
     // SAFETY: the handle is live and not made.
     unsafe { cf::set_auto_allocation(h.raw, false)? };
@@ -342,6 +377,37 @@ fn zeroed_device(device: &Device, bytes: usize) -> Result<Arc<Allocation>> {
 }
 
 impl LoweringContext {
+    /// Gives `handle` the work area of `work`'s slot, allocated at the largest size any plan
+    /// of the slot needs.
+    fn shared_work_area(
+        &mut self,
+        device: &Device,
+        handle: sys::cufftHandle,
+        need: usize,
+        work: &WorkShare,
+    ) -> Result<()> {
+        let area = match self.work.get(&work.slot) {
+            Some(a) => a.clone(),
+            None => {
+                let mut size = need;
+                for p in &work.plans {
+                    size = size.max(work_size(device, p)?);
+                }
+                let a = Allocation::new(device, size.max(16), MemorySpace::Device)?;
+                self.work.insert(work.slot, a.clone());
+                a
+            }
+        };
+        if area.bytes < need {
+            return Err(Error::Invalid(format!(
+                "FFT work area of {} bytes is smaller than the {need} the plan needs",
+                area.bytes
+            )));
+        }
+        // SAFETY: the area is large enough and kept alive by this context.
+        unsafe { cf::set_work_area(handle, area.ptr as *mut c_void) }
+    }
+
     fn stream(&mut self, device: &Device) -> Result<Stream> {
         if self.stream.is_none() {
             self.stream = Some(Stream::new(device)?);
@@ -362,9 +428,11 @@ impl LoweringContext {
         let d = &f.plan.inner.desc;
         let stream = self.stream(device)?;
         // SAFETY: the handle is owned by `Handle` and destroyed in its Drop.
-        let handle = Handle {
+        let mut handle = Handle {
             raw: unsafe { cf::create()? },
             device: device.clone(),
+            caller_info: Box::new([std::ptr::null_mut(); 2]),
+            callbacks: Vec::new(),
         };
         let param_bytes = f.param_buffer_bytes();
         let params = if param_bytes > 0 {
@@ -381,47 +449,47 @@ impl LoweringContext {
                 let ir = callback_lto(device, &sym, &src)?;
                 let sym = CString::new(sym)
                     .map_err(|_| Error::Invalid("callback name has a NUL".into()))?;
-                let mut info = base as *mut c_void;
-                // SAFETY: the handle is not made yet; `ir` defines `sym`; `info` points to this
-                // node's parameter buffer, kept alive with the handle.
-                unsafe { cf::set_jit_callback(handle.raw, &sym, &ir, ld_type, &mut info)? };
+                handle.caller_info[0] = base as *mut c_void;
+                // SAFETY: the handle is not made yet; `ir` defines `sym`; the name, the IR and
+                // the caller-info slot (pointing to this node's parameter buffer) are kept with
+                // the handle.
+                unsafe {
+                    cf::set_jit_callback(
+                        handle.raw,
+                        &sym,
+                        &ir,
+                        ld_type,
+                        &mut handle.caller_info[0],
+                    )?
+                };
+                handle.callbacks.push((sym, ir));
             }
             if let Some(cb) = &d.store {
                 let (sym, src) = store_cb(cb, d.kind);
                 let ir = callback_lto(device, &sym, &src)?;
                 let sym = CString::new(sym)
                     .map_err(|_| Error::Invalid("callback name has a NUL".into()))?;
-                let mut info = (base + f.store_offset() as u64) as *mut c_void;
+                handle.caller_info[1] = (base + f.store_offset() as u64) as *mut c_void;
                 // SAFETY: as above, for the store part of the buffer.
-                unsafe { cf::set_jit_callback(handle.raw, &sym, &ir, st_type, &mut info)? };
+                unsafe {
+                    cf::set_jit_callback(
+                        handle.raw,
+                        &sym,
+                        &ir,
+                        st_type,
+                        &mut handle.caller_info[1],
+                    )?
+                };
+                handle.callbacks.push((sym, ir));
             }
         }
+        // The work area comes from this context, shared by nodes the DAG orders.
         // SAFETY: the handle is live and not made.
         unsafe { cf::set_auto_allocation(handle.raw, false)? };
         let need = make_plan(handle.raw, &f.plan)?;
-        let area = match self.work.get(&work.slot) {
-            Some(a) => a.clone(),
-            None => {
-                let mut size = need;
-                for p in &work.plans {
-                    size = size.max(work_size(device, p)?);
-                }
-                let a = Allocation::new(device, size.max(16), MemorySpace::Device)?;
-                self.work.insert(work.slot, a.clone());
-                a
-            }
-        };
-        if area.bytes < need {
-            return Err(Error::Invalid(format!(
-                "FFT work area of {} bytes is smaller than the {need} the plan needs",
-                area.bytes
-            )));
-        }
-        // SAFETY: the area is large enough and kept alive by this context.
-        unsafe {
-            cf::set_work_area(handle.raw, area.ptr as *mut c_void)?;
-            cf::set_stream(handle.raw, stream.raw())?;
-        }
+        self.shared_work_area(device, handle.raw, need, work)?;
+        // SAFETY: the handle and the stream are live.
+        unsafe { cf::set_stream(handle.raw, stream.raw())? };
 
         // Execute once outside capture, on scratch buffers, so nothing lazy happens inside it.
         let scratch_bytes = (f.plan.inner.in_elems.max(f.plan.inner.out_elems) as usize) * 16;
@@ -473,8 +541,6 @@ impl LoweringContext {
         };
 
         // Capture the transform into the graph.
-        // SAFETY: the graph is live.
-        let before = unsafe { rt::graph_nodes(graph)?.len() };
         // SAFETY: stream and graph are live; the dependencies are nodes of the graph.
         unsafe {
             rt::stream_begin_capture_to_graph(
@@ -502,9 +568,12 @@ impl LoweringContext {
         exec?;
         let (_, terminals) = info?;
         ended?;
-        // SAFETY: the graph is live.
-        let after = unsafe { rt::graph_nodes(graph)?.len() };
-        if after <= before || terminals.is_empty() {
+        // The capture's dependency set moves past `capture_deps` only if it recorded nodes.
+        let mut sorted = terminals.clone();
+        sorted.sort();
+        let mut before = capture_deps.clone();
+        before.sort();
+        if terminals.is_empty() || sorted == before {
             return Err(Error::Invalid(format!(
                 "capturing the cuFFT call for a {:?} plan added no nodes to the graph",
                 d.kind

@@ -117,7 +117,7 @@ pub enum Direction {
 impl Direction {
     pub(crate) fn raw(self) -> i32 {
         match self {
-            Direction::Forward => crate::sys::CUFFT_FORWARD as i32,
+            Direction::Forward => crate::sys::CUFFT_FORWARD,
             Direction::Inverse => crate::sys::CUFFT_INVERSE as i32,
         }
     }

@@ -163,6 +163,43 @@ pub unsafe fn make_plan_many64(
     Ok(work)
 }
 
+/// `cufftMakePlanMany` (32-bit sizes; the variant LTO callbacks work with); returns the work
+/// size in bytes.
+///
+/// # Safety
+/// As [`make_plan_many64`].
+#[allow(clippy::too_many_arguments)] // reason: mirrors the C call one to one
+pub unsafe fn make_plan_many(
+    plan: sys::cufftHandle,
+    n: &mut [i32],
+    inembed: Option<&mut [i32]>,
+    istride: i32,
+    idist: i32,
+    onembed: Option<&mut [i32]>,
+    ostride: i32,
+    odist: i32,
+    kind: sys::cufftType,
+    batch: i32,
+) -> Result<usize> {
+    let mut work = 0usize;
+    let ptr = |e: Option<&mut [i32]>| e.map_or(std::ptr::null_mut(), |s| s.as_mut_ptr());
+    cf!(cufftMakePlanMany(
+        plan,
+        n.len() as i32,
+        n.as_mut_ptr(),
+        ptr(inembed),
+        istride,
+        idist,
+        ptr(onembed),
+        ostride,
+        odist,
+        kind,
+        batch,
+        &mut work
+    ))?;
+    Ok(work)
+}
+
 /// Executes the plan made for `kind` (`cufftExecC2C`, `R2C`, `C2R`, `Z2Z`, `D2Z` or `Z2D`);
 /// `direction` matters for C2C/Z2Z only.
 ///
