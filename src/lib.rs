@@ -20,7 +20,7 @@ pub use device::{versions, Device, DeviceLimits, DeviceProperties};
 pub use error::{Error, Library, Result, Version};
 pub use fft::{
     CallbackParams, CustomCallback, Direction, FftNode, FftParams, FftPlan, FftPlanDesc, FftSpec,
-    FftType, Layout, LoadCallback, StoreCallback,
+    FftType, Layout, LoadCallback, StoreCallback, StreamFft,
 };
 pub use kernel::{
     compile, nvrtc_version, CodeKind, CompileOptions, Compiled, Dim3, Kernel, KernelArg,

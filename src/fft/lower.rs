@@ -71,8 +71,55 @@ pub(crate) fn work_shares(dag: &Dag, order: &[crate::dag::NodeId]) -> Vec<Option
     out
 }
 
+/// Creates a cuFFT handle for `plan` with its callbacks attached (not yet made). The callbacks'
+/// `caller_info` is the parameter buffer at `params` (load part) and `params + store_offset`.
+pub(crate) fn new_handle(
+    device: &Device,
+    plan: &FftPlan,
+    params: Option<u64>,
+    store_offset: usize,
+) -> Result<Handle> {
+    let d = &plan.inner.desc;
+    // SAFETY: the handle is owned by `Handle` and destroyed in its Drop.
+    let mut handle = Handle {
+        raw: unsafe { cf::create()? },
+        device: device.clone(),
+        caller_info: Box::new([std::ptr::null_mut(); 2]),
+        callbacks: Vec::new(),
+    };
+    if d.load.is_none() && d.store.is_none() {
+        return Ok(handle);
+    }
+    crate::load::nvjitlink()?;
+    let (ld_type, st_type) = callback_types(d.kind);
+    let base = params.expect("callbacks have parameters");
+    let cbs = [
+        d.load.as_ref().map(|cb| (load_cb(cb), ld_type, base)),
+        d.store
+            .as_ref()
+            .map(|cb| (store_cb(cb, d.kind), st_type, base + store_offset as u64)),
+    ];
+    for (slot, cb) in cbs.into_iter().enumerate() {
+        let Some(((sym, src), kind, info)) = cb else {
+            continue;
+        };
+        let ir = callback_lto(device, &sym, &src)?;
+        let sym =
+            CString::new(sym).map_err(|_| Error::Invalid("callback name has a NUL".into()))?;
+        handle.caller_info[slot] = info as *mut c_void;
+        // SAFETY: the handle is not made yet; `ir` defines `sym`; the name, the IR and the
+        // caller-info slot (pointing into the parameter buffer) are kept with the handle,
+        // since cuFFT reads them again when the plan is made.
+        unsafe {
+            cf::set_jit_callback(handle.raw, &sym, &ir, kind, &mut handle.caller_info[slot])?
+        };
+        handle.callbacks.push((sym, ir));
+    }
+    Ok(handle)
+}
+
 /// An owned cuFFT handle.
-struct Handle {
+pub(crate) struct Handle {
     raw: sys::cufftHandle,
     device: Device,
     /// The `caller_info` pointers given to `cufftXtSetJITCallback` (load, store): cuFFT keeps
@@ -81,6 +128,12 @@ struct Handle {
     /// The callback names and LTO-IR given to `cufftXtSetJITCallback`: cuFFT reads them again
     /// when the plan is made, so they live as long as the handle.
     callbacks: Vec<(CString, Arc<Vec<u8>>)>,
+}
+
+impl Handle {
+    pub(crate) fn raw(&self) -> sys::cufftHandle {
+        self.raw
+    }
 }
 
 impl Drop for Handle {
@@ -126,7 +179,7 @@ extern "C" __global__ void cudagraph_fft_set_params(unsigned long long* dst, cg_
 "#;
 
 /// The parameter-setting kernel, compiled once per device.
-fn setter_kernel(device: &Device) -> Result<Kernel> {
+pub(crate) fn setter_kernel(device: &Device) -> Result<Kernel> {
     static CACHE: OnceLock<Mutex<HashMap<usize, Kernel>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
@@ -280,7 +333,7 @@ fn store_cb(cb: &StoreCallback, kind: super::FftType) -> (String, String) {
 /// Makes a cuFFT plan for `plan` on `handle` (advanced layout if any); returns the work size.
 /// Uses the 32-bit `cufftMakePlanMany` when every value fits (LTO callbacks need it; the 64-bit
 /// call answers `CUFFT_INVALID_SIZE` for them), else `cufftMakePlanMany64`.
-fn make_plan(handle: sys::cufftHandle, plan: &FftPlan) -> Result<usize> {
+pub(crate) fn make_plan(handle: sys::cufftHandle, plan: &FftPlan) -> Result<usize> {
     let d = &plan.inner.desc;
     let (mut inembed, istride, idist, mut onembed, ostride, odist) = match &d.layout {
         None => (None, 1, 0, None, 1, 0),
@@ -369,7 +422,7 @@ fn work_size(device: &Device, plan: &FftPlan) -> Result<usize> {
     Ok(w)
 }
 
-fn zeroed_device(device: &Device, bytes: usize) -> Result<Arc<Allocation>> {
+pub(crate) fn zeroed_device(device: &Device, bytes: usize) -> Result<Arc<Allocation>> {
     let a = Allocation::new(device, bytes.max(16), MemorySpace::Device)?;
     // SAFETY: the allocation is live and `a.bytes` long.
     unsafe { rt::memset(a.ptr as *mut c_void, 0, a.bytes)? };
@@ -427,62 +480,18 @@ impl LoweringContext {
         device.bind()?;
         let d = &f.plan.inner.desc;
         let stream = self.stream(device)?;
-        // SAFETY: the handle is owned by `Handle` and destroyed in its Drop.
-        let mut handle = Handle {
-            raw: unsafe { cf::create()? },
-            device: device.clone(),
-            caller_info: Box::new([std::ptr::null_mut(); 2]),
-            callbacks: Vec::new(),
-        };
         let param_bytes = f.param_buffer_bytes();
         let params = if param_bytes > 0 {
             Some(zeroed_device(device, param_bytes)?)
         } else {
             None
         };
-        if d.load.is_some() || d.store.is_some() {
-            crate::load::nvjitlink()?;
-            let (ld_type, st_type) = callback_types(d.kind);
-            let base = params.as_ref().expect("callbacks have parameters").ptr;
-            if let Some(cb) = &d.load {
-                let (sym, src) = load_cb(cb);
-                let ir = callback_lto(device, &sym, &src)?;
-                let sym = CString::new(sym)
-                    .map_err(|_| Error::Invalid("callback name has a NUL".into()))?;
-                handle.caller_info[0] = base as *mut c_void;
-                // SAFETY: the handle is not made yet; `ir` defines `sym`; the name, the IR and
-                // the caller-info slot (pointing to this node's parameter buffer) are kept with
-                // the handle.
-                unsafe {
-                    cf::set_jit_callback(
-                        handle.raw,
-                        &sym,
-                        &ir,
-                        ld_type,
-                        &mut handle.caller_info[0],
-                    )?
-                };
-                handle.callbacks.push((sym, ir));
-            }
-            if let Some(cb) = &d.store {
-                let (sym, src) = store_cb(cb, d.kind);
-                let ir = callback_lto(device, &sym, &src)?;
-                let sym = CString::new(sym)
-                    .map_err(|_| Error::Invalid("callback name has a NUL".into()))?;
-                handle.caller_info[1] = (base + f.store_offset() as u64) as *mut c_void;
-                // SAFETY: as above, for the store part of the buffer.
-                unsafe {
-                    cf::set_jit_callback(
-                        handle.raw,
-                        &sym,
-                        &ir,
-                        st_type,
-                        &mut handle.caller_info[1],
-                    )?
-                };
-                handle.callbacks.push((sym, ir));
-            }
-        }
+        let handle = new_handle(
+            device,
+            &f.plan,
+            params.as_ref().map(|p| p.ptr),
+            f.store_offset(),
+        )?;
         // The work area comes from this context, shared by nodes the DAG orders.
         // SAFETY: the handle is live and not made.
         unsafe { cf::set_auto_allocation(handle.raw, false)? };

@@ -36,6 +36,7 @@
 //! that says so, and plain FFT nodes still work.
 
 pub(crate) mod lower;
+mod stream;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -46,6 +47,7 @@ use crate::memory::{DeviceRepr, MemorySpace, Region};
 
 pub(crate) use lower::LoweringContext;
 pub use lower::WorkShare;
+pub use stream::StreamFft;
 
 /// The transform type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -528,6 +530,29 @@ fn builtin_bytes(scale: f32, flags: u32, ptr: u64) -> [u8; BUILTIN_PARAMS] {
 }
 
 impl FftNode {
+    /// A node of `plan` with no buffers, for the plan-level helpers (parameter layout).
+    pub(crate) fn probe(plan: &FftPlan) -> FftNode {
+        let none = Region {
+            alloc: Arc::new(crate::memory::Allocation {
+                ptr: 0,
+                bytes: 0,
+                space: MemorySpace::Device,
+                owner: crate::memory::Owner::Recording(0),
+            }),
+            offset: 0,
+            len: 0,
+            elem: 1,
+        };
+        FftNode {
+            uid: 0,
+            plan: plan.clone(),
+            direction: Direction::Forward,
+            input: none.clone(),
+            output: none,
+            params: FftParams::none(),
+        }
+    }
+
     /// The plan.
     pub fn plan(&self) -> &FftPlan {
         &self.plan
@@ -713,6 +738,24 @@ impl FftNode {
             return fail(problem);
         }
         Ok(())
+    }
+
+    /// Checks that `spec`'s regions belong to `key`.
+    pub(crate) fn validate_regions(
+        &self,
+        name: &str,
+        spec: &FftSpec,
+        key: DeviceKey,
+    ) -> Result<()> {
+        let node = FftNode {
+            uid: 0,
+            plan: spec.plan.clone(),
+            direction: spec.direction,
+            input: spec.input.clone(),
+            output: spec.output.clone(),
+            params: spec.params.clone(),
+        };
+        node.validate(name, key)
     }
 
     pub(crate) fn validate(&self, name: &str, key: DeviceKey) -> Result<()> {

@@ -4,7 +4,7 @@
 use anyhow::ensure;
 use cudagraph::{
     args, CallbackParams, CustomCallback, Dag, DeviceBuffer, Direction, FftParams, FftPlan,
-    FftPlanDesc, FftSpec, FftType, LaunchConfig, LoadCallback, StoreCallback, Stream,
+    FftPlanDesc, FftSpec, FftType, LaunchConfig, LoadCallback, StoreCallback, Stream, StreamFft,
 };
 use libtest_mimic::Trial;
 use rustfft::num_complex::Complex;
@@ -32,6 +32,7 @@ pub fn tests() -> Vec<Trial> {
         gpu_test("fft::user_defined_callback", custom_callback),
         gpu_test("fft::updates_while_launches_are_queued", queued_updates),
         gpu_test("fft::advanced_layout", advanced_layout),
+        gpu_test("fft::stream_fft_matches_graph", stream_fft),
     ]
 }
 
@@ -574,9 +575,12 @@ __device__ float2 window_load(void* dataIn, unsigned long long offset, void* inf
         "custom window, gain -1",
     )?;
     let e = exec
-        .set_fft_params(node, ld_st(Some(CallbackParams::custom(1.0f64)), None))
+        .set_fft_params(node, ld_st(Some(CallbackParams::custom(1.0f32)), None))
         .unwrap_err();
-    ensure!(e.to_string().contains("takes 8 parameter bytes"), "{e}");
+    ensure!(
+        e.to_string().contains("takes 8 parameter bytes, not 4"),
+        "{e}"
+    );
     Ok(())
 }
 
@@ -662,4 +666,58 @@ fn advanced_layout(gpu: &Gpu) -> anyhow::Result<()> {
         &reference(&to64(&gathered), n, false),
         "strided input",
     )
+}
+
+/// `StreamFft` (the graph-free baseline) computes the same as an FFT node, per call parameters
+/// included.
+fn stream_fft(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let (n, batch) = (256usize, 16usize);
+    let plan = FftPlan::new(
+        FftPlanDesc::new(FftType::C2C, &[n as i64], batch as i64)
+            .with_load(LoadCallback::ComplexI8)
+            .with_store(StoreCallback::Scale),
+    )?;
+    let raw: Vec<[i8; 2]> = (0..n * batch)
+        .map(|i| [((i * 7) % 255) as i8, ((i * 3) % 127) as i8])
+        .collect();
+    let input = DeviceBuffer::from_slice(d, &raw)?;
+    let outs: Vec<_> = (0..4)
+        .map(|_| DeviceBuffer::<C32>::zeros(d, n * batch))
+        .collect::<Result<_, _>>()?;
+    let mut fft = StreamFft::new(d, &plan)?;
+    for (i, out) in outs.iter().enumerate() {
+        let p = ld_st(
+            Some(CallbackParams::load(0.5)),
+            Some(CallbackParams::store(i as f32 + 1.0)),
+        );
+        fft.exec(
+            &gpu.stream,
+            Direction::Forward,
+            &input.region(..),
+            &out.region(..),
+            &p,
+        )?;
+    }
+    gpu.stream.synchronize()?;
+    let x: Vec<C64> = raw
+        .iter()
+        .map(|v| C64::new(v[0] as f64, v[1] as f64) * 0.5)
+        .collect();
+    let f = reference(&x, n, false);
+    for (i, out) in outs.iter().enumerate() {
+        let want: Vec<C64> = f.iter().map(|c| c * (i as f64 + 1.0)).collect();
+        check(&out.to_vec()?, &want, &format!("stream call {i}"))?;
+    }
+    let e = fft
+        .exec(
+            &gpu.stream,
+            Direction::Forward,
+            &input.region(..),
+            &outs[0].region(..),
+            &FftParams::none(),
+        )
+        .unwrap_err();
+    ensure!(e.to_string().contains("needs load parameters"), "{e}");
+    Ok(())
 }

@@ -1,0 +1,140 @@
+//! FFTs executed directly on a stream, outside any graph.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use super::lower::{make_plan, new_handle, setter_kernel, zeroed_device, Handle};
+use super::{Direction, FftNode, FftParams, FftPlan, FftSpec};
+use crate::dag::DeviceKey;
+use crate::device::Device;
+use crate::error::Result;
+use crate::kernel::{KernelArg, LaunchConfig, PackedArgs};
+use crate::memory::{Allocation, MemorySpace, Region};
+use crate::result::{cufft as cf, runtime as rt};
+use crate::stream::Stream;
+
+/// One cuFFT plan made from an [`FftPlan`], executed directly on streams: the baseline FFT
+/// nodes are measured against, and a way to run a transform outside a graph.
+///
+/// It owns its cuFFT handle, work area and callback-parameter buffer. [`StreamFft::exec`]
+/// queues a parameter write (a kernel launch, whose arguments CUDA copies at launch, so each
+/// call's parameters stay with it) followed by the transform. Buffers are not kept alive by
+/// the call: keep them until the stream has run it.
+pub struct StreamFft {
+    plan: FftPlan,
+    device: Device,
+    handle: Handle,
+    _params: Option<Arc<Allocation>>,
+    setter: Option<PackedArgs>,
+    setter_kernel: Option<crate::kernel::Kernel>,
+    _work: Arc<Allocation>,
+    /// A buffer-less node of the plan, for the parameter layout.
+    probe: FftNode,
+    /// The stream the handle is bound to (rebinding costs a call, so only on change).
+    bound: crate::sys::cudaStream_t,
+}
+
+impl StreamFft {
+    /// Makes the cuFFT plan (with its callbacks) on `device`.
+    pub fn new(device: &Device, plan: &FftPlan) -> Result<StreamFft> {
+        device.bind()?;
+        let probe = FftNode::probe(plan);
+        let bytes = probe.param_buffer_bytes();
+        let params = if bytes > 0 {
+            Some(zeroed_device(device, bytes)?)
+        } else {
+            None
+        };
+        let handle = new_handle(
+            device,
+            plan,
+            params.as_ref().map(|p| p.ptr),
+            probe.store_offset(),
+        )?;
+        // SAFETY: the handle is live and not made.
+        unsafe { cf::set_auto_allocation(handle.raw(), false)? };
+        let need = make_plan(handle.raw(), plan)?;
+        let work = Allocation::new(device, need.max(16), MemorySpace::Device)?;
+        // SAFETY: the work area is large enough and owned by `self`.
+        unsafe { cf::set_work_area(handle.raw(), work.ptr as *mut c_void)? };
+        let (setter, setter_kernel) = match &params {
+            Some(p) => {
+                let k = setter_kernel(device)?;
+                let args = [
+                    KernelArg::from(p.ptr),
+                    KernelArg::from([0u8; super::PARAM_BLOB]),
+                    KernelArg::from(bytes.div_ceil(8) as i32),
+                ];
+                k.check_args(&args)?;
+                (Some(PackedArgs::new(&k, &args)), Some(k))
+            }
+            None => (None, None),
+        };
+        Ok(StreamFft {
+            plan: plan.clone(),
+            device: device.clone(),
+            handle,
+            _params: params,
+            setter,
+            setter_kernel,
+            _work: work,
+            probe,
+            bound: std::ptr::null_mut(),
+        })
+    }
+
+    /// Queues the transform of `input` into `output` on `stream`, with callback `params`
+    /// (checked like an FFT node's).
+    pub fn exec(
+        &mut self,
+        stream: &Stream,
+        direction: Direction,
+        input: &Region,
+        output: &Region,
+        params: &FftParams,
+    ) -> Result<()> {
+        let spec = FftSpec {
+            plan: self.plan.clone(),
+            direction,
+            input: input.clone(),
+            output: output.clone(),
+            params: params.clone(),
+        };
+        FftNode::check("StreamFft", &spec)?;
+        self.probe.validate_regions(
+            "StreamFft",
+            &spec,
+            DeviceKey::Cuda(self.device.ordinal() as i32),
+        )?;
+        if self.bound != stream.raw() {
+            // SAFETY: both are live.
+            unsafe { cf::set_stream(self.handle.raw(), stream.raw())? };
+            self.bound = stream.raw();
+        }
+        if let (Some(packed), Some(k)) = (&mut self.setter, &self.setter_kernel) {
+            packed.set_bytes(1, &self.probe.param_blob(params));
+            // SAFETY: the setter's arguments match its layout (checked at construction); the
+            // parameter buffer is owned by `self`.
+            unsafe {
+                rt::launch_kernel(
+                    k.raw().expect("a loaded kernel") as *const c_void,
+                    LaunchConfig::new(1, 32).grid.into(),
+                    LaunchConfig::new(1, 32).block.into(),
+                    packed.kernel_params(),
+                    0,
+                    stream.raw(),
+                )?
+            };
+        }
+        // SAFETY: the regions were checked against the plan; the handle is bound to `stream`.
+        unsafe {
+            cf::exec(
+                self.handle.raw(),
+                self.plan.inner.desc.kind.raw(),
+                input.addr() as *mut c_void,
+                output.addr() as *mut c_void,
+                direction.raw(),
+            )
+        }
+    }
+}
