@@ -198,8 +198,9 @@ pub enum Error {
         /// The panic message.
         message: String,
     },
-    /// CUDA refused an in-place update of an executable graph.
-    #[error("cudaGraphExecUpdate refused the update{}: {reason}", node.as_ref().map(|n| format!(" at node `{n}`")).unwrap_or_default())]
+    /// An in-place update of an executable graph was refused (by the crate's check that the
+    /// nodes match, or by `cudaGraphExecUpdate`).
+    #[error("the graph update was refused{}: {reason}", node.as_ref().map(|n| format!(" at node `{n}`")).unwrap_or_default())]
     UpdateRefused {
         /// The node CUDA blamed, if it named one.
         node: Option<String>,

@@ -1,4 +1,119 @@
-//! cudagraph (crate docs written below in a later step)
+//! # cudagraph
+//!
+//! Build CUDA graphs **explicitly**, as DAGs: kernels, copies, memsets, host closures, child
+//! graphs and cuFFT transforms are named nodes of a [`petgraph`] graph. The DAG is validated
+//! (cycles, argument sizes, launch shapes, copy bounds, devices) before CUDA sees it, exported to
+//! DOT for inspection, lowered to `cudaGraphAdd*Node` calls (no stream capture in the user's
+//! model), instantiated, launched any number of times, and updated between launches without
+//! re-instantiating.
+//!
+//! Nothing is linked at build time: the CUDA runtime, cuFFT and NVRTC are loaded when first
+//! needed ([`load`]), and their absence is a typed [`Error`], so the crate builds and its
+//! host-side tests run on machines without a GPU or a CUDA toolkit.
+//!
+//! ## Lifecycle
+//!
+//! 1. **Build**: [`Dag::add_kernel`], [`Dag::add_memcpy`], [`Dag::add_memset`], [`Dag::add_host`],
+//!    [`Dag::add_empty`], [`Dag::add_child`], [`Dag::add_fft`]; [`Dag::add_dependency`],
+//!    [`Dag::chain`], [`Dag::fan_out`], [`Dag::fan_in`]. Arguments, bounds and cycles are checked
+//!    here, and errors name the node.
+//! 2. **Validate** for a device: [`Dag::validate`] (launch shapes, devices). [`Dag::to_dot`]
+//!    shows the DAG.
+//! 3. **Lower**: [`Dag::lower`] through a [`Backend`]: [`CudaBackend`] makes the CUDA calls,
+//!    [`RecordingBackend`] records them (no GPU needed).
+//! 4. **Instantiate**: [`Dag::instantiate`] gives an [`Exec`], which keeps alive every buffer,
+//!    kernel, closure and cuFFT state the graph uses.
+//! 5. **Launch and update**: [`Exec::launch`]; [`Exec::set_kernel_arg`],
+//!    [`Exec::set_kernel_args`], [`Exec::set_launch_config`], [`Exec::set_memcpy`],
+//!    [`Exec::set_memset_value`], [`Exec::set_host_fn`], [`Exec::set_enabled`],
+//!    [`Exec::set_fft_params`] per node; [`Exec::update`] / [`Exec::update_or_reinstantiate`]
+//!    for the whole graph. An update applies to launches issued after it; queued launches keep
+//!    their parameters.
+//!
+//! ## Node kinds and the CUDA calls they become
+//!
+//! | DAG node | builder | CUDA runtime call | per-node update on [`Exec`] |
+//! |---|---|---|---|
+//! | kernel | [`Dag::add_kernel`] | `cudaGraphAddKernelNode` | `cudaGraphExecKernelNodeSetParams` |
+//! | memcpy 1D / 2D | [`Dag::add_memcpy`], [`Dag::add_memcpy_2d`] | `cudaGraphAddMemcpyNode1D` / `cudaGraphAddMemcpyNode` | `cudaGraphExecMemcpyNodeSetParams1D` |
+//! | memset 1D / 2D | [`Dag::add_memset`], [`Dag::add_memset_2d`] | `cudaGraphAddMemsetNode` | `cudaGraphExecMemsetNodeSetParams` |
+//! | host closure | [`Dag::add_host`] | `cudaGraphAddHostNode` | `cudaGraphExecHostNodeSetParams` |
+//! | empty | [`Dag::add_empty`] | `cudaGraphAddEmptyNode` | — |
+//! | child DAG | [`Dag::add_child`] | `cudaGraphAddChildGraphNode` | whole-graph update |
+//! | FFT | [`Dag::add_fft`] | a parameter kernel node + `cufftExec*` captured with `cudaStreamBeginCaptureToGraph` ([`fft`]) | `cudaGraphExecKernelNodeSetParams` on the parameter node |
+//! | enable/disable | — | — | `cudaGraphNodeSetEnabled` |
+//! | whole graph | — | `cudaGraphInstantiate` | `cudaGraphExecUpdate` |
+//!
+//! ## Layers
+//!
+//! | layer | module | what it is |
+//! |---|---|---|
+//! | raw | [`sys`] | bindgen output for `wrapper.h` (runtime, cuFFT, NVRTC), never edited |
+//! | loading | [`load`] | run-time loading of the libraries, typed errors |
+//! | thin | [`result`] | one `unsafe fn` per library call, returning [`Result`] |
+//! | safe | crate root, [`dag`], [`fft`] | owning types with `Drop`, the DAG builder, executable graphs |
+//!
+//! ## Example
+//!
+//! Without a GPU, a [`RecordingBackend`] stands in for the device: the DAG is built, validated
+//! and lowered, and the calls that would be made are recorded.
+//!
+//! ```
+//! use cudagraph::{args, Dag, DeviceLimits, LaunchConfig, RecordingBackend};
+//!
+//! # fn main() -> cudagraph::Result<()> {
+//! let mut rec = RecordingBackend::new(DeviceLimits::hopper());
+//! let x = rec.device_buffer::<f32>(1 << 20);
+//! let host = rec.host_buffer::<f32>(1 << 20);
+//! let scale = rec.kernel("scale", &[8, 4, 4]); // (float* x, float a, int n)
+//!
+//! let mut dag = Dag::new();
+//! let up = dag.add_memcpy(&x, &host)?;
+//! let k = dag.add_kernel(&scale, LaunchConfig::for_elements(1 << 20, 256),
+//!                        &args![&x, 2.0f32, 1i32 << 20])?;
+//! let down = dag.add_memcpy(&host, &x)?;
+//! dag.set_name(k, "scale x");
+//! dag.chain(&[up, k, down])?;
+//!
+//! dag.lower(&mut rec)?;
+//! assert_eq!(rec.calls[1].function, "cudaGraphAddKernelNode");
+//! assert!(dag.to_dot().contains("scale x"));
+//! # Ok(()) }
+//! ```
+//!
+//! The same on a GPU (this code runs as the GPU tests do, see `tests/gpu/`):
+//!
+//! ```no_run
+//! use cudagraph::{args, Dag, Device, DeviceBuffer, HostBuffer, LaunchConfig, Module, Stream};
+//!
+//! # fn main() -> cudagraph::Result<()> {
+//! let device = Device::get(0)?;
+//! let stream = Stream::new(&device)?;
+//! let module = Module::from_source(&device, r#"
+//!     extern "C" __global__ void scale(float* x, float a, int n) {
+//!         int i = blockIdx.x * blockDim.x + threadIdx.x;
+//!         if (i < n) x[i] *= a;
+//!     }"#)?;
+//! let scale = module.kernel("scale")?;
+//! let n = 1 << 20;
+//! let host = HostBuffer::from_slice(&device, &vec![1.0f32; n])?;
+//! let x = DeviceBuffer::<f32>::zeros(&device, n)?;
+//!
+//! let mut dag = Dag::new();
+//! let up = dag.add_memcpy(&x, &host)?;
+//! let k = dag.add_kernel(&scale, LaunchConfig::for_elements(n as u32, 256),
+//!                        &args![&x, 2.0f32, n as i32])?;
+//! let down = dag.add_memcpy(&host, &x)?;
+//! dag.chain(&[up, k, down])?;
+//!
+//! let mut exec = dag.instantiate(&device)?;
+//! for i in 0..100 {
+//!     exec.set_kernel_arg(k, 1, i as f32)?; // applies to the next launch only
+//!     exec.launch(&stream)?;
+//! }
+//! exec.synchronize()?;
+//! # Ok(()) }
+//! ```
 #![warn(missing_docs)]
 
 pub mod dag;

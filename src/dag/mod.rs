@@ -5,7 +5,7 @@
 //! (kernel arguments against the kernel's parameter layout, copy and memset bounds); edges are
 //! added with [`Dag::add_dependency`] and its helpers, which reject a self-loop or a cycle at
 //! once, naming the nodes of the cycle. [`Dag::validate`] adds the checks that need the device
-//! (launch shapes, every buffer and kernel on that device). Lowering ([`lower`]) and
+//! (launch shapes, every buffer and kernel on that device). Lowering ([`Dag::lower`]) and
 //! instantiation ([`Dag::instantiate`]) run only on a validated DAG.
 
 mod dot;
