@@ -531,24 +531,29 @@ impl Kernel {
         limits: &DeviceLimits,
         cfg: &LaunchConfig,
     ) -> Option<String> {
+        // Formats only when something is wrong: this runs for every kernel node.
         let (g, b) = (cfg.grid, cfg.block);
-        let shape = format!("grid {g} block {b}");
+        let shape = || format!("grid {g} block {b}");
         let gd = [g.x, g.y, g.z];
         let bd = [b.x, b.y, b.z];
         if gd.contains(&0) || bd.contains(&0) {
-            return Some(format!("{shape} has a zero dimension"));
+            return Some(format!("{} has a zero dimension", shape()));
         }
         for (i, axis) in ["x", "y", "z"].iter().enumerate() {
             if bd[i] > limits.max_block_dim[i] {
                 return Some(format!(
-                    "{shape}: block.{axis} = {} exceeds the device's {}",
-                    bd[i], limits.max_block_dim[i]
+                    "{}: block.{axis} = {} exceeds the device's {}",
+                    shape(),
+                    bd[i],
+                    limits.max_block_dim[i]
                 ));
             }
             if gd[i] > limits.max_grid_dim[i] {
                 return Some(format!(
-                    "{shape}: grid.{axis} = {} exceeds the device's {}",
-                    gd[i], limits.max_grid_dim[i]
+                    "{}: grid.{axis} = {} exceeds the device's {}",
+                    shape(),
+                    gd[i],
+                    limits.max_grid_dim[i]
                 ));
             }
         }
@@ -558,8 +563,10 @@ impl Kernel {
             .min(self.inner.max_threads_per_block.max(1)) as u64;
         if threads > max {
             return Some(format!(
-                "{shape}: {threads} threads per block exceed the limit of {max} (device {}, kernel {})",
-                limits.max_threads_per_block, self.inner.max_threads_per_block
+                "{}: {threads} threads per block exceed the limit of {max} (device {}, kernel {})",
+                shape(),
+                limits.max_threads_per_block,
+                self.inner.max_threads_per_block
             ));
         }
         let dynamic = cfg.shared_mem_bytes as usize;
@@ -568,15 +575,18 @@ impl Kernel {
             .min(limits.max_shared_mem_per_block_optin);
         if dynamic > allowed {
             return Some(format!(
-                "{shape}: {dynamic} bytes of dynamic shared memory exceed the {allowed} allowed \
+                "{}: {dynamic} bytes of dynamic shared memory exceed the {allowed} allowed \
                  (raise it with Kernel::set_max_dynamic_shared_mem, up to the device's {})",
+                shape(),
                 limits.max_shared_mem_per_block_optin
             ));
         }
         if dynamic + self.inner.static_shared_mem > limits.max_shared_mem_per_block_optin {
             return Some(format!(
-                "{shape}: {dynamic} dynamic + {} static bytes of shared memory exceed the device's {}",
-                self.inner.static_shared_mem, limits.max_shared_mem_per_block_optin
+                "{}: {dynamic} dynamic + {} static bytes of shared memory exceed the device's {}",
+                shape(),
+                self.inner.static_shared_mem,
+                limits.max_shared_mem_per_block_optin
             ));
         }
         None

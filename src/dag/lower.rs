@@ -226,7 +226,13 @@ impl RecordingBackend {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
 }
 
 impl Backend for RecordingBackend {
@@ -238,16 +244,24 @@ impl Backend for RecordingBackend {
         &self.limits
     }
     fn add_kernel(&mut self, name: &str, deps: &[usize], k: &KernelNode) -> Result<usize> {
-        let args: Vec<String> = (0..k.arg_count()).map(|i| hex(k.arg_bytes(i))).collect();
+        use std::fmt::Write;
         let c = k.config;
-        let p = format!(
-            "kernel={} grid={} block={} smem={} args=[{}]",
+        let mut p = String::with_capacity(96 + 20 * k.arg_count());
+        let _ = write!(
+            p,
+            "kernel={} grid={} block={} smem={} args=[",
             k.kernel.name(),
             c.grid,
             c.block,
-            c.shared_mem_bytes,
-            args.join(",")
+            c.shared_mem_bytes
         );
+        for i in 0..k.arg_count() {
+            if i > 0 {
+                p.push(',');
+            }
+            p.push_str(&hex(k.arg_bytes(i)));
+        }
+        p.push(']');
         Ok(self.record("cudaGraphAddKernelNode", name, deps, p))
     }
     fn add_memcpy(&mut self, name: &str, deps: &[usize], m: &MemcpyNode) -> Result<usize> {

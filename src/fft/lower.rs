@@ -31,16 +31,17 @@ pub struct WorkShare {
 
 /// Assigns work-area slots to the FFT nodes of `dag` (greedily, in topological order): a node
 /// joins a slot only if every node already in it is one of its ancestors.
+/// The result is indexed by node index; it is empty when the DAG has no FFT node.
 pub(crate) fn work_shares(dag: &Dag, order: &[crate::dag::NodeId]) -> Vec<Option<WorkShare>> {
-    let mut out: Vec<Option<WorkShare>> = vec![None; dag.graph.node_bound()];
     let ffts: Vec<_> = order
         .iter()
         .filter(|id| matches!(dag.graph[id.0].op, Op::Fft(_)))
         .copied()
         .collect();
     if ffts.is_empty() {
-        return out;
+        return Vec::new();
     }
+    let mut out: Vec<Option<WorkShare>> = vec![None; dag.graph.node_bound()];
     let mut slots: Vec<Vec<crate::dag::NodeId>> = Vec::new();
     let mut space = petgraph::algo::DfsSpace::new(&dag.graph);
     let mut slot_of = HashMap::new();
