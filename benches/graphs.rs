@@ -22,21 +22,33 @@
 //! width 8 (stages of 1, 8, 1, 8, ..., 1 nodes). GPU time comes from CUDA events, CPU time from
 //! `std::time::Instant`.
 //!
+//! The **FFT experiment** (`fft`) runs batched C2C transforms of complex 8-bit input (256 and
+//! 4,096 points, batch 1, 16, 256 and 1,024) four ways: the crate's FFT node in a graph
+//! (plan with the `ComplexI8` LTO load callback), the same, with `Exec::set_fft_params` before
+//! every launch, the same plan called on a stream (`StreamFft`), and unfused (an NVRTC kernel
+//! converting int8 to complex float, then a callback-free plan through `StreamFft`). Each
+//! plan and graph is made once per configuration; GPU time comes from CUDA events around 200
+//! back-to-back iterations, CPU time from the calls that queue them. Before timing, the graph,
+//! stream and unfused outputs of every configuration are checked against rustfft (f64).
+//! Its tables have one column per (points × batch) configuration, in µs per iteration.
+//!
 //! Output: one Markdown table per measurement on stdout, and `graphs.csv`, `graphs.md` and
-//! `graphs.svg` (time per node against N, one panel per table) in `$CUDAGRAPH_BENCH_OUT`
+//! `graphs.svg` (time per node against N, or per iteration against the configuration; one
+//! panel per table) in `$CUDAGRAPH_BENCH_OUT`
 //! (default `bench-results/` under the current directory). A "targets" section at the end
 //! compares the measured ratios with the project's targets.
 //!
 //! Knobs (environment): `CUDAGRAPH_BENCH_NS` (comma-separated N values, default
 //! `1,10,100,1000,10000`), `CUDAGRAPH_BENCH_REPS_SCALE` (multiplies the repetition counts,
 //! default 1), `CUDAGRAPH_BENCH_ONLY` (comma-separated experiment names, default all:
-//! `launch,construction,update,host`).
+//! `launch,construction,update,host,fft`).
 //!
-//! Adding an experiment (the FFT experiment is next): write a function
+//! Adding an experiment: write a function
 //! `fn(&mut Bench, &mut Report) -> Result<()>` that measures, adds [`Table`]s with
 //! [`Report::table`] and, if it has targets, [`Report::target`]; then list it in
 //! [`experiments`]. Tables are printed, written to CSV/Markdown and plotted without further
-//! work.
+//! work. Columns are node counts N ([`Table::new`]) or named configurations
+//! ([`Table::configs`]; the CSV's `n` field then holds the column's name, e.g. `4096×16`).
 
 #[path = "host.rs"]
 #[allow(dead_code)] // reason: host.rs is also a bench of its own; its `main` is unused here
@@ -53,8 +65,9 @@ use std::time::Instant;
 use anyhow::{anyhow, bail, Context, Result};
 use cudagraph::result::runtime as rt;
 use cudagraph::{
-    args, sys, CompileOptions, Dag, Device, DeviceBuffer, Event, Exec, Kernel, LaunchConfig,
-    Module, NodeId, Stream,
+    args, sys, CallbackParams, CompileOptions, Dag, Device, DeviceBuffer, Direction, Event, Exec,
+    FftParams, FftPlan, FftPlanDesc, FftSpec, FftType, Kernel, LaunchConfig, LoadCallback, Module,
+    NodeId, Stream, StreamFft,
 };
 
 use host::{build_shape, median, stages, Topology};
@@ -639,7 +652,8 @@ struct Row {
     values: Vec<Option<f64>>,
 }
 
-/// One measurement: rows of methods, columns of N, µs per node.
+/// One measurement: rows of methods, columns of N, µs per node (or, for a table made with
+/// [`Table::configs`], columns of named configurations and µs per `unit`).
 #[derive(Debug, Clone)]
 struct Table {
     /// Stable key, used in the CSV and by the targets.
@@ -648,8 +662,13 @@ struct Table {
     title: String,
     /// What exactly was timed.
     note: String,
+    /// The N of each column (the column's index for a [`Table::configs`] table).
     ns: Vec<usize>,
     rows: Vec<Row>,
+    /// Column names instead of `N=...` (a categorical x axis in the plot).
+    columns: Option<Vec<String>>,
+    /// What one value is the time of: "node", or e.g. "iteration".
+    unit: &'static str,
 }
 
 impl Table {
@@ -660,6 +679,31 @@ impl Table {
             note: note.into(),
             ns: ns.to_vec(),
             rows: Vec::new(),
+            columns: None,
+            unit: "node",
+        }
+    }
+
+    /// A table whose columns are named configurations (`columns`) rather than node counts;
+    /// values are µs per `unit`.
+    fn configs(
+        key: &str,
+        title: &str,
+        note: &str,
+        columns: Vec<String>,
+        unit: &'static str,
+    ) -> Table {
+        let mut t = Table::new(key, title, note, &(0..columns.len()).collect::<Vec<_>>());
+        t.columns = Some(columns);
+        t.unit = unit;
+        t
+    }
+
+    /// The heading of column `ni`.
+    fn column(&self, ni: usize) -> String {
+        match &self.columns {
+            Some(c) => c[ni].clone(),
+            None => format!("N={}", self.ns[ni]),
         }
     }
 
@@ -688,13 +732,17 @@ impl Table {
         let _ = writeln!(s, "### {}\n\n{}\n", self.title, self.note);
         let mut head = String::from("| method |");
         let mut rule = String::from("| --- |");
-        for n in &self.ns {
-            let _ = write!(head, " N={n} |");
+        for ni in 0..self.ns.len() {
+            let _ = write!(head, " {} |", self.column(ni));
             rule.push_str(" ---: |");
         }
         let has_ratio = self.rows.iter().any(|r| r.vs.is_some());
         if has_ratio {
-            head.push_str(" ratio (per N) |");
+            head.push_str(if self.columns.is_some() {
+                " ratio (per column) |"
+            } else {
+                " ratio (per N) |"
+            });
             rule.push_str(" --- |");
         }
         let _ = writeln!(s, "{head}\n{rule}");
@@ -803,7 +851,8 @@ impl Report {
              with the raw runtime calls: the floor for any wrapper), **cudagraph** (`Dag` → \
              `Exec`). Every node is `tiny(unsigned*, unsigned)`, one block of 32 threads. \
              Values are medians, in µs **per node** (the time of the whole operation divided \
-             by N); ratios are per N, in N order.\n\n",
+             by N); ratios are per N, in N order. The FFT tables are in µs **per iteration** \
+             (one batch of transforms), one column per points × batch configuration.\n\n",
         );
         for t in &self.tables {
             s.push_str(&t.markdown());
@@ -826,6 +875,11 @@ impl Report {
                 for (ni, n) in t.ns.iter().enumerate() {
                     let Some(v) = r.values[ni] else { continue };
                     let ratio = t.ratio(i, ni).map_or(String::new(), |x| format!("{x:.4}"));
+                    // A configuration table names its column here (e.g. `4096×16`).
+                    let n = match &t.columns {
+                        Some(c) => csv_field(&c[ni]),
+                        None => n.to_string(),
+                    };
                     let _ = writeln!(
                         s,
                         "{},{},{},{n},{v:.4},{},{ratio}",
@@ -874,7 +928,8 @@ const PALETTE: [plotters::style::RGBColor; 10] = {
     ]
 };
 
-/// One panel per table: µs per node against N, log-log, a line per method.
+/// One panel per table: µs per node against N, log-log, a line per method (for a
+/// configuration table: µs per its unit against the named columns, log y).
 fn plot(report: &Report, path: &Path) -> Result<()> {
     use plotters::prelude::*;
     let tables: Vec<&Table> = report
@@ -905,53 +960,106 @@ fn plot(report: &Report, path: &Path) -> Result<()> {
             .collect();
         let ymin = values.iter().copied().fold(f64::INFINITY, f64::min) / 1.5;
         let ymax = values.iter().copied().fold(0.0, f64::max) * 2.5;
-        let nmin = t.ns.iter().copied().min().unwrap_or(1).max(1) as f64 / 1.5;
-        let nmax = t.ns.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.5;
-        let mut chart = ChartBuilder::on(area)
+        let y_desc = format!("µs per {}", t.unit);
+        let mut builder = ChartBuilder::on(area);
+        builder
             .caption(&t.title, ("sans-serif", 15))
             .margin(12)
             .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d((nmin..nmax).log_scale(), (ymin..ymax).log_scale())
-            .map_err(|e| err(&e))?;
-        chart
-            .configure_mesh()
-            .light_line_style(RGBColor(238, 238, 238))
-            .x_desc("N (nodes)")
-            .y_desc("µs per node")
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| fmt_us(*y))
-            .draw()
-            .map_err(|e| err(&e))?;
-        for (i, r) in t.rows.iter().enumerate() {
-            let pts: Vec<(f64, f64)> =
-                t.ns.iter()
-                    .zip(&r.values)
-                    .filter_map(|(&n, v)| v.filter(|&v| v > 0.0).map(|v| (n as f64, v)))
-                    .collect();
-            if pts.is_empty() {
-                continue;
+            .y_label_area_size(56);
+        match &t.columns {
+            None => {
+                let nmin = t.ns.iter().copied().min().unwrap_or(1).max(1) as f64 / 1.5;
+                let nmax = t.ns.iter().copied().max().unwrap_or(1).max(1) as f64 * 1.5;
+                let mut chart = builder
+                    .build_cartesian_2d((nmin..nmax).log_scale(), (ymin..ymax).log_scale())
+                    .map_err(|e| err(&e))?;
+                chart
+                    .configure_mesh()
+                    .light_line_style(RGBColor(238, 238, 238))
+                    .x_desc("N (nodes)")
+                    .y_desc(&y_desc)
+                    .x_label_formatter(&|x| format!("{x:.0}"))
+                    .y_label_formatter(&|y| fmt_us(*y))
+                    .draw()
+                    .map_err(|e| err(&e))?;
+                let xs: Vec<f64> = t.ns.iter().map(|&n| n as f64).collect();
+                draw_rows(&mut chart, t, &xs).map_err(|e| err(&e))?;
             }
-            let color = PALETTE[i % PALETTE.len()];
-            chart
-                .draw_series(LineSeries::new(pts, color.stroke_width(2)).point_size(3))
-                .map_err(|e| err(&e))?
-                .label(r.label.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
+            Some(columns) => {
+                // Categorical x axis: column i at x = i.
+                let k = columns.len() as f64;
+                let mut chart = builder
+                    .build_cartesian_2d(-0.5..k - 0.5, (ymin..ymax).log_scale())
+                    .map_err(|e| err(&e))?;
+                let name = |x: &f64| {
+                    let i = x.round();
+                    if (x - i).abs() < 1e-6 && i >= 0.0 {
+                        columns.get(i as usize).cloned().unwrap_or_default()
+                    } else {
+                        String::new()
+                    }
+                };
+                chart
+                    .configure_mesh()
+                    .light_line_style(RGBColor(238, 238, 238))
+                    .x_labels(columns.len())
+                    .x_label_formatter(&name)
+                    .x_desc("configuration")
+                    .y_desc(&y_desc)
+                    .y_label_formatter(&|y| fmt_us(*y))
+                    .draw()
+                    .map_err(|e| err(&e))?;
+                let xs: Vec<f64> = (0..columns.len()).map(|i| i as f64).collect();
+                draw_rows(&mut chart, t, &xs).map_err(|e| err(&e))?;
+            }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 11))
-            .draw()
-            .map_err(|e| err(&e))?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+/// Draws one line per row of `t` (column `i` at x = `xs[i]`) and the legend.
+fn draw_rows<'a, DB, X>(
+    chart: &mut plotters::chart::ChartContext<
+        'a,
+        DB,
+        plotters::coord::cartesian::Cartesian2d<X, plotters::coord::combinators::LogCoord<f64>>,
+    >,
+    t: &Table,
+    xs: &[f64],
+) -> std::result::Result<(), String>
+where
+    DB: plotters::prelude::DrawingBackend + 'a,
+    X: plotters::coord::ranged1d::Ranged<ValueType = f64>,
+{
+    use plotters::prelude::*;
+    for (i, r) in t.rows.iter().enumerate() {
+        let pts: Vec<(f64, f64)> = xs
+            .iter()
+            .zip(&r.values)
+            .filter_map(|(&x, v)| v.filter(|&v| v > 0.0).map(|v| (x, v)))
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        let color = PALETTE[i % PALETTE.len()];
+        chart
+            .draw_series(LineSeries::new(pts, color.stroke_width(2)).point_size(3))
+            .map_err(|e| e.to_string())?
+            .label(r.label.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 11))
+        .draw()
+        .map_err(|e| e.to_string())
 }
 
 // ---- experiments ---------------------------------------------------------------------------
@@ -981,8 +1089,10 @@ fn experiments() -> Vec<Experiment> {
             name: "host",
             run: host_experiment,
         },
-        // FFT experiment: to be added here, as `Experiment { name: "fft", run: fft_experiment }`
-        // (see the "FFT experiment" section at the end of this file).
+        Experiment {
+            name: "fft",
+            run: fft_experiment,
+        },
     ]
 }
 
@@ -1646,11 +1756,359 @@ fn host_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
 }
 
 // ---- FFT experiment --------------------------------------------------------------------------
-//
-// To be added (by the FFT work): `fn fft_experiment(b: &mut Bench, report: &mut Report) ->
-// Result<()>`, measuring the same methods for FFT nodes, and an entry in `experiments()`.
-// Build `Table`s with `Table::new` / `row` / `set` and hand them to `report.table`; add targets
-// with `report.target`.
+
+/// Transform sizes of the FFT experiment.
+const FFT_POINTS: [usize; 2] = [256, 4096];
+/// Batch sizes of the FFT experiment.
+const FFT_BATCHES: [usize; 4] = [1, 16, 256, 1024];
+/// Back-to-back iterations per timed repetition.
+const FFT_ITERS: usize = 200;
+/// Timed repetitions per method and configuration (scaled by `CUDAGRAPH_BENCH_REPS_SCALE`).
+const FFT_REPS: usize = 7;
+/// The load callback's (and the conversion kernel's) scale.
+const FFT_SCALE: f32 = 1.0 / 128.0;
+/// Correctness check: largest absolute error ≤ `FFT_TOL` × largest reference magnitude.
+const FFT_TOL: f64 = 1e-4;
+
+const FFT_GRAPH: &str = "cudagraph: FFT node, Exec::launch";
+const FFT_GRAPH_UPD: &str = "cudagraph: Exec::set_fft_params + Exec::launch";
+const FFT_STREAM: &str = "stream: StreamFft::exec";
+const FFT_UNFUSED: &str = "unfused: int8→float kernel + plain StreamFft::exec";
+
+/// The unfused method's conversion: complex int8 → complex float, times `scale` (the same
+/// arithmetic as the built-in `ComplexI8` load callback).
+const FFT_CONVERT_SOURCE: &str = r#"
+extern "C" __global__ void ci8_to_cf32(float2* out, const char2* in, float scale, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        char2 v = in[i];
+        out[i] = make_float2(v.x * scale, v.y * scale);
+    }
+}
+"#;
+
+type FftC32 = rustfft::num_complex::Complex<f32>;
+type FftC64 = rustfft::num_complex::Complex<f64>;
+
+/// One (points, batch) configuration: its buffers, plans and executable graph, made once.
+struct FftCase {
+    points: usize,
+    batch: usize,
+    input: DeviceBuffer<[i8; 2]>,
+    /// The unfused method's converted input.
+    converted: DeviceBuffer<FftC32>,
+    /// Outputs of the graph, the stream and the unfused methods.
+    outs: [DeviceBuffer<FftC32>; 3],
+    exec: Exec,
+    node: NodeId,
+    /// The LTO-callback plan (load `ComplexI8`) on a stream.
+    fused: StreamFft,
+    /// The callback-free plan on a stream.
+    plain: StreamFft,
+    /// The load parameters (scale `FFT_SCALE`), and another set for the update method.
+    params: FftParams,
+    other_params: FftParams,
+    convert_cfg: LaunchConfig,
+}
+
+impl FftCase {
+    fn new(b: &Bench, points: usize, batch: usize) -> Result<FftCase> {
+        let d = &b.device;
+        let elems = points * batch;
+        let desc = FftPlanDesc::new(FftType::C2C, &[points as i64], batch as i64);
+        let fused_plan = FftPlan::new(desc.clone().with_load(LoadCallback::ComplexI8))?;
+        let plain_plan = FftPlan::new(desc)?;
+        let input = DeviceBuffer::from_slice(d, &fft_signal(elems, (points + batch) as u32))?;
+        let outs = [
+            DeviceBuffer::zeros(d, elems)?,
+            DeviceBuffer::zeros(d, elems)?,
+            DeviceBuffer::zeros(d, elems)?,
+        ];
+        let load = |scale: f32| FftParams {
+            load: Some(CallbackParams::load(scale)),
+            store: None,
+        };
+        let params = load(FFT_SCALE);
+        let mut dag = Dag::new();
+        let node = dag.add_fft(FftSpec {
+            plan: fused_plan.clone(),
+            direction: Direction::Forward,
+            input: (&input).into(),
+            output: (&outs[0]).into(),
+            params: params.clone(),
+        })?;
+        let exec = dag.instantiate(d).context("instantiating the FFT graph")?;
+        Ok(FftCase {
+            points,
+            batch,
+            converted: DeviceBuffer::zeros(d, elems)?,
+            input,
+            outs,
+            exec,
+            node,
+            fused: StreamFft::new(d, &fused_plan).context("the LTO-callback StreamFft")?,
+            plain: StreamFft::new(d, &plain_plan).context("the plain StreamFft")?,
+            params,
+            other_params: load(2.0 * FFT_SCALE),
+            convert_cfg: LaunchConfig::for_elements(elems as u32, 256),
+        })
+    }
+
+    /// Queues iteration `k` of method `m` (0 graph, 1 graph with an update, 2 stream,
+    /// 3 unfused) on the bench's stream.
+    fn submit(&mut self, b: &Bench, convert: &Kernel, m: usize, k: usize) -> Result<()> {
+        let s = &b.stream;
+        match m {
+            0 => self.exec.launch(s)?,
+            1 => {
+                let p = if k.is_multiple_of(2) {
+                    &self.params
+                } else {
+                    &self.other_params
+                };
+                self.exec.set_fft_params(self.node, p.clone())?;
+                self.exec.launch(s)?;
+            }
+            2 => self.fused.exec(
+                s,
+                Direction::Forward,
+                &(&self.input).into(),
+                &(&self.outs[1]).into(),
+                &self.params,
+            )?,
+            _ => {
+                let n = (self.points * self.batch) as u32;
+                convert.launch(
+                    s,
+                    self.convert_cfg,
+                    &args![&self.converted, &self.input, FFT_SCALE, n],
+                )?;
+                self.plain.exec(
+                    s,
+                    Direction::Forward,
+                    &(&self.converted).into(),
+                    &(&self.outs[2]).into(),
+                    &FftParams::none(),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the graph, the stream and the unfused methods once each (scale `FFT_SCALE`) into
+    /// zeroed outputs and compares all three with rustfft (f64). Returns the worst relative
+    /// error.
+    fn check(&mut self, b: &Bench, convert: &Kernel) -> Result<f64> {
+        b.sync()?;
+        self.exec.synchronize()?;
+        for o in &self.outs {
+            o.memset_bytes(0)?;
+        }
+        b.device.synchronize()?;
+        self.exec.set_fft_params(self.node, self.params.clone())?;
+        for m in [0, 2, 3] {
+            self.submit(b, convert, m, 0)?;
+        }
+        b.sync()?;
+        self.exec.synchronize()?;
+        let x: Vec<FftC64> = self
+            .input
+            .to_vec()?
+            .iter()
+            .map(|v| FftC64::new(v[0] as f64, v[1] as f64) * FFT_SCALE as f64)
+            .collect();
+        let mut want = x;
+        let fft = rustfft::FftPlanner::<f64>::new().plan_fft_forward(self.points);
+        for chunk in want.chunks_mut(self.points) {
+            fft.process(chunk);
+        }
+        let mag = want
+            .iter()
+            .map(|c| c.norm())
+            .fold(f64::MIN_POSITIVE, f64::max);
+        let mut worst = 0f64;
+        for (o, name) in self.outs.iter().zip([FFT_GRAPH, FFT_STREAM, FFT_UNFUSED]) {
+            let got = o.to_vec()?;
+            let err = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| (FftC64::new(g.re as f64, g.im as f64) - w).norm())
+                .fold(0.0, f64::max);
+            let rel = err / mag;
+            if rel > FFT_TOL || rel.is_nan() {
+                bail!(
+                    "FFT {}x{}: {name} is wrong: max error {err:e} = {rel:e} x max |reference| \
+                     (tolerance {FFT_TOL:e})",
+                    self.points,
+                    self.batch
+                );
+            }
+            worst = worst.max(rel);
+        }
+        Ok(worst)
+    }
+}
+
+/// Pseudo-random complex 8-bit samples (xorshift).
+fn fft_signal(len: usize, seed: u32) -> Vec<[i8; 2]> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 17;
+        s ^= s << 5;
+        (s >> 24) as u8 as i8
+    };
+    (0..len).map(|_| [next(), next()]).collect()
+}
+
+/// FFT: batched small transforms of 8-bit complex input, as an FFT node in a graph, as the
+/// same cuFFT plan called on a stream, and unfused (conversion kernel + plain cuFFT).
+fn fft_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
+    let t_start = Instant::now();
+    cudagraph::fft::nvjitlink_available()
+        .context("the FFT experiment's load callback is an LTO callback (needs libnvJitLink)")?;
+    let convert = Module::from_source(&b.device, FFT_CONVERT_SOURCE)
+        .context("compiling the conversion kernel with NVRTC")?
+        .kernel("ci8_to_cf32")?;
+    let configs: Vec<(usize, usize)> = FFT_POINTS
+        .iter()
+        .flat_map(|&p| FFT_BATCHES.iter().map(move |&bt| (p, bt)))
+        .collect();
+    let columns: Vec<String> = configs.iter().map(|(p, bt)| format!("{p}×{bt}")).collect();
+    let reps = ((FFT_REPS as f64 * b.reps_scale).round() as usize).max(3);
+    let what = "C2C forward transforms, columns points×batch; the input is complex 8-bit \
+                integers scaled by 1/128 on load. Methods: the crate's FFT node (plan with an LTO \
+                load callback `ComplexI8`; the graph also holds the node's parameter-setting \
+                kernel), launched as is or after `Exec::set_fft_params` each time; the same plan \
+                called on a stream with `StreamFft::exec` (a parameter-setting kernel + \
+                `cufftExecC2C`; same LTO-callback plan); unfused: an NVRTC kernel converting int8 → complex float, then \
+                a callback-free plan with `StreamFft::exec`.";
+    let mut gpu = Table::configs(
+        "fft-gpu",
+        "FFT, 8-bit complex input: GPU time per iteration",
+        &format!(
+            "{what} {FFT_ITERS} iterations back to back between two CUDA events, divided by \
+             {FFT_ITERS}; median of {reps} repetitions. When the host issues slower than the \
+             GPU runs (small transforms), this is the issue rate."
+        ),
+        columns.clone(),
+        "iteration",
+    );
+    let mut cpu = Table::configs(
+        "fft-cpu",
+        "FFT, 8-bit complex input: CPU time per iteration",
+        &format!(
+            "{what} Wall time of the calls that queue {FFT_ITERS} iterations, divided by \
+             {FFT_ITERS}; median of {reps} repetitions."
+        ),
+        columns,
+        "iteration",
+    );
+    let rows: Vec<(usize, usize)> = [
+        (FFT_GRAPH, Some(FFT_STREAM)),
+        (FFT_GRAPH_UPD, Some(FFT_STREAM)),
+        (FFT_STREAM, None),
+        (FFT_UNFUSED, Some(FFT_STREAM)),
+    ]
+    .iter()
+    .map(|&(l, vs)| (gpu.row(l, vs), cpu.row(l, vs)))
+    .collect();
+    let mut worst_err = 0f64;
+    for (ci, &(points, batch)) in configs.iter().enumerate() {
+        let t0 = Instant::now();
+        let mut case = FftCase::new(b, points, batch)?;
+        let made = t0.elapsed().as_secs_f64();
+        // Warm-up: every method a few times (the first graph launch uploads the graph).
+        for m in 0..4 {
+            for k in 0..4 {
+                case.submit(b, &convert, m, k)?;
+            }
+        }
+        b.sync()?;
+        case.exec.synchronize()?;
+        // Before measuring: all three compute the right transform.
+        worst_err = worst_err.max(case.check(b, &convert)?);
+        let mut gpu_s = vec![Vec::new(); 4];
+        let mut cpu_s = vec![Vec::new(); 4];
+        for rep in 0..reps {
+            // Rotate which method goes first.
+            for m in (0..4).map(|k| (k + rep) % 4) {
+                b.sync()?;
+                b.start.record(&b.stream)?;
+                let t0 = Instant::now();
+                for k in 0..FFT_ITERS {
+                    case.submit(b, &convert, m, k)?;
+                }
+                let t = t0.elapsed();
+                b.end.record(&b.stream)?;
+                b.end.synchronize()?;
+                cpu_s[m].push(t.as_secs_f64() * 1e6 / FFT_ITERS as f64);
+                gpu_s[m].push(b.start.elapsed_ms(&b.end)? as f64 * 1e3 / FFT_ITERS as f64);
+            }
+        }
+        b.sync()?;
+        case.exec.synchronize()?;
+        for (m, &(rg, rc)) in rows.iter().enumerate() {
+            gpu.set(rg, ci, median(&mut gpu_s[m]));
+            cpu.set(rc, ci, median(&mut cpu_s[m]));
+        }
+        drop(case);
+        progress(
+            &format!("fft, {points}×{batch} (plans and graph made in {made:.2} s, {reps} reps)"),
+            t_start,
+        );
+    }
+    println!(
+        "FFT correctness: the graph, stream and unfused outputs match rustfft (f64) in every \
+         configuration; worst error {worst_err:.1e} × max |reference| (tolerance {FFT_TOL:e})\n"
+    );
+    for (t, what) in [(&gpu, "GPU"), (&cpu, "CPU")] {
+        let (detail, worst) = column_ratios(t, FFT_GRAPH, FFT_STREAM);
+        report.target(
+            format!(
+                "FFT nodes in a graph no slower than the same cuFFT calls on a stream ({what} \
+                 time, FFT node / StreamFft; ratio ≤ 1.02, 2% for noise)"
+            ),
+            detail,
+            worst,
+            1.02,
+        );
+    }
+    let (detail, worst) = column_ratios(&gpu, FFT_GRAPH, FFT_UNFUSED);
+    report.target(
+        "FFT nodes faster than the unfused version for the 8-bit input case (GPU time, FFT \
+         node / unfused; ratio < 1)"
+            .into(),
+        detail,
+        worst,
+        1.0 - 1e-9,
+    );
+    report.table(gpu);
+    report.table(cpu);
+    Ok(())
+}
+
+/// The ratios of row `label` to row `base` in every column of a configuration table, as
+/// text, and the worst (largest).
+fn column_ratios(t: &Table, label: &str, base: &str) -> (String, Option<f64>) {
+    let find = |l: &str| t.rows.iter().find(|r| r.label == l);
+    let (Some(r), Some(b)) = (find(label), find(base)) else {
+        return ("no such row".into(), None);
+    };
+    let mut parts = Vec::new();
+    let mut worst: Option<f64> = None;
+    for ni in 0..t.ns.len() {
+        if let (Some(x), Some(y)) = (r.values[ni], b.values[ni]) {
+            let q = x / y;
+            parts.push(format!("{q:.2} ({})", t.column(ni)));
+            worst = Some(worst.map_or(q, |w: f64| w.max(q)));
+        }
+    }
+    match worst {
+        Some(w) => (format!("{}; worst {w:.2}", parts.join(", ")), worst),
+        None => ("no data".into(), None),
+    }
+}
 
 // ---- main ----------------------------------------------------------------------------------
 
