@@ -134,8 +134,8 @@ pub use dag::{
 pub use device::{versions, Device, DeviceLimits, DeviceProperties};
 pub use error::{Error, Library, Result, Version};
 pub use fft::{
-    CallbackParams, CustomCallback, Direction, FftNode, FftParams, FftPlan, FftPlanDesc, FftSpec,
-    FftType, Layout, LoadCallback, StoreCallback, StreamFft,
+    nvjitlink_available, CallbackParams, CustomCallback, Direction, FftNode, FftParams, FftPlan,
+    FftPlanDesc, FftSpec, FftType, Layout, LoadCallback, StoreCallback, StreamFft,
 };
 pub use kernel::{
     compile, nvrtc_version, CodeKind, CompileOptions, Compiled, Dim3, Kernel, KernelArg,

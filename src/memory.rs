@@ -164,8 +164,9 @@ impl Region {
     pub fn space(&self) -> MemorySpace {
         self.alloc.space
     }
-    /// The address of the region's first byte.
-    pub(crate) fn addr(&self) -> u64 {
+    /// The address of the region's first byte (device or pinned-host address; a placeholder
+    /// for a recording backend's buffers). Valid while the buffer lives.
+    pub fn addr(&self) -> u64 {
         self.alloc.ptr + self.offset as u64
     }
 }

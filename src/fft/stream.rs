@@ -19,7 +19,8 @@ use crate::stream::Stream;
 /// It owns its cuFFT handle, work area and callback-parameter buffer. [`StreamFft::exec`]
 /// queues a parameter write (a kernel launch, whose arguments CUDA copies at launch, so each
 /// call's parameters stay with it) followed by the transform. Buffers are not kept alive by
-/// the call: keep them until the stream has run it.
+/// the call: keep them until the stream has run it. Dropping a `StreamFft` waits for the work
+/// it queued; moving to another stream waits for the work queued on the previous one.
 pub struct StreamFft {
     plan: FftPlan,
     device: Device,
@@ -30,8 +31,9 @@ pub struct StreamFft {
     _work: Arc<Allocation>,
     /// A buffer-less node of the plan, for the parameter layout.
     probe: FftNode,
-    /// The stream the handle is bound to (rebinding costs a call, so only on change).
-    bound: crate::sys::cudaStream_t,
+    /// The stream the handle is bound to (rebinding costs a call, so only on change); `Drop`
+    /// waits for it.
+    bound: Option<Stream>,
 }
 
 impl StreamFft {
@@ -79,7 +81,7 @@ impl StreamFft {
             setter_kernel,
             _work: work,
             probe,
-            bound: std::ptr::null_mut(),
+            bound: None,
         })
     }
 
@@ -106,10 +108,14 @@ impl StreamFft {
             &spec,
             DeviceKey::Cuda(self.device.ordinal() as i32),
         )?;
-        if self.bound != stream.raw() {
+        if self.bound.as_ref().map(Stream::raw) != Some(stream.raw()) {
+            // Work queued on the previous stream may still use the work area and parameters.
+            if let Some(prev) = &self.bound {
+                prev.synchronize()?;
+            }
             // SAFETY: both are live.
             unsafe { cf::set_stream(self.handle.raw(), stream.raw())? };
-            self.bound = stream.raw();
+            self.bound = Some(stream.clone());
         }
         if let (Some(packed), Some(k)) = (&mut self.setter, &self.setter_kernel) {
             packed.set_bytes(1, &self.probe.param_blob(params));
@@ -135,6 +141,18 @@ impl StreamFft {
                 output.addr() as *mut c_void,
                 direction.raw(),
             )
+        }
+    }
+}
+
+impl Drop for StreamFft {
+    fn drop(&mut self) {
+        if let Some(s) = &self.bound {
+            // SAFETY: the stream is live (held); waiting makes freeing the handle, work area
+            // and parameter buffer safe.
+            if let Err(e) = unsafe { rt::stream_synchronize(s.raw()) } {
+                self.device.defer("a StreamFft (waiting for its work)", e);
+            }
         }
     }
 }
