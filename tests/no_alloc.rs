@@ -21,14 +21,13 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
 
 use anyhow::ensure;
 use cudagraph::{
-    args, Dag, Device, DeviceBuffer, DeviceLimits, KernelArg, LaunchConfig, Module, NodeId,
-    RecordingBackend, Stream,
+    args, Dag, DeviceBuffer, DeviceLimits, KernelArg, LaunchConfig, Module, NodeId,
+    RecordingBackend,
 };
-use libtest_mimic::{Arguments, Completion, Trial};
+use libtest_mimic::{Arguments, Trial};
 
 // ---- the counting allocator ----------------------------------------------------------------
 
@@ -217,40 +216,12 @@ fn dag_set_kernel_args_allocates_nothing() -> anyhow::Result<()> {
 
 // ---- GPU tests -----------------------------------------------------------------------------
 
-struct Gpu {
-    device: Device,
-    stream: Stream,
-}
-
-fn device() -> &'static Result<Device, String> {
-    static DEVICE: OnceLock<Result<Device, String>> = OnceLock::new();
-    DEVICE.get_or_init(|| Device::get(0).map_err(|e| e.to_string()))
-}
-
-fn gpu_required() -> bool {
-    std::env::var("CUDAGRAPH_REQUIRE_GPU").is_ok_and(|v| v == "1")
-}
-
-/// A test that needs a GPU: run when there is one, *ignored* (with the reason) when there is
-/// none, failed when there is none but `CUDAGRAPH_REQUIRE_GPU=1` (as `tests/gpu/common.rs`).
-fn gpu_test(name: &str, f: fn(&Gpu) -> anyhow::Result<()>) -> Trial {
-    Trial::ignorable_test(name, move || match device() {
-        Ok(device) => {
-            let stream = Stream::new(device).map_err(|e| e.to_string())?;
-            let gpu = Gpu {
-                device: device.clone(),
-                stream,
-            };
-            f(&gpu).map_err(|e| format!("{e:#}"))?;
-            Ok(Completion::Completed)
-        }
-        Err(reason) if gpu_required() => {
-            Err(format!("CUDAGRAPH_REQUIRE_GPU=1 but the GPU cannot be used: {reason}").into())
-        }
-        Err(reason) => Ok(Completion::ignored_with(format!("no GPU: {reason}"))),
-    })
-    .with_kind("gpu")
-}
+// The one helper that decides whether a GPU test runs (shared with the GPU suite). Parts of it
+// (shared kernels, float comparison) serve only the GPU suite.
+#[allow(dead_code)]
+#[path = "gpu/common.rs"]
+mod common;
+use common::{gpu_test, Gpu};
 
 const TINY: &str = r#"
 extern "C" __global__ void tiny(unsigned* c, unsigned v) { if (threadIdx.x == 0) c[0] += v; }
