@@ -176,6 +176,21 @@ mod tests {
     }
 
     #[test]
+    fn missing_nvjitlink_says_what_it_is_for() {
+        let err = open_first(
+            Library::NvJitLink,
+            &[PathBuf::from("libcudagraph-test-no-nvjitlink.so.13")],
+            // SAFETY: the named file does not exist, so nothing is loaded or run.
+            |p| unsafe { libloading::Library::new(p) },
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("nvJitLink (needed for cuFFT LTO callbacks)"), "{err}");
+        assert!(err.contains("libnvJitLink.so.13"), "{err}");
+    }
+
+    #[test]
     fn candidates_honour_cuda_path_and_end_with_the_soname() {
         let c = candidates(Library::Cufft);
         assert_eq!(c.last().unwrap(), &PathBuf::from("libcufft.so.12"));
