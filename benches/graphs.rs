@@ -15,7 +15,7 @@
 //!    layer (function pointers fetched once): `cudaGraphCreate`, `cudaGraphAddKernelNode`,
 //!    `cudaGraphInstantiate`, `cudaGraphLaunch`, `cudaGraphExecKernelNodeSetParams`,
 //!    `cudaGraphExecUpdate`: the floor for any wrapper;
-//! 4. **cudagraph**: the crate's `Dag` built node by node, then `Dag::instantiate` → `Exec`.
+//! 4. **cudagraph**: the crate's `Dag` built node by node, then `Dag::into_exec` (or `Dag::instantiate`, which keeps the DAG) → `Exec`.
 //!
 //! Every node is the same tiny kernel, `tiny(unsigned* c, unsigned v)`, one block of 32
 //! threads, for N = 1, 10, 100, 1,000 and 10,000 nodes, as a chain and as fan-out/fan-in of
@@ -1258,7 +1258,8 @@ fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
     let ns = b.ns.clone();
     const CAP_T: &str = "stream capture: capture + instantiate";
     const RAW_T: &str = "raw graph: build + instantiate";
-    const CRATE_T: &str = "cudagraph: build + Dag::instantiate";
+    const CRATE_T: &str = "cudagraph: build + Dag::into_exec";
+    const CRATE_T_COPY: &str = "cudagraph: build + Dag::instantiate (keeps the DAG: copies it)";
     for topology in [Topology::Chain, Topology::FAN8] {
         let name = topology.name();
         let key = topology.key();
@@ -1291,14 +1292,14 @@ fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
             &format!("construction-{key}-instantiate"),
             &format!("Construction, {name}: instantiation, per node"),
             "`cudaGraphInstantiate` of each method's graph; for cudagraph also all of \
-             `Dag::instantiate` (validation + lowering + instantiation + the `Exec`'s copy of \
+             `Dag::into_exec` (validation + lowering + instantiation; `Dag::instantiate` also copies \
              the DAG).",
             &ns,
         );
         let ic = inst.row(CAPTURE, Some(RAW));
         let ir = inst.row(RAW, None);
         let ik = inst.row("cudagraph: cudaGraphInstantiate", Some(RAW));
-        let ia = inst.row("cudagraph: Dag::instantiate (all)", None);
+        let ia = inst.row("cudagraph: Dag::into_exec (all)", None);
         let mut total = Table::new(
             &format!("construction-{key}-total"),
             &format!("Construction, {name}: from nothing to a launchable graph, per node"),
@@ -1308,13 +1309,14 @@ fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         let tc = total.row(CAP_T, Some(RAW_T));
         let tr = total.row(RAW_T, None);
         let tk = total.row(CRATE_T, Some(RAW_T));
+        let tkc = total.row(CRATE_T_COPY, Some(RAW_T));
         for (ni, &n) in ns.iter().enumerate() {
             let st = stages(topology, n);
             let reps = b.reps(n).construction;
-            let mut s: Vec<Vec<f64>> = vec![Vec::new(); 11];
+            let mut s: Vec<Vec<f64>> = vec![Vec::new(); 12];
             for rep in 0..=reps {
                 b.sync()?;
-                let mut v = [0f64; 11];
+                let mut v = [0f64; 12];
                 // raw
                 let t0 = Instant::now();
                 let g = b.build_raw(topology, n, 1)?;
@@ -1335,16 +1337,23 @@ fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
                 v[3] = us_per_node(t1 - t0, n);
                 v[4] = us_per_node(t2 - t1, n);
                 v[5] = us_per_node(t2 - t0, n);
-                // cudagraph, end to end
+                // cudagraph, end to end, the DAG consumed
                 let t0 = Instant::now();
                 let (dag, _) = b.build_dag(topology, n, 1)?;
                 let t1 = Instant::now();
-                let exec = dag.instantiate(&b.device)?;
+                let exec = dag.into_exec(&b.device)?;
                 let t2 = Instant::now();
                 drop(exec);
                 v[6] = us_per_node(t1 - t0, n);
                 v[7] = us_per_node(t2 - t1, n);
                 v[8] = us_per_node(t2 - t0, n);
+                // cudagraph, end to end, the DAG kept (copied into the Exec)
+                let t0 = Instant::now();
+                let (dag, _) = b.build_dag(topology, n, 1)?;
+                let exec = dag.instantiate(&b.device)?;
+                let t1 = Instant::now();
+                drop(exec);
+                v[11] = us_per_node(t1 - t0, n);
                 // cudagraph, by phase: validate + lower, then CUDA's instantiation alone
                 let t0 = Instant::now();
                 let mut backend = cudagraph::CudaBackend::new(&b.device)?;
@@ -1369,6 +1378,8 @@ fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
             let (cb, ci, ct) = (m(3), m(4), m(5));
             let (kb, ka, kt) = (m(6), m(7), m(8));
             let (kl, ki) = (m(9), m(10));
+            let ktc = m(11);
+            total.set(tkc, ni, ktc);
             build.set(bc, ni, cb);
             build.set(br, ni, rb);
             build.set(bk, ni, kb);

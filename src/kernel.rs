@@ -892,6 +892,13 @@ impl PackedArgs {
     /// replaced, if any.
     pub(crate) fn set(&mut self, i: usize, a: &KernelArg) -> Option<Arc<Allocation>> {
         let info = self.layout.params[i];
+        // The same buffer again (the common case when updating a value next to it): no
+        // reference-count traffic.
+        let same = match (&self.buffers[i], &a.buffer) {
+            (Some(old), Some(new)) => Arc::ptr_eq(old, new),
+            (None, None) => true,
+            _ => false,
+        };
         let bytes = a.as_bytes();
         debug_assert_eq!(bytes.len(), info.size);
         // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside `storage`.
@@ -902,6 +909,9 @@ impl PackedArgs {
                 info.size,
             )
         };
+        if same {
+            return None;
+        }
         std::mem::replace(&mut self.buffers[i], a.buffer.clone())
     }
 

@@ -186,7 +186,10 @@ mod tests {
         .map(|_| ())
         .unwrap_err()
         .to_string();
-        assert!(err.contains("nvJitLink (needed for cuFFT LTO callbacks)"), "{err}");
+        assert!(
+            err.contains("nvJitLink (needed for cuFFT LTO callbacks)"),
+            "{err}"
+        );
         assert!(err.contains("libnvJitLink.so.13"), "{err}");
     }
 

@@ -74,7 +74,24 @@ impl Dag {
         upload_stream: Option<&Stream>,
     ) -> Result<Exec> {
         self.validate(device)?;
-        let (graph, handles, fft) = lower_to_cuda(self, device)?;
+        self.clone()
+            .instantiate_validated(device, flags, upload_stream)
+    }
+
+    /// As [`Dag::instantiate`], but consumes the DAG instead of copying it into the [`Exec`]
+    /// (the copy costs a few hundred nanoseconds per node). [`Exec::dag`] still gives it back.
+    pub fn into_exec(self, device: &Device) -> Result<Exec> {
+        self.validate(device)?;
+        self.instantiate_validated(device, InstantiateFlags::default(), None)
+    }
+
+    fn instantiate_validated(
+        self,
+        device: &Device,
+        flags: InstantiateFlags,
+        upload_stream: Option<&Stream>,
+    ) -> Result<Exec> {
+        let (graph, handles, fft) = lower_to_cuda(&self, device)?;
         let mut f = 0u64;
         if flags.use_node_priority {
             f |= sys::cudaGraphInstantiateFlagUseNodePriority as u64;
@@ -88,13 +105,13 @@ impl Dag {
                 return Err(e);
             }
         };
-        let hosts = collect_hosts(self);
+        let hosts = collect_hosts(&self);
         let exec = Exec {
             raw,
             graph,
             latest: None,
             device: device.clone(),
-            dag: self.clone(),
+            dag: self,
             handles,
             hosts,
             fft,

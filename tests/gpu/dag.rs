@@ -34,6 +34,7 @@ pub fn tests() -> Vec<Trial> {
             dropped_buffers_stay_alive,
         ),
         gpu_test("dag::chain_of_10000", chain_of_10000),
+        gpu_test("dag::into_exec_consumes_the_dag", into_exec),
         gpu_test("dag::cuda_dot", cuda_dot),
         gpu_test("dag::validation_on_device", validation_on_device),
     ]
@@ -487,5 +488,23 @@ fn validation_on_device(gpu: &Gpu) -> anyhow::Result<()> {
     dag.add_memcpy(&c, &fake)?;
     let e = dag.instantiate(d).err().expect("foreign buffer");
     ensure!(e.to_string().contains("recording backend"), "{e}");
+    Ok(())
+}
+
+fn into_exec(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let inc = m.kernel("inc")?;
+    let c = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let mut dag = Dag::new();
+    let a = dag.add_kernel(&inc, LaunchConfig::new(1, 3), &args![&c])?;
+    dag.set_name(a, "three");
+    let mut exec = dag.into_exec(d)?;
+    ensure!(exec.dag().node(a)?.name() == "three");
+    exec.launch(&gpu.stream)?;
+    exec.set_launch_config(a, LaunchConfig::new(1, 4))?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(c.to_vec()? == [7], "{:?}", c.to_vec()?);
     Ok(())
 }
