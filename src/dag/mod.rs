@@ -152,6 +152,18 @@ pub struct MemcpyNode {
 }
 
 impl MemcpyNode {
+    /// A 1D copy of all of `src` into `dst` (sizes checked by the caller).
+    fn linear(dst: Region, src: Region) -> Self {
+        MemcpyNode {
+            width: src.len,
+            height: 1,
+            dst_pitch: dst.len,
+            src_pitch: src.len,
+            dst,
+            src,
+        }
+    }
+
     /// Direction of the copy.
     pub fn kind(&self) -> CopyKind {
         CopyKind::of(self.dst.space(), self.src.space())
@@ -598,14 +610,7 @@ impl Dag {
     /// device buffer or a pinned host buffer (or a region of one).
     pub fn add_memcpy(&mut self, dst: impl Into<Region>, src: impl Into<Region>) -> Result<NodeId> {
         let (dst, src) = (dst.into(), src.into());
-        let node = MemcpyNode {
-            width: src.len,
-            height: 1,
-            dst_pitch: dst.len,
-            src_pitch: src.len,
-            dst,
-            src,
-        };
+        let node = MemcpyNode::linear(dst, src);
         check_memcpy(&format!("memcpy#{}", self.graph.node_bound()), &node)?;
         Ok(self.push(Op::Memcpy(node)))
     }
@@ -971,14 +976,7 @@ impl Node {
         if m.height != 1 {
             return Err(oob(name, "set_memcpy replaces 1D copies; this one is 2D"));
         }
-        let new = MemcpyNode {
-            width: src.len,
-            height: 1,
-            dst_pitch: dst.len,
-            src_pitch: src.len,
-            dst,
-            src,
-        };
+        let new = MemcpyNode::linear(dst, src);
         check_memcpy(name, &new)?;
         if new.kind() != m.kind() {
             return Err(oob(

@@ -401,6 +401,59 @@ impl FftPlan {
         self.inner.out_elems as usize * self.output_elem_bytes()
     }
 
+    /// Size of the load part of the parameter buffer, padded to 16 bytes (0 without one).
+    fn load_size(&self) -> usize {
+        match &self.inner.desc.load {
+            None => 0,
+            Some(LoadCallback::Custom(c)) => c.params_size.div_ceil(16) * 16,
+            Some(_) => BUILTIN_PARAMS,
+        }
+    }
+    fn store_size(&self) -> usize {
+        match &self.inner.desc.store {
+            None => 0,
+            Some(StoreCallback::Custom(c)) => c.params_size.div_ceil(16) * 16,
+            Some(_) => BUILTIN_PARAMS,
+        }
+    }
+
+    /// Bytes of a node's parameter buffer (load part, then store part); 0 without callbacks.
+    pub(crate) fn param_buffer_bytes(&self) -> usize {
+        self.load_size() + self.store_size()
+    }
+
+    /// Offset of the store part in the parameter buffer.
+    pub(crate) fn store_offset(&self) -> usize {
+        self.load_size()
+    }
+
+    /// A node's parameter-buffer contents for `params` (already checked).
+    pub(crate) fn param_blob(&self, params: &FftParams) -> [u8; PARAM_BLOB] {
+        let mut blob = [0u8; PARAM_BLOB];
+        let put = |blob: &mut [u8; PARAM_BLOB], at: usize, p: &CallbackParams| match p {
+            CallbackParams::Load { scale, input } => blob[at..at + 16].copy_from_slice(
+                &builtin_bytes(*scale, 0, input.as_ref().map_or(0, |r| r.addr())),
+            ),
+            CallbackParams::Store {
+                scale,
+                output,
+                accumulate,
+            } => blob[at..at + 16].copy_from_slice(&builtin_bytes(
+                *scale,
+                *accumulate as u32,
+                output.as_ref().map_or(0, |r| r.addr()),
+            )),
+            CallbackParams::Custom(b) => blob[at..at + b.len()].copy_from_slice(b),
+        };
+        if let Some(p) = &params.load {
+            put(&mut blob, 0, p);
+        }
+        if let Some(p) = &params.store {
+            put(&mut blob, self.store_offset(), p);
+        }
+        blob
+    }
+
     fn input_elem_bytes(&self) -> usize {
         self.inner
             .desc
@@ -530,29 +583,6 @@ fn builtin_bytes(scale: f32, flags: u32, ptr: u64) -> [u8; BUILTIN_PARAMS] {
 }
 
 impl FftNode {
-    /// A node of `plan` with no buffers, for the plan-level helpers (parameter layout).
-    pub(crate) fn probe(plan: &FftPlan) -> FftNode {
-        let none = Region {
-            alloc: Arc::new(crate::memory::Allocation {
-                ptr: 0,
-                bytes: 0,
-                space: MemorySpace::Device,
-                owner: crate::memory::Owner::Recording(0),
-            }),
-            offset: 0,
-            len: 0,
-            elem: 1,
-        };
-        FftNode {
-            uid: 0,
-            plan: plan.clone(),
-            direction: Direction::Forward,
-            input: none.clone(),
-            output: none,
-            params: FftParams::none(),
-        }
-    }
-
     /// The plan.
     pub fn plan(&self) -> &FftPlan {
         &self.plan
@@ -566,66 +596,23 @@ impl FftNode {
         &self.params
     }
 
-    /// Size of the load part of the parameter buffer, padded to 16 bytes (0 without one).
-    fn load_size(plan: &FftPlan) -> usize {
-        match &plan.inner.desc.load {
-            None => 0,
-            Some(LoadCallback::Custom(c)) => c.params_size.div_ceil(16) * 16,
-            Some(_) => BUILTIN_PARAMS,
-        }
-    }
-    fn store_size(plan: &FftPlan) -> usize {
-        match &plan.inner.desc.store {
-            None => 0,
-            Some(StoreCallback::Custom(c)) => c.params_size.div_ceil(16) * 16,
-            Some(_) => BUILTIN_PARAMS,
-        }
-    }
-
-    /// Bytes of this node's parameter buffer (load part, then store part); 0 without callbacks.
+    /// Bytes of this node's parameter buffer; 0 without callbacks.
     pub(crate) fn param_buffer_bytes(&self) -> usize {
-        Self::load_size(&self.plan) + Self::store_size(&self.plan)
+        self.plan.param_buffer_bytes()
     }
 
     /// Offset of the store part in the parameter buffer.
     pub(crate) fn store_offset(&self) -> usize {
-        Self::load_size(&self.plan)
+        self.plan.store_offset()
     }
 
     /// The parameter buffer's contents for `params` (checked).
     pub(crate) fn param_blob(&self, params: &FftParams) -> [u8; PARAM_BLOB] {
-        let mut blob = [0u8; PARAM_BLOB];
-        let put = |blob: &mut [u8; PARAM_BLOB], at: usize, p: &CallbackParams| match p {
-            CallbackParams::Load { scale, input } => blob[at..at + 16].copy_from_slice(
-                &builtin_bytes(*scale, 0, input.as_ref().map_or(0, |r| r.addr())),
-            ),
-            CallbackParams::Store {
-                scale,
-                output,
-                accumulate,
-            } => blob[at..at + 16].copy_from_slice(&builtin_bytes(
-                *scale,
-                *accumulate as u32,
-                output.as_ref().map_or(0, |r| r.addr()),
-            )),
-            CallbackParams::Custom(b) => blob[at..at + b.len()].copy_from_slice(b),
-        };
-        if let Some(p) = &params.load {
-            put(&mut blob, 0, p);
-        }
-        if let Some(p) = &params.store {
-            put(&mut blob, self.store_offset(), p);
-        }
-        blob
+        self.plan.param_blob(params)
     }
 
     /// What is wrong with `params` for this node's plan, if anything.
-    fn params_problem(
-        plan: &FftPlan,
-        params: &FftParams,
-        input: &Region,
-        output: &Region,
-    ) -> Option<String> {
+    fn params_problem(plan: &FftPlan, params: &FftParams) -> Option<String> {
         let d = &plan.inner.desc;
         let check = |what: &str,
                      has_cb: Option<&CustomCallback>,
@@ -665,7 +652,6 @@ impl FftNode {
             Some(StoreCallback::Custom(c)) => Some(c),
             _ => None,
         };
-        let _ = (input, output);
         check(
             "load",
             custom_load,
@@ -684,16 +670,24 @@ impl FftNode {
         })
     }
 
-    fn check(name: &str, spec: &FftSpec) -> Result<()> {
+    /// Checks a transform: plan type against direction, buffers against the plan, callback
+    /// parameters against the plan's callbacks.
+    pub(crate) fn check(
+        name: &str,
+        plan: &FftPlan,
+        direction: Direction,
+        input: &Region,
+        output: &Region,
+        params: &FftParams,
+    ) -> Result<()> {
         let fail = |problem: String| {
             Err(Error::Dag(DagError::Fft {
                 node: name.to_string(),
                 problem,
             }))
         };
-        let plan = &spec.plan;
         let kind = plan.inner.desc.kind;
-        match (kind, spec.direction) {
+        match (kind, direction) {
             (FftType::R2C | FftType::D2Z, Direction::Inverse) => {
                 return fail(format!("a {kind:?} transform is forward only"))
             }
@@ -703,15 +697,10 @@ impl FftNode {
             _ => {}
         }
         for (what, r, need, elem) in [
-            (
-                "input",
-                &spec.input,
-                plan.input_bytes(),
-                plan.input_elem_bytes(),
-            ),
+            ("input", input, plan.input_bytes(), plan.input_elem_bytes()),
             (
                 "output",
-                &spec.output,
+                output,
                 plan.output_bytes(),
                 plan.output_elem_bytes(),
             ),
@@ -734,45 +723,14 @@ impl FftNode {
                 ));
             }
         }
-        if let Some(problem) = Self::params_problem(plan, &spec.params, &spec.input, &spec.output) {
+        if let Some(problem) = Self::params_problem(plan, params) {
             return fail(problem);
         }
         Ok(())
     }
 
-    /// Checks that `spec`'s regions belong to `key`.
-    pub(crate) fn validate_regions(
-        &self,
-        name: &str,
-        spec: &FftSpec,
-        key: DeviceKey,
-    ) -> Result<()> {
-        let node = FftNode {
-            uid: 0,
-            plan: spec.plan.clone(),
-            direction: spec.direction,
-            input: spec.input.clone(),
-            output: spec.output.clone(),
-            params: spec.params.clone(),
-        };
-        node.validate(name, key)
-    }
-
     pub(crate) fn validate(&self, name: &str, key: DeviceKey) -> Result<()> {
-        let regions = [Some(&self.input), Some(&self.output)].into_iter().chain(
-            [self.params.load.as_ref(), self.params.store.as_ref()]
-                .map(|p| p.and_then(|p| p.region())),
-        );
-        for r in regions.flatten() {
-            let k = DeviceKey::of_owner(&r.alloc.owner);
-            if k != key {
-                return Err(Error::Dag(DagError::WrongDevice {
-                    node: name.to_string(),
-                    problem: format!("an FFT buffer belongs to {k}, but the graph is for {key}"),
-                }));
-            }
-        }
-        Ok(())
+        check_owners(name, &self.input, &self.output, &self.params, key)
     }
 
     pub(crate) fn dot_lines(&self) -> Vec<String> {
@@ -792,8 +750,7 @@ impl FftNode {
 
     /// Replaces the parameters (checked). Returns the old ones.
     pub(crate) fn apply_params(&mut self, name: &str, params: FftParams) -> Result<FftParams> {
-        if let Some(problem) = Self::params_problem(&self.plan, &params, &self.input, &self.output)
-        {
+        if let Some(problem) = Self::params_problem(&self.plan, &params) {
             return Err(Error::Dag(DagError::Fft {
                 node: name.to_string(),
                 problem,
@@ -801,6 +758,32 @@ impl FftNode {
         }
         Ok(std::mem::replace(&mut self.params, params))
     }
+}
+
+/// Checks that every region an FFT node or call uses belongs to `key`.
+pub(crate) fn check_owners(
+    name: &str,
+    input: &Region,
+    output: &Region,
+    params: &FftParams,
+    key: DeviceKey,
+) -> Result<()> {
+    let overrides =
+        [params.load.as_ref(), params.store.as_ref()].map(|p| p.and_then(|p| p.region()));
+    for r in [Some(input), Some(output)]
+        .into_iter()
+        .chain(overrides)
+        .flatten()
+    {
+        let k = DeviceKey::of_owner(&r.alloc.owner);
+        if k != key {
+            return Err(Error::Dag(DagError::WrongDevice {
+                node: name.to_string(),
+                problem: format!("an FFT buffer belongs to {k}, but the graph is for {key}"),
+            }));
+        }
+    }
+    Ok(())
 }
 
 fn cb_name_load(c: &LoadCallback) -> String {
@@ -824,7 +807,14 @@ impl Dag {
     /// now; the node gets its own cuFFT handle and parameter buffer when lowered.
     pub fn add_fft(&mut self, spec: FftSpec) -> Result<NodeId> {
         let name = self.next_default_name(crate::dag::NodeKind::Fft);
-        FftNode::check(&name, &spec)?;
+        FftNode::check(
+            &name,
+            &spec.plan,
+            spec.direction,
+            &spec.input,
+            &spec.output,
+            &spec.params,
+        )?;
         Ok(self.add_op(Op::Fft(FftNode {
             uid: NEXT_FFT_NODE.fetch_add(1, Ordering::Relaxed),
             plan: spec.plan,

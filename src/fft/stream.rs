@@ -4,7 +4,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use super::lower::{make_plan, new_handle, setter_kernel, zeroed_device, Handle};
-use super::{Direction, FftNode, FftParams, FftPlan, FftSpec};
+use super::{Direction, FftNode, FftParams, FftPlan};
 use crate::dag::DeviceKey;
 use crate::device::Device;
 use crate::error::Result;
@@ -29,8 +29,6 @@ pub struct StreamFft {
     setter: Option<PackedArgs>,
     setter_kernel: Option<crate::kernel::Kernel>,
     _work: Arc<Allocation>,
-    /// A buffer-less node of the plan, for the parameter layout.
-    probe: FftNode,
     /// The stream the handle is bound to (rebinding costs a call, so only on change); `Drop`
     /// waits for it.
     bound: Option<Stream>,
@@ -40,8 +38,7 @@ impl StreamFft {
     /// Makes the cuFFT plan (with its callbacks) on `device`.
     pub fn new(device: &Device, plan: &FftPlan) -> Result<StreamFft> {
         device.bind()?;
-        let probe = FftNode::probe(plan);
-        let bytes = probe.param_buffer_bytes();
+        let bytes = plan.param_buffer_bytes();
         let params = if bytes > 0 {
             Some(zeroed_device(device, bytes)?)
         } else {
@@ -51,7 +48,7 @@ impl StreamFft {
             device,
             plan,
             params.as_ref().map(|p| p.ptr),
-            probe.store_offset(),
+            plan.store_offset(),
         )?;
         // SAFETY: the handle is live and not made.
         unsafe { cf::set_auto_allocation(handle.raw(), false)? };
@@ -80,7 +77,6 @@ impl StreamFft {
             setter,
             setter_kernel,
             _work: work,
-            probe,
             bound: None,
         })
     }
@@ -95,17 +91,12 @@ impl StreamFft {
         output: &Region,
         params: &FftParams,
     ) -> Result<()> {
-        let spec = FftSpec {
-            plan: self.plan.clone(),
-            direction,
-            input: input.clone(),
-            output: output.clone(),
-            params: params.clone(),
-        };
-        FftNode::check("StreamFft", &spec)?;
-        self.probe.validate_regions(
+        FftNode::check("StreamFft", &self.plan, direction, input, output, params)?;
+        super::check_owners(
             "StreamFft",
-            &spec,
+            input,
+            output,
+            params,
             DeviceKey::Cuda(self.device.ordinal() as i32),
         )?;
         if self.bound.as_ref().map(Stream::raw) != Some(stream.raw()) {
@@ -118,7 +109,7 @@ impl StreamFft {
             self.bound = Some(stream.clone());
         }
         if let (Some(packed), Some(k)) = (&mut self.setter, &self.setter_kernel) {
-            packed.set_bytes(1, &self.probe.param_blob(params));
+            packed.set_bytes(1, &self.plan.param_blob(params));
             // SAFETY: the setter's arguments match its layout (checked at construction); the
             // parameter buffer is owned by `self`.
             unsafe {
