@@ -454,6 +454,19 @@ impl FftPlan {
         blob
     }
 
+    /// ", load X, store Y" for messages (empty without callbacks).
+    fn callback_summary(&self) -> String {
+        let d = &self.inner.desc;
+        let mut s = String::new();
+        if let Some(l) = &d.load {
+            s.push_str(&format!(", load {}", cb_name_load(l)));
+        }
+        if let Some(st) = &d.store {
+            s.push_str(&format!(", store {}", cb_name_store(st)));
+        }
+        s
+    }
+
     fn input_elem_bytes(&self) -> usize {
         self.inner
             .desc
@@ -707,6 +720,15 @@ impl FftNode {
         ] {
             if r.alloc.space != MemorySpace::Device {
                 return fail(format!("the {what} must be device memory"));
+            }
+            if r.elem != elem {
+                return fail(format!(
+                    "the {what} has {}-byte elements, but the plan ({kind:?}{}) {} {elem}-byte \
+                     elements",
+                    r.elem,
+                    plan.callback_summary(),
+                    if what == "input" { "reads" } else { "writes" }
+                ));
             }
             if r.offset + r.len > r.alloc.bytes {
                 return fail(format!("the {what} region is outside its buffer"));

@@ -172,6 +172,15 @@ fn node_validation_names_the_node() {
         e.contains("override region has 512 bytes; the plan needs 2048"),
         "{e}"
     );
+    // Element types: complex float data in a buffer of plain floats is refused.
+    let floats = r.device_buffer::<f32>(512);
+    let mut s = spec(&big, store.clone());
+    s.input = (&floats).into();
+    let e = dag.add_fft(s).unwrap_err().to_string();
+    assert!(
+        e.contains("the input has 4-byte elements, but the plan (C2C, store Scale) reads 8-byte"),
+        "{e}"
+    );
     assert_eq!(dag.node_count(), 0);
     dag.add_fft(spec(&big, store)).unwrap();
 }

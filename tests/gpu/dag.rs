@@ -35,6 +35,7 @@ pub fn tests() -> Vec<Trial> {
         ),
         gpu_test("dag::chain_of_10000", chain_of_10000),
         gpu_test("dag::into_exec_consumes_the_dag", into_exec),
+        gpu_test("dag::instantiate_flags_upload", instantiate_flags),
         gpu_test("dag::cuda_dot", cuda_dot),
         gpu_test("dag::validation_on_device", validation_on_device),
     ]
@@ -506,5 +507,28 @@ fn into_exec(gpu: &Gpu) -> anyhow::Result<()> {
     exec.launch(&gpu.stream)?;
     exec.synchronize()?;
     ensure!(c.to_vec()? == [7], "{:?}", c.to_vec()?);
+    Ok(())
+}
+
+fn instantiate_flags(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let inc = m.kernel("inc")?;
+    let c = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let mut dag = Dag::new();
+    dag.add_kernel(&inc, LaunchConfig::new(1, 5), &args![&c])?;
+    let flags = cudagraph::InstantiateFlags {
+        upload: true,
+        use_node_priority: true,
+    };
+    let e = dag
+        .instantiate_with(d, flags, None)
+        .err()
+        .expect("upload needs a stream");
+    ensure!(e.to_string().contains("upload stream"), "{e}");
+    let mut exec = dag.instantiate_with(d, flags, Some(&gpu.stream))?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(c.to_vec()? == [5]);
     Ok(())
 }
