@@ -143,3 +143,8 @@ pub use kernel::{
 };
 pub use memory::{DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace, Region};
 pub use stream::{Event, Stream};
+
+/// The README's code blocks, compiled as doctests so they stay correct.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
