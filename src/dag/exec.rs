@@ -449,7 +449,8 @@ impl Exec {
         let verdict = unsafe { rt::graph_exec_update(self.raw, graph) };
         let refused = match verdict {
             Ok(Ok(())) => None,
-            Ok(Err((result, node))) => {
+            Ok(Err(refusal)) => {
+                let node = refusal.node;
                 let name = handles
                     .iter()
                     .position(|h| *h == Some(node) && !node.is_null())
@@ -457,7 +458,7 @@ impl Exec {
                     .map(|n| n.name.clone());
                 Some(Error::UpdateRefused {
                     node: name,
-                    reason: format!("{result:?}"),
+                    reason: refusal.name(),
                 })
             }
             Err(e) => Some(e),

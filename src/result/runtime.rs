@@ -294,20 +294,23 @@ pub unsafe fn stream_end_capture(stream: sys::cudaStream_t) -> Result<sys::cudaG
     Ok(g)
 }
 
-/// `cudaStreamGetCaptureInfo`: the capture status and the capture's current dependency set
+/// `cudaStreamGetCaptureInfo`: the capture status (a raw `cudaStreamCaptureStatus`) and the
+/// capture's current dependency set
 /// (the nodes the next captured work would depend on), copied out.
 ///
 /// # Safety
 /// `stream` is live.
 pub unsafe fn stream_capture_dependencies(
     stream: sys::cudaStream_t,
-) -> Result<(sys::cudaStreamCaptureStatus, Vec<sys::cudaGraphNode_t>)> {
-    let mut status = sys::cudaStreamCaptureStatus::cudaStreamCaptureStatusNone;
+) -> Result<(u32, Vec<sys::cudaGraphNode_t>)> {
+    // Read as a plain integer: a status newer than the bindings' Rust enum must not be read as
+    // that enum.
+    let mut status = 0u32;
     let mut deps: *const sys::cudaGraphNode_t = ptr::null();
     let mut n: usize = 0;
     rt!(cudaStreamGetCaptureInfo(
         stream,
-        &mut status,
+        (&mut status as *mut u32).cast(),
         ptr::null_mut(),
         ptr::null_mut(),
         &mut deps,
@@ -778,29 +781,95 @@ pub unsafe fn graph_node_set_enabled(
     rt!(cudaGraphNodeSetEnabled(exec, node, enabled as u32))
 }
 
-/// `cudaGraphExecUpdate`. On refusal returns CUDA's verdict and the node it blamed (which may
-/// be null) inside `Ok(Err(..))`; other failures are `Err`.
+/// What `cudaGraphExecUpdate` said when it refused: `cudaGraphExecUpdateResult`'s name (or its
+/// number, for a value newer than these bindings) and the node it blamed (may be null).
+#[derive(Debug, Clone, Copy)]
+pub struct UpdateRefusal {
+    /// The raw `cudaGraphExecUpdateResult` value.
+    pub code: u32,
+    /// The node CUDA blamed (in the graph passed to the update), or null.
+    pub node: sys::cudaGraphNode_t,
+}
+
+impl UpdateRefusal {
+    /// The result's name.
+    pub fn name(&self) -> String {
+        use sys::cudaGraphExecUpdateResult as R;
+        let known = [
+            R::cudaGraphExecUpdateSuccess,
+            R::cudaGraphExecUpdateError,
+            R::cudaGraphExecUpdateErrorTopologyChanged,
+            R::cudaGraphExecUpdateErrorNodeTypeChanged,
+            R::cudaGraphExecUpdateErrorFunctionChanged,
+            R::cudaGraphExecUpdateErrorParametersChanged,
+            R::cudaGraphExecUpdateErrorNotSupported,
+            R::cudaGraphExecUpdateErrorUnsupportedFunctionChange,
+            R::cudaGraphExecUpdateErrorAttributesChanged,
+        ];
+        known.iter().find(|r| **r as u32 == self.code).map_or_else(
+            || format!("cudaGraphExecUpdateResult({})", self.code),
+            |r| format!("{r:?}"),
+        )
+    }
+}
+
+/// The layout of `cudaGraphExecUpdateResultInfo` with the result read as a plain integer: a
+/// value newer than the bindings' Rust enum must not be read as that enum.
+#[repr(C)]
+struct RawUpdateInfo {
+    result: u32,
+    error_node: sys::cudaGraphNode_t,
+    error_from_node: sys::cudaGraphNode_t,
+}
+
+const _: () = assert!(
+    std::mem::size_of::<RawUpdateInfo>()
+        == std::mem::size_of::<sys::cudaGraphExecUpdateResultInfo>()
+);
+
+/// `cudaGraphExecUpdate`. A refusal (`cudaErrorGraphExecUpdateFailure`) is `Ok(Err(..))`; other
+/// failures are `Err`.
 ///
 /// # Safety
 /// `exec` and `graph` are live.
-#[allow(clippy::type_complexity)] // reason: the nested result separates refusal from failure
 pub unsafe fn graph_exec_update(
     exec: sys::cudaGraphExec_t,
     graph: sys::cudaGraph_t,
-) -> Result<std::result::Result<(), (sys::cudaGraphExecUpdateResult, sys::cudaGraphNode_t)>> {
+) -> Result<std::result::Result<(), UpdateRefusal>> {
     let lib = load::cudart()?;
-    let mut info = MaybeUninit::<sys::cudaGraphExecUpdateResultInfo>::zeroed();
+    let mut info = RawUpdateInfo {
+        result: 0,
+        error_node: ptr::null_mut(),
+        error_from_node: ptr::null_mut(),
+    };
     let status = ffi!(
         lib,
         LIB,
-        cudaGraphExecUpdate(exec, graph, info.as_mut_ptr())
+        cudaGraphExecUpdate(exec, graph, (&mut info as *mut RawUpdateInfo).cast())
     );
-    let info = info.assume_init();
     if status == sys::cudaError::cudaSuccess {
         return Ok(Ok(()));
     }
     if status == sys::cudaError::cudaErrorGraphExecUpdateFailure {
-        return Ok(Err((info.result, info.errorNode)));
+        return Ok(Err(UpdateRefusal {
+            code: info.result,
+            node: info.error_node,
+        }));
     }
     Err(error("cudaGraphExecUpdate", status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn update_refusals_are_named_even_when_unknown() {
+        let r = |code| UpdateRefusal {
+            code,
+            node: ptr::null_mut(),
+        };
+        assert_eq!(r(2).name(), "cudaGraphExecUpdateErrorTopologyChanged");
+        assert_eq!(r(99).name(), "cudaGraphExecUpdateResult(99)");
+    }
 }
