@@ -487,10 +487,8 @@ impl Exec {
             Ok(()) => Ok(UpdateOutcome::Updated),
             Err(Error::UpdateRefused { .. }) => {
                 let fresh = dag.instantiate(&self.device)?;
-                let old = std::mem::replace(self, fresh);
-                // Carry the streams over so a later synchronize still waits for old launches;
-                // dropping `old` waits for its launches anyway.
-                drop(old);
+                // Dropping the old Exec waits for its launches before releasing anything.
+                drop(std::mem::replace(self, fresh));
                 Ok(UpdateOutcome::Reinstantiated)
             }
             Err(e) => Err(e),

@@ -390,18 +390,18 @@ impl CudaBackend {
         self.graph
     }
 
-    /// Gives up ownership of the graph (the caller destroys it).
-    pub(crate) fn into_graph(self) -> (sys::cudaGraph_t, crate::fft::LoweringContext) {
-        let me = std::mem::ManuallyDrop::new(self);
-        // SAFETY: `me` is never dropped, so each field is read out exactly once.
-        let (device, fft) = unsafe { (std::ptr::read(&me.device), std::ptr::read(&me.fft)) };
-        drop(device);
-        (me.graph, fft)
+    /// Gives up ownership of the graph (the caller destroys it) and of the FFT state.
+    pub(crate) fn into_graph(mut self) -> (sys::cudaGraph_t, crate::fft::LoweringContext) {
+        let graph = std::mem::replace(&mut self.graph, std::ptr::null_mut());
+        (graph, std::mem::take(&mut self.fft))
     }
 }
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
+        if self.graph.is_null() {
+            return; // handed over by `into_graph`
+        }
         // SAFETY: the graph is owned and not referenced elsewhere.
         if let Err(e) = unsafe { rt::graph_destroy(self.graph) } {
             self.device.defer("a graph", e);
