@@ -146,6 +146,10 @@ pub struct Layout {
 /// A user-defined callback: CUDA C++ defining `function` with cuFFT's LTO callback signature
 /// (C++ linkage, not `extern "C"`), which reads its parameters (a struct of `params_size`
 /// bytes) through `callerInfo`.
+///
+/// When a node is lowered, its plan is executed once on scratch buffers before the transform
+/// is captured, with the parameter struct still zeroed: the callback must tolerate all-zero
+/// parameters (e.g. treat a null pointer as "use `dataIn`/`dataOut`", as the built-ins do).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CustomCallback {
     /// The source.
