@@ -1,0 +1,33 @@
+//! `cudagraph-spectrometer`: GUPPI RAW baseband scans in, SIGPROC filterbank spectra out.
+//!
+//! The pieces are independent of the compute engine, so that a GPU engine can reuse them:
+//!
+//! - [`guppi`]: header cards, the block geometry, sample decoding;
+//! - [`scan`]: a stem's files indexed block by block (overlap, `PKTIDX` gaps, truncated files)
+//!   and the reader thread filling a bounded ring of buffers;
+//! - [`plan`]: the products (Nfft, Nint, detection), the selection, the output axes;
+//! - [`engine`]: the [`engine::Engine`] trait and the output layout every engine produces;
+//! - [`cpu`]: the CPU reference engine;
+//! - [`filterbank`]: the SIGPROC writer and reader;
+//! - [`plot`]: the PNG plots;
+//! - [`pipeline`]: a run (reader thread → engine → writer thread, temporary outputs renamed at
+//!   the end);
+//! - [`generate`]: synthetic scans for tests and demonstrations.
+//!
+//! See the crate's README for the formats and conventions.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod cpu;
+pub mod engine;
+pub mod error;
+pub mod filterbank;
+pub mod generate;
+pub mod guppi;
+pub mod pipeline;
+pub mod plan;
+pub mod plot;
+pub mod scan;
+
+pub use error::{Error, Result};

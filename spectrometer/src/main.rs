@@ -1,0 +1,369 @@
+//! `cudagraph-spectrometer`: the command line. See the README for every option.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use spectrometer::cpu::CpuEngine;
+use spectrometer::filterbank::Filterbank;
+use spectrometer::generate::{generate, GenerateSpec, Tone};
+use spectrometer::pipeline::{run_stem, Device, RunConfig};
+use spectrometer::plan::{AntennaMode, Plan, ProductSpec, Selection, MAX_PRODUCTS};
+use spectrometer::scan::Scan;
+use spectrometer::Error;
+
+#[derive(Parser)]
+#[command(
+    name = "cudagraph-spectrometer",
+    version,
+    about = "GUPPI RAW baseband scans to SIGPROC filterbank spectra"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Channelise, detect and integrate scans into filterbank files.
+    Run(RunArgs),
+    /// Write a synthetic GUPPI RAW scan (tones plus Gaussian noise).
+    Generate(GenArgs),
+    /// Print the header of a filterbank file (and its number of spectra).
+    Header {
+        /// The `.fil` file.
+        file: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DeviceArg {
+    Cpu,
+    Gpu,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum AntModeArg {
+    Separate,
+    Sum,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Stems (`dir/name` for `dir/name.0000.raw`, …) or any one file of each sequence.
+    #[arg(required = true)]
+    inputs: Vec<PathBuf>,
+    /// A product `NFFTxNINT[:MODE]` (MODE i, full or iquv; default i), e.g. `2^20x51`,
+    /// `8x128:iquv`. Up to 4; at least 1.
+    #[arg(short, long = "product", required = true, value_name = "SPEC")]
+    products: Vec<String>,
+    /// Output directory (created if absent).
+    #[arg(short, long, default_value = ".")]
+    out_dir: PathBuf,
+    /// Engine.
+    #[arg(long, value_enum, default_value = "cpu")]
+    device: DeviceArg,
+    /// First coarse channel (per antenna, 0-based).
+    #[arg(long, default_value_t = 0)]
+    chan_start: usize,
+    /// Number of coarse channels (default: to the last).
+    #[arg(long)]
+    nchan: Option<usize>,
+    /// Process one antenna (0-based); default all.
+    #[arg(long)]
+    antenna: Option<usize>,
+    /// With several antennas: one output per antenna, or their incoherent sum.
+    #[arg(long, value_enum, default_value = "separate")]
+    antenna_mode: AntModeArg,
+    /// Comma-separated weights of the selected antennas in the sum (default all 1).
+    #[arg(long, value_delimiter = ',')]
+    weights: Option<Vec<f32>>,
+    /// Skip this many blocks at the start (tstart moves accordingly).
+    #[arg(long, default_value_t = 0)]
+    skip_blocks: usize,
+    /// Also write a PNG (mean spectrum and waterfall) per product and output.
+    #[arg(long)]
+    png: bool,
+    /// Block buffers in the reader's ring (host memory ≈ ring × BLOCSIZE).
+    #[arg(long, default_value_t = 4)]
+    ring: usize,
+    /// Compute threads (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// `telescope_id` to write (default: from TELESCOP; 0 when unknown).
+    #[arg(long)]
+    telescope_id: Option<i32>,
+    /// `machine_id` to write.
+    #[arg(long, default_value_t = 0)]
+    machine_id: i32,
+    /// No progress bar and no summary.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct GenArgs {
+    /// Output directory.
+    #[arg(short, long, default_value = ".")]
+    out_dir: PathBuf,
+    /// Stem file name: files are STEM.0000.raw, STEM.0001.raw, …
+    #[arg(long, default_value = "synthetic")]
+    stem: String,
+    /// Coarse channels per antenna.
+    #[arg(long, default_value_t = 4)]
+    nchan: usize,
+    /// Antennas (NANTS).
+    #[arg(long, default_value_t = 1)]
+    nants: usize,
+    /// NPOL written: 1 (one complex pol), 2 or 4 (two complex pols).
+    #[arg(long, default_value_t = 4)]
+    npol: usize,
+    /// NBITS: 4, 8 or 16.
+    #[arg(long, default_value_t = 8)]
+    nbits: usize,
+    /// Time samples per block (overlap included).
+    #[arg(long, default_value_t = 4096)]
+    ntime: usize,
+    /// OVERLAP samples repeated between blocks.
+    #[arg(long, default_value_t = 0)]
+    overlap: usize,
+    /// Set DIRECTIO (header and data padded to 512 bytes).
+    #[arg(long)]
+    directio: bool,
+    /// Blocks per file.
+    #[arg(long, default_value_t = 8)]
+    blocks_per_file: usize,
+    /// Files.
+    #[arg(long, default_value_t = 1)]
+    files: usize,
+    /// OBSFREQ, MHz.
+    #[arg(long, default_value_t = 1420.0)]
+    obsfreq: f64,
+    /// OBSBW, MHz (negative: channels run high to low).
+    #[arg(long, default_value_t = 12.5, allow_negative_numbers = true)]
+    obsbw: f64,
+    /// A tone `FREQ_MHZ[:AMP[:POLS]]` (POLS xy, x or y; default amplitude 10, both pols).
+    #[arg(long = "tone", value_name = "TONE")]
+    tones: Vec<String>,
+    /// Noise standard deviation per real and imaginary part, in quantisation levels.
+    #[arg(long, default_value_t = 4.0)]
+    noise: f32,
+    /// Noise seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Comma-separated per-antenna gains.
+    #[arg(long, value_delimiter = ',')]
+    antenna_gains: Vec<f32>,
+    /// Drop global block N (0-based over all files; repeatable): a PKTIDX gap.
+    #[arg(long = "drop-block", value_name = "N")]
+    drop_blocks: Vec<usize>,
+    /// Cut this many bytes off the end of the last file (ends it mid-block).
+    #[arg(long, default_value_t = 0)]
+    truncate_bytes: u64,
+    /// PKTIDX step per block.
+    #[arg(long, default_value_t = 16)]
+    pktidx_step: i64,
+    /// STT_IMJD.
+    #[arg(long, default_value_t = 60000)]
+    stt_imjd: i64,
+    /// STT_SMJD.
+    #[arg(long, default_value_t = 43200)]
+    stt_smjd: i64,
+    /// STT_OFFS.
+    #[arg(long, default_value_t = 0.25)]
+    stt_offs: f64,
+    /// SRC_NAME.
+    #[arg(long, default_value = "SYNTH")]
+    src_name: String,
+    /// RA_STR.
+    #[arg(long, default_value = "12:34:56.7800")]
+    ra: String,
+    /// DEC_STR.
+    #[arg(long, default_value = "+12:34:56.7800", allow_hyphen_values = true)]
+    dec: String,
+    /// TELESCOP.
+    #[arg(long, default_value = "GBT")]
+    telescope: String,
+}
+
+fn parse_tone(s: &str) -> anyhow::Result<Tone> {
+    let mut it = s.split(':');
+    let f: f64 = it
+        .next()
+        .unwrap_or("")
+        .parse()
+        .with_context(|| format!("tone {s:?}: frequency"))?;
+    let amp: f32 = match it.next() {
+        Some(a) => a
+            .parse()
+            .with_context(|| format!("tone {s:?}: amplitude"))?,
+        None => 10.0,
+    };
+    let (ax, ay) = match it.next().unwrap_or("xy") {
+        "xy" | "XY" => (amp, amp),
+        "x" | "X" => (amp, 0.0),
+        "y" | "Y" => (0.0, amp),
+        other => bail!("tone {s:?}: polarisations {other:?} (xy, x or y)"),
+    };
+    Ok(Tone {
+        freq_mhz: f,
+        amp_x: ax,
+        amp_y: ay,
+        phase_y_deg: 0.0,
+    })
+}
+
+fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
+    if matches!(a.device, DeviceArg::Gpu) {
+        return Err(Error::GpuNotBuilt.into());
+    }
+    if a.products.len() > MAX_PRODUCTS {
+        return Err(Error::TooManyProducts {
+            count: a.products.len(),
+            max: MAX_PRODUCTS,
+        }
+        .into());
+    }
+    if let Some(n) = a.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .context("configuring the thread pool")?;
+    }
+    let products = a
+        .products
+        .iter()
+        .map(|s| s.parse::<ProductSpec>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let cfg = RunConfig {
+        inputs: a.inputs.clone(),
+        out_dir: a.out_dir.clone(),
+        products,
+        selection: Selection {
+            chan_start: a.chan_start,
+            nchan: a.nchan,
+            antenna: a.antenna,
+            mode: match a.antenna_mode {
+                AntModeArg::Separate => AntennaMode::Separate,
+                AntModeArg::Sum => AntennaMode::Sum,
+            },
+            weights: a.weights.clone(),
+            skip_blocks: a.skip_blocks,
+        },
+        device: Device::Cpu,
+        ring: a.ring.max(1),
+        png: a.png,
+        progress: !a.quiet && std::io::stderr().is_terminal(),
+        telescope_id: a.telescope_id,
+        machine_id: a.machine_id,
+    };
+    for input in &cfg.inputs {
+        let scan = Scan::open(input)?;
+        for line in scan.report_lines() {
+            eprintln!("{line}");
+        }
+        let plan = Plan::new(&scan, &cfg.products, &cfg.selection)?;
+        let mut engine = CpuEngine::new(&plan)?;
+        let report = run_stem(&scan, &plan, &mut engine, &cfg)
+            .with_context(|| format!("processing {}", scan.stem.display()))?;
+        if !a.quiet {
+            print!("{report}");
+        }
+    }
+    Ok(())
+}
+
+fn cmd_generate(a: GenArgs) -> anyhow::Result<()> {
+    let tones = a
+        .tones
+        .iter()
+        .map(|t| parse_tone(t))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let spec = GenerateSpec {
+        dir: a.out_dir,
+        stem: a.stem,
+        nchan: a.nchan,
+        nants: a.nants,
+        npol: a.npol,
+        nbits: a.nbits,
+        ntime: a.ntime,
+        overlap: a.overlap,
+        directio: a.directio,
+        blocks_per_file: a.blocks_per_file,
+        files: a.files,
+        obsfreq: a.obsfreq,
+        obsbw: a.obsbw,
+        tones,
+        noise: a.noise,
+        seed: a.seed,
+        antenna_gains: a.antenna_gains,
+        drop_blocks: a.drop_blocks,
+        truncate_bytes: a.truncate_bytes,
+        pktidx_step: a.pktidx_step,
+        stt_imjd: a.stt_imjd,
+        stt_smjd: a.stt_smjd,
+        stt_offs: a.stt_offs,
+        src_name: a.src_name,
+        ra_str: a.ra,
+        dec_str: a.dec,
+        telescop: a.telescope,
+    };
+    let r = generate(&spec)?;
+    for f in &r.files {
+        println!("wrote {}", f.display());
+    }
+    println!(
+        "{} block(s) of {} bytes written, {} dropped; coarse channels of {} MHz centred at {}",
+        r.blocks_written,
+        spec.blocsize(),
+        r.blocks_dropped,
+        spec.chan_bw(),
+        (0..spec.nchan)
+            .map(|c| format!("{:.6}", spec.coarse_centre(c)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
+}
+
+fn cmd_header(file: PathBuf) -> anyhow::Result<()> {
+    let fb = Filterbank::read(&file)?;
+    let h = &fb.header;
+    println!("file         {}", file.display());
+    println!("telescope_id {}", h.telescope_id);
+    println!("machine_id   {}", h.machine_id);
+    println!("data_type    {}", h.data_type);
+    println!("rawdatafile  {}", h.rawdatafile);
+    println!("source_name  {}", h.source_name);
+    println!("src_raj      {}", h.src_raj);
+    println!("src_dej      {}", h.src_dej);
+    println!("tstart       {:.12}", h.tstart);
+    println!("tsamp        {:e}", h.tsamp);
+    println!("fch1         {:.9}", h.fch1);
+    println!("foff         {:e}", h.foff);
+    println!("nchans       {}", h.nchans);
+    println!("nifs         {}", h.nifs);
+    println!("nbits        {}", h.nbits);
+    println!("ibeam        {}", h.ibeam);
+    println!("nbeams       {}", h.nbeams);
+    println!("spectra      {}", fb.nsamples());
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.command {
+        Command::Run(a) => cmd_run(a),
+        Command::Generate(a) => cmd_generate(a),
+        Command::Header { file } => cmd_header(file),
+    };
+    match res {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,500 @@
+//! A run: the reader thread fills a bounded ring of block buffers, the engine (this thread)
+//! turns blocks into integrations, a writer thread writes them to filterbank files (and
+//! collects the plots). Outputs are written under temporary names in the output directory and
+//! renamed when the whole stem has succeeded; on any error they are removed.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::cpu::CpuEngine;
+use crate::engine::{check_integration, BlockView, Engine, Integration};
+use crate::error::{Error, Result};
+use crate::filterbank::{pack_sexagesimal, telescope_id, write_f32s, FilterbankHeader};
+use crate::plan::{OutputId, Plan, ProductSpec, Selection};
+use crate::plot::PlotData;
+use crate::scan::{BlockBuffer, BlockReader, Scan, SlotKind};
+
+/// Which engine computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Device {
+    /// [`CpuEngine`].
+    #[default]
+    Cpu,
+    /// The GPU engine (not built yet: [`Error::GpuNotBuilt`]).
+    Gpu,
+}
+
+/// Options of a run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Stems (or any file of each sequence), processed in turn.
+    pub inputs: Vec<PathBuf>,
+    /// Output directory (created if absent).
+    pub out_dir: PathBuf,
+    /// Products (1 to [`crate::plan::MAX_PRODUCTS`]).
+    pub products: Vec<ProductSpec>,
+    /// Channel, antenna and time selection.
+    pub selection: Selection,
+    /// Engine.
+    pub device: Device,
+    /// Buffers in the reader's ring (≥ 1).
+    pub ring: usize,
+    /// Also write a PNG per (product, output).
+    pub png: bool,
+    /// Show a progress bar (on stderr, when it is a terminal).
+    pub progress: bool,
+    /// `telescope_id` to write (None: from `TELESCOP`).
+    pub telescope_id: Option<i32>,
+    /// `machine_id` to write.
+    pub machine_id: i32,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            inputs: Vec::new(),
+            out_dir: PathBuf::from("."),
+            products: Vec::new(),
+            selection: Selection::default(),
+            device: Device::Cpu,
+            ring: 4,
+            png: false,
+            progress: false,
+            telescope_id: None,
+            machine_id: 0,
+        }
+    }
+}
+
+/// What a stem's run did.
+#[derive(Debug, Clone)]
+pub struct StemReport {
+    /// The stem.
+    pub stem: PathBuf,
+    /// The plan that ran.
+    pub plan: Plan,
+    /// Files written (filterbank, then PNG), final names.
+    pub outputs: Vec<PathBuf>,
+    /// Blocks read from files.
+    pub data_blocks: usize,
+    /// Zero blocks filling gaps.
+    pub gap_blocks: usize,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Wall time.
+    pub wall: Duration,
+    /// Time in reads (reader thread).
+    pub read: Duration,
+    /// The engine's phases.
+    pub engine: Vec<(&'static str, Duration)>,
+    /// Time writing outputs (writer thread).
+    pub write: Duration,
+    /// Gaps, truncations and other warnings.
+    pub messages: Vec<String>,
+}
+
+impl StemReport {
+    /// Seconds of recording processed.
+    pub fn recording_seconds(&self) -> f64 {
+        self.plan.samples as f64 * self.plan.info.tbin
+    }
+
+    /// Input bytes per second of wall time.
+    pub fn input_rate(&self) -> f64 {
+        self.bytes_read as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    /// Real-time factor: recording seconds per wall second (> 1: faster than the recorder).
+    pub fn realtime_factor(&self) -> f64 {
+        self.recording_seconds() / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
+impl std::fmt::Display for StemReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let wall = self.wall.as_secs_f64();
+        writeln!(f, "stem {}:", self.stem.display())?;
+        for m in &self.messages {
+            writeln!(f, "  {m}")?;
+        }
+        writeln!(
+            f,
+            "  blocks: {} ({} read, {} zero-filled gap), samples per channel: {} ({:.6} s of recording)",
+            self.data_blocks + self.gap_blocks,
+            self.data_blocks,
+            self.gap_blocks,
+            self.plan.samples,
+            self.recording_seconds()
+        )?;
+        writeln!(
+            f,
+            "  input: {:.3} GB in {:.3} s = {:.3} GB/s, real-time factor {:.3}",
+            self.bytes_read as f64 / 1e9,
+            wall,
+            self.input_rate() / 1e9,
+            self.realtime_factor()
+        )?;
+        let pct = |d: &Duration| 100.0 * d.as_secs_f64() / wall.max(1e-9);
+        write!(
+            f,
+            "  time: read {:.3} s ({:.0}%)",
+            self.read.as_secs_f64(),
+            pct(&self.read)
+        )?;
+        for (name, d) in &self.engine {
+            write!(f, ", {name} {:.3} s ({:.0}%)", d.as_secs_f64(), pct(d))?;
+        }
+        writeln!(
+            f,
+            ", write {:.3} s ({:.0}%) — reader, engine and writer run concurrently",
+            self.write.as_secs_f64(),
+            pct(&self.write)
+        )?;
+        for p in &self.plan.products {
+            writeln!(
+                f,
+                "  product {}: {}x{} {} → {} integration(s) of {} IF × {} channels, tsamp {:.6e} s, fch1 {:.6} MHz, foff {:.6e} MHz{}",
+                p.index,
+                p.nfft,
+                p.nint,
+                p.detection.name(),
+                p.integrations,
+                p.nifs,
+                p.nchans,
+                p.tsamp,
+                p.fch1,
+                p.foff,
+                if p.dropped_samples > 0 {
+                    format!(", last {} sample(s) per channel dropped (no whole integration)", p.dropped_samples)
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+        for o in &self.outputs {
+            writeln!(f, "  wrote {}", o.display())?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs every input of `cfg` in turn; stops at the first error (outputs of stems already done
+/// stay, the failing stem leaves none).
+pub fn run(cfg: &RunConfig) -> Result<Vec<StemReport>> {
+    if cfg.device == Device::Gpu {
+        return Err(Error::GpuNotBuilt);
+    }
+    if cfg.products.len() > crate::plan::MAX_PRODUCTS {
+        return Err(Error::TooManyProducts {
+            count: cfg.products.len(),
+            max: crate::plan::MAX_PRODUCTS,
+        });
+    }
+    let mut reports = Vec::new();
+    for input in &cfg.inputs {
+        let scan = Scan::open(input)?;
+        let plan = Plan::new(&scan, &cfg.products, &cfg.selection)?;
+        let mut engine = CpuEngine::new(&plan)?;
+        reports.push(run_stem(&scan, &plan, &mut engine, cfg)?);
+    }
+    Ok(reports)
+}
+
+/// A temporary output and its final name; removed on drop unless committed.
+struct TempOutputs {
+    files: Vec<(PathBuf, PathBuf)>,
+    committed: bool,
+}
+
+impl TempOutputs {
+    fn commit(&mut self) -> Result<Vec<PathBuf>> {
+        for (tmp, fin) in &self.files {
+            std::fs::rename(tmp, fin).map_err(|e| Error::io(fin, e))?;
+        }
+        self.committed = true;
+        Ok(self.files.iter().map(|(_, f)| f.clone()).collect())
+    }
+}
+
+impl Drop for TempOutputs {
+    fn drop(&mut self) {
+        if !self.committed {
+            for (tmp, _) in &self.files {
+                let _ = std::fs::remove_file(tmp);
+            }
+        }
+    }
+}
+
+/// `dir/.base.tmp-PID.ext`: hidden, and keeping the extension (the PNG encoder goes by it).
+fn temp_name(dir: &Path, base: &str, ext: &str) -> PathBuf {
+    dir.join(format!(".{base}.tmp-{}.{ext}", std::process::id()))
+}
+
+/// One output stream being written.
+struct Sink {
+    file: BufWriter<File>,
+    path: PathBuf,
+    written: u64,
+    plot: Option<(PlotData, PathBuf)>,
+}
+
+struct WriterDone {
+    write_time: Duration,
+}
+
+fn writer_loop(
+    rx: Receiver<Vec<Integration>>,
+    mut sinks: Vec<Vec<Sink>>,
+    plan: Plan,
+) -> Result<WriterDone> {
+    let mut write_time = Duration::ZERO;
+    for batch in rx {
+        let t = Instant::now();
+        for it in batch {
+            check_integration(&plan, &it).map_err(Error::Engine)?;
+            let s = &mut sinks[it.product][it.output];
+            if it.index != s.written {
+                return Err(Error::Engine(format!(
+                    "product {} output {}: integration {} arrived when {} was expected",
+                    it.product, it.output, it.index, s.written
+                )));
+            }
+            write_f32s(&mut s.file, &it.data).map_err(|e| Error::io(&s.path, e))?;
+            if let Some((pd, _)) = &mut s.plot {
+                pd.add(&it.data);
+            }
+            s.written += 1;
+        }
+        write_time += t.elapsed();
+    }
+    let t = Instant::now();
+    for (p, outs) in sinks.into_iter().enumerate() {
+        for (o, mut s) in outs.into_iter().enumerate() {
+            let want = plan.products[p].integrations;
+            if s.written != want {
+                return Err(Error::Engine(format!(
+                    "product {p} output {o}: {} integration(s) produced, {want} planned",
+                    s.written
+                )));
+            }
+            s.file.flush().map_err(|e| Error::io(&s.path, e))?;
+            s.file
+                .get_ref()
+                .sync_all()
+                .map_err(|e| Error::io(&s.path, e))?;
+            if let Some((pd, path)) = s.plot {
+                pd.render(&path)?;
+            }
+        }
+    }
+    write_time += t.elapsed();
+    Ok(WriterDone { write_time })
+}
+
+/// The filterbank header of (product, output) of `plan` over `scan`.
+pub fn filterbank_header(
+    scan: &Scan,
+    plan: &Plan,
+    product: usize,
+    output: usize,
+    telescope: Option<i32>,
+    machine_id: i32,
+) -> FilterbankHeader {
+    let p = &plan.products[product];
+    let info = &plan.info;
+    let (ibeam, nbeams) = match plan.outputs[output] {
+        OutputId::Antenna(a) => (a as i32, plan.geometry.nants as i32),
+        OutputId::Sum => (0, 1),
+    };
+    FilterbankHeader {
+        telescope_id: telescope.unwrap_or_else(|| telescope_id(&info.telescop)),
+        machine_id,
+        data_type: 1,
+        rawdatafile: scan.files[0]
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        source_name: info.src_name.clone(),
+        src_raj: info
+            .ra_str
+            .as_deref()
+            .and_then(pack_sexagesimal)
+            .unwrap_or(0.0),
+        src_dej: info
+            .dec_str
+            .as_deref()
+            .and_then(pack_sexagesimal)
+            .unwrap_or(0.0),
+        tstart: p.tstart,
+        tsamp: p.tsamp,
+        fch1: p.fch1,
+        foff: p.foff,
+        nchans: p.nchans as i32,
+        nifs: p.nifs as i32,
+        nbits: 32,
+        ibeam,
+        nbeams,
+    }
+}
+
+/// Runs one stem through `engine` (the plan must be for `scan`).
+pub fn run_stem<E: Engine>(
+    scan: &Scan,
+    plan: &Plan,
+    engine: &mut E,
+    cfg: &RunConfig,
+) -> Result<StemReport> {
+    let start = Instant::now();
+    let dir = &cfg.out_dir;
+    std::fs::create_dir_all(dir).map_err(|e| Error::OutputDir {
+        path: dir.clone(),
+        source: e,
+    })?;
+    let name = scan.name();
+    let mut temps = TempOutputs {
+        files: Vec::new(),
+        committed: false,
+    };
+    let mut sinks: Vec<Vec<Sink>> = Vec::new();
+    let mut pngs = Vec::new();
+    for (pi, p) in plan.products.iter().enumerate() {
+        let mut outs = Vec::new();
+        for oi in 0..plan.outputs.len() {
+            let base = plan.output_name(&name, pi, oi);
+            let fin = dir.join(format!("{base}.fil"));
+            let tmp = temp_name(dir, &base, "fil");
+            let mut file =
+                File::create(&tmp)
+                    .map(BufWriter::new)
+                    .map_err(|e| Error::OutputDir {
+                        path: dir.clone(),
+                        source: e,
+                    })?;
+            temps.files.push((tmp.clone(), fin));
+            let header = filterbank_header(scan, plan, pi, oi, cfg.telescope_id, cfg.machine_id);
+            file.write_all(&header.to_bytes())
+                .map_err(|e| Error::io(&tmp, e))?;
+            let plot = if cfg.png {
+                let fin = dir.join(format!("{base}.png"));
+                let ptmp = temp_name(dir, &base, "png");
+                pngs.push((ptmp.clone(), fin));
+                let title = format!(
+                    "{base}: {}X{} {} ({}), {} INTEGRATION(S) OF {:.4e} S",
+                    p.nfft,
+                    p.nint,
+                    p.detection.name(),
+                    p.detection.if_labels()[0],
+                    p.integrations,
+                    p.tsamp
+                );
+                Some((
+                    PlotData::new(p.nchans, p.integrations, p.fch1, p.foff, p.tsamp, title),
+                    ptmp,
+                ))
+            } else {
+                None
+            };
+            outs.push(Sink {
+                file,
+                path: tmp,
+                written: 0,
+                plot,
+            });
+        }
+        sinks.push(outs);
+    }
+    temps.files.extend(pngs);
+
+    let g = plan.geometry;
+    let mut buffers = Vec::with_capacity(cfg.ring.max(1));
+    for _ in 0..cfg.ring.max(1) {
+        buffers.push(engine.alloc_buffer(g.blocsize)?);
+    }
+    let reader = BlockReader::spawn(scan, plan.first_slot, buffers);
+    let (tx, rx) = sync_channel::<Vec<Integration>>(8);
+    let wplan = plan.clone();
+    let writer = std::thread::Builder::new()
+        .name("fil-writer".into())
+        .spawn(move || writer_loop(rx, sinks, wplan))
+        .map_err(|e| Error::Engine(format!("cannot start the writer thread: {e}")))?;
+
+    let pb = if cfg.progress {
+        let pb = ProgressBar::new(plan.blocks as u64 * g.blocsize as u64);
+        pb.set_style(
+            ProgressStyle::with_template(
+                "{spinner} {msg} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+            )
+            .expect("valid template"),
+        );
+        pb
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut data_blocks = 0usize;
+    let mut gap_blocks = 0usize;
+    let mut writer_gone = false;
+    let result = (|| -> Result<()> {
+        let mut out = Vec::new();
+        while let Some(item) = reader.next_block() {
+            let fb = item?;
+            match fb.kind {
+                SlotKind::Data { .. } => data_blocks += 1,
+                SlotKind::Gap => gap_blocks += 1,
+            }
+            let view = BlockView {
+                data: fb.buf.bytes(),
+                seq: fb.seq,
+                kind: fb.kind,
+                geometry: &g,
+            };
+            engine.process_block(&view, &mut out)?;
+            reader.recycle(fb.buf);
+            if !out.is_empty() && tx.send(std::mem::take(&mut out)).is_err() {
+                writer_gone = true;
+                return Ok(());
+            }
+            pb.set_message(format!(
+                "block {}/{}",
+                data_blocks + gap_blocks,
+                plan.blocks
+            ));
+            pb.inc(g.blocsize as u64);
+        }
+        engine.finish(&mut out)?;
+        if !out.is_empty() && tx.send(out).is_err() {
+            writer_gone = true;
+        }
+        Ok(())
+    })();
+    drop(tx);
+    pb.finish_and_clear();
+    let wres = writer
+        .join()
+        .unwrap_or_else(|_| Err(Error::Engine("the writer thread panicked".into())));
+    let rstats = reader.finish();
+    result?;
+    let wdone = wres?;
+    if writer_gone {
+        return Err(Error::Engine("the writer stopped early".into()));
+    }
+    let outputs = temps.commit()?;
+    Ok(StemReport {
+        stem: scan.stem.clone(),
+        plan: plan.clone(),
+        outputs,
+        data_blocks,
+        gap_blocks,
+        bytes_read: rstats.bytes_read,
+        wall: start.elapsed(),
+        read: rstats.read_time,
+        engine: engine.timings(),
+        write: wdone.write_time,
+        messages: scan.report_lines(),
+    })
+}

@@ -1,0 +1,553 @@
+//! A scan: the sequence of RAW files of one stem, indexed block by block, and the reader thread
+//! that fills a bounded ring of block buffers from it.
+//!
+//! [`Scan::open`] reads every header (seeking over the data) before any processing, so a run
+//! knows the number of blocks, the gaps and the truncations up front: bad headers fail before any
+//! output is written, and the progress bar knows its length.
+//!
+//! Conventions (see the README for the reasoning):
+//! - **Overlap.** The last `OVERLAP` samples of every block repeat the first samples of the next
+//!   one, so each block contributes its first `ntime − OVERLAP` samples (the last block too).
+//! - **Gaps.** The `PKTIDX` step per block is the difference between the first two blocks' values.
+//!   A later jump of `k × step` (k > 1) means `k − 1` blocks were dropped: they become
+//!   [`SlotKind::Gap`] slots, read as zero bytes (which decode to zero samples), and are reported
+//!   in [`Scan::gaps`]. Any other jump is an [`Error::PktidxIrregular`]. A gap between the first
+//!   two blocks cannot be told from the step. Without `PKTIDX` no gaps are detected.
+//! - **Truncation.** A file that ends inside a block (its header or its data) is read up to its
+//!   last whole block, with a warning in [`Scan::truncations`]; the next file of the sequence, if
+//!   any, is still read (a gap shows up through `PKTIDX`). A header cut short before any whole
+//!   block of the scan is an [`Error::TruncatedHeader`].
+
+use std::fs::File;
+use std::io::{BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::guppi::{read_full, read_header, Geometry, Header, HeaderRead, Loc, ObsInfo};
+
+/// What a slot of the time axis holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotKind {
+    /// A block read from `files[file]`, block `block` of that file, data starting at `offset`.
+    Data {
+        /// Index into [`Scan::files`].
+        file: usize,
+        /// Block index inside that file.
+        block: usize,
+        /// Byte offset of the block's data in the file.
+        offset: u64,
+    },
+    /// A dropped block (from a `PKTIDX` gap): all samples zero.
+    Gap,
+}
+
+/// A dropped-block gap found through `PKTIDX`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GapReport {
+    /// The file of the block after the gap.
+    pub file: PathBuf,
+    /// That block's index in its file.
+    pub block: usize,
+    /// `PKTIDX` of the block before the gap.
+    pub pktidx_before: i64,
+    /// `PKTIDX` of the block after the gap.
+    pub pktidx_after: i64,
+    /// Blocks missing.
+    pub missing_blocks: u64,
+    /// Samples per channel filled with zeros.
+    pub zero_samples: u64,
+}
+
+/// A file that ends inside a block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Truncation {
+    /// The file.
+    pub file: PathBuf,
+    /// The index of the incomplete block in that file (= whole blocks kept).
+    pub block: usize,
+    /// Whether the file ends inside the header (else inside the data).
+    pub in_header: bool,
+    /// Bytes after the last whole block, ignored.
+    pub bytes_ignored: u64,
+}
+
+/// An indexed scan.
+#[derive(Debug, Clone)]
+pub struct Scan {
+    /// The stem (path without `.NNNN.raw`).
+    pub stem: PathBuf,
+    /// The RAW files in sequence order.
+    pub files: Vec<PathBuf>,
+    /// The first block's header (all keys, unknown ones included).
+    pub header: Header,
+    /// The block geometry (the same for every block; `directio` is the first block's).
+    pub geometry: Geometry,
+    /// The metadata of the first block.
+    pub info: ObsInfo,
+    /// The time axis, one slot per block: read blocks and gap blocks.
+    pub slots: Vec<SlotKind>,
+    /// Gaps found.
+    pub gaps: Vec<GapReport>,
+    /// Files that end inside a block.
+    pub truncations: Vec<Truncation>,
+    /// Other warnings (absent optional keys and the like).
+    pub warnings: Vec<String>,
+    /// The inferred `PKTIDX` step per block, if known.
+    pub pktidx_step: Option<i64>,
+}
+
+/// Splits an input path into a stem: `dir/name.0003.raw` → `dir/name`; anything else is taken
+/// as the stem itself.
+pub fn stem_of(input: &Path) -> PathBuf {
+    let s = input.to_string_lossy();
+    if let Some(base) = s.strip_suffix(".raw") {
+        if let Some((stem, num)) = base.rsplit_once('.') {
+            if !num.is_empty() && num.bytes().all(|b| b.is_ascii_digit()) {
+                return PathBuf::from(stem);
+            }
+        }
+    }
+    input.to_path_buf()
+}
+
+/// The files `stem.NNNN.raw` that exist, in numeric order.
+pub fn find_files(stem: &Path) -> Result<Vec<PathBuf>> {
+    let dir = match stem.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = stem
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| Error::NoFiles {
+            stem: stem.to_path_buf(),
+        })?;
+    let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(&dir, e))?;
+        let fname = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = fname
+            .strip_prefix(name.as_str())
+            .and_then(|r| r.strip_prefix('.'))
+            .and_then(|r| r.strip_suffix(".raw"))
+        else {
+            continue;
+        };
+        if rest.len() >= 4 && rest.bytes().all(|b| b.is_ascii_digit()) {
+            if let Ok(n) = rest.parse::<u64>() {
+                found.push((n, entry.path()));
+            }
+        }
+    }
+    found.sort();
+    if found.is_empty() {
+        return Err(Error::NoFiles {
+            stem: stem.to_path_buf(),
+        });
+    }
+    Ok(found.into_iter().map(|(_, p)| p).collect())
+}
+
+/// The keys whose value must not change within a scan.
+fn fixed_keys(g: &Geometry, i: &ObsInfo) -> [(&'static str, String); 9] {
+    [
+        ("BLOCSIZE", g.blocsize.to_string()),
+        ("OBSNCHAN", g.obsnchan.to_string()),
+        ("NPOL", g.npol.to_string()),
+        ("NBITS", g.nbits.to_string()),
+        ("NANTS", g.nants.to_string()),
+        ("OVERLAP", g.overlap.to_string()),
+        ("OBSFREQ", i.obsfreq.to_string()),
+        ("OBSBW", i.obsbw.to_string()),
+        ("TBIN", i.tbin.to_string()),
+    ]
+}
+
+impl Scan {
+    /// Finds the files of `stem` (a stem, or any one file `stem.NNNN.raw` of the sequence) and
+    /// indexes every block.
+    pub fn open(stem: &Path) -> Result<Scan> {
+        let stem = stem_of(stem);
+        let files = find_files(&stem)?;
+        let mut first: Option<(Header, Geometry, ObsInfo)> = None;
+        let mut slots = Vec::new();
+        let mut gaps = Vec::new();
+        let mut truncations = Vec::new();
+        let mut warnings = Vec::new();
+        let mut prev_pktidx: Option<i64> = None;
+        let mut step: Option<i64> = None;
+        let mut pktidx_ok = true;
+        let mut data_blocks = 0usize;
+
+        for (fi, path) in files.iter().enumerate() {
+            let file = File::open(path).map_err(|e| Error::io(path, e))?;
+            let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+            let mut r = BufReader::with_capacity(64 * 1024, file);
+            let mut pos = 0u64;
+            let mut block = 0usize;
+            loop {
+                if pos >= len {
+                    break;
+                }
+                r.seek(SeekFrom::Start(pos))
+                    .map_err(|e| Error::io(path, e))?;
+                let loc = Loc::new(path, block);
+                let (header, hlen) = match read_header(&mut r, &loc)? {
+                    HeaderRead::Eof => break,
+                    HeaderRead::Truncated { cards, last_key } => {
+                        if data_blocks == 0 {
+                            return Err(Error::TruncatedHeader {
+                                file: path.clone(),
+                                block,
+                                key: last_key,
+                                cards,
+                            });
+                        }
+                        truncations.push(Truncation {
+                            file: path.clone(),
+                            block,
+                            in_header: true,
+                            bytes_ignored: len - pos,
+                        });
+                        break;
+                    }
+                    HeaderRead::Complete { header, len } => (header, len),
+                };
+                let g = Geometry::from_header(&header, &loc)?;
+                let (info, w) = ObsInfo::from_header(&header, &g, &loc)?;
+                match &first {
+                    None => {
+                        warnings.extend(w);
+                        first = Some((header.clone(), g, info.clone()));
+                    }
+                    Some((_, g0, i0)) => {
+                        for ((key, a), (_, b)) in
+                            fixed_keys(g0, i0).into_iter().zip(fixed_keys(&g, &info))
+                        {
+                            if a != b {
+                                return Err(Error::GeometryChanged {
+                                    file: path.clone(),
+                                    block,
+                                    key: key.to_string(),
+                                    first: a,
+                                    now: b,
+                                });
+                            }
+                        }
+                    }
+                }
+                let data_off = pos + hlen;
+                if data_off + g.blocsize as u64 > len {
+                    truncations.push(Truncation {
+                        file: path.clone(),
+                        block,
+                        in_header: false,
+                        bytes_ignored: len - pos,
+                    });
+                    break;
+                }
+                // PKTIDX: infer the step from the first two blocks, then look for gaps.
+                match header.opt_int("PKTIDX", &loc)? {
+                    None => {
+                        if pktidx_ok {
+                            warnings.push(format!(
+                                "{}: block {block}: no PKTIDX: dropped blocks cannot be detected",
+                                path.display()
+                            ));
+                        }
+                        pktidx_ok = false;
+                    }
+                    Some(p) if pktidx_ok => {
+                        if let Some(prev) = prev_pktidx {
+                            let d = p - prev;
+                            match step {
+                                None => {
+                                    if d <= 0 {
+                                        return Err(Error::PktidxIrregular {
+                                            file: path.clone(),
+                                            block,
+                                            previous: prev,
+                                            now: p,
+                                            step: 0,
+                                        });
+                                    }
+                                    step = Some(d);
+                                }
+                                Some(s) if d == s => {}
+                                Some(s) if d > s && d % s == 0 => {
+                                    let missing = (d / s - 1) as u64;
+                                    gaps.push(GapReport {
+                                        file: path.clone(),
+                                        block,
+                                        pktidx_before: prev,
+                                        pktidx_after: p,
+                                        missing_blocks: missing,
+                                        zero_samples: missing * g.new_samples() as u64,
+                                    });
+                                    slots.extend((0..missing).map(|_| SlotKind::Gap));
+                                }
+                                Some(s) => {
+                                    return Err(Error::PktidxIrregular {
+                                        file: path.clone(),
+                                        block,
+                                        previous: prev,
+                                        now: p,
+                                        step: s,
+                                    })
+                                }
+                            }
+                        }
+                        prev_pktidx = Some(p);
+                    }
+                    Some(_) => {}
+                }
+                slots.push(SlotKind::Data {
+                    file: fi,
+                    block,
+                    offset: data_off,
+                });
+                data_blocks += 1;
+                pos = data_off + g.data_len_on_disk();
+                block += 1;
+            }
+        }
+        let Some((header, geometry, info)) = first else {
+            return Err(Error::NoFiles { stem });
+        };
+        if data_blocks == 0 {
+            return Err(Error::NoFiles { stem });
+        }
+        Ok(Scan {
+            stem,
+            files,
+            header,
+            geometry,
+            info,
+            slots,
+            gaps,
+            truncations,
+            warnings,
+            pktidx_step: if pktidx_ok { step } else { None },
+        })
+    }
+
+    /// The stem's file name (used to name outputs).
+    pub fn name(&self) -> String {
+        self.stem
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "scan".to_string())
+    }
+
+    /// Samples per channel on the time axis from slot `first` on (gaps included).
+    pub fn samples_from(&self, first: usize) -> u64 {
+        (self.slots.len().saturating_sub(first) * self.geometry.new_samples()) as u64
+    }
+
+    /// Human-readable lines for the gaps and truncations found.
+    pub fn report_lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .warnings
+            .iter()
+            .map(|w| format!("warning: {w}"))
+            .collect();
+        for g in &self.gaps {
+            out.push(format!(
+                "gap: {} block {}: PKTIDX {} → {}: {} block(s) dropped, {} samples per channel filled with zeros",
+                g.file.display(),
+                g.block,
+                g.pktidx_before,
+                g.pktidx_after,
+                g.missing_blocks,
+                g.zero_samples
+            ));
+        }
+        for t in &self.truncations {
+            out.push(format!(
+                "warning: {} ends inside block {} ({}): stopped at the last whole block, {} byte(s) ignored",
+                t.file.display(),
+                t.block,
+                if t.in_header { "header" } else { "data" },
+                t.bytes_ignored
+            ));
+        }
+        out
+    }
+}
+
+/// A block buffer the reader can fill: `Vec<u8>` for the CPU engine; the GPU engine will provide
+/// page-locked host buffers.
+pub trait BlockBuffer: Send + 'static {
+    /// The bytes.
+    fn bytes(&self) -> &[u8];
+    /// The bytes, writable.
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+impl BlockBuffer for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+/// A filled buffer handed from the reader thread to the engine.
+#[derive(Debug)]
+pub struct FilledBlock<B> {
+    /// Position on the processed time axis (0 = first processed slot).
+    pub seq: u64,
+    /// The slot it came from (index into [`Scan::slots`]).
+    pub slot: usize,
+    /// What the slot is.
+    pub kind: SlotKind,
+    /// Exactly `BLOCSIZE` bytes of samples.
+    pub buf: B,
+}
+
+/// What the reader thread measured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReaderStats {
+    /// Time spent in reads (and zero-filling gaps).
+    pub read_time: Duration,
+    /// Bytes read from files.
+    pub bytes_read: u64,
+}
+
+/// The reader thread and its ring. Host memory is bounded by the buffers given to
+/// [`BlockReader::spawn`], whatever the scan's length: the thread takes a free buffer, fills it,
+/// and sends it on; the consumer gives each buffer back with [`BlockReader::recycle`].
+pub struct BlockReader<B: BlockBuffer> {
+    filled: Receiver<Result<FilledBlock<B>>>,
+    free: Option<SyncSender<B>>,
+    handle: Option<JoinHandle<ReaderStats>>,
+}
+
+impl<B: BlockBuffer> BlockReader<B> {
+    /// Starts reading `scan.slots[first..]` into `buffers` (each exactly `BLOCSIZE` bytes long;
+    /// at least one).
+    pub fn spawn(scan: &Scan, first: usize, buffers: Vec<B>) -> Self {
+        assert!(!buffers.is_empty(), "the ring needs at least one buffer");
+        let n = buffers.len();
+        let (free_tx, free_rx) = sync_channel::<B>(n);
+        let (filled_tx, filled_rx) = sync_channel(n);
+        for b in buffers {
+            assert_eq!(b.bytes().len(), scan.geometry.blocsize, "ring buffer size");
+            free_tx.send(b).expect("receiver alive");
+        }
+        let files = scan.files.clone();
+        let slots: Vec<SlotKind> = scan.slots[first.min(scan.slots.len())..].to_vec();
+        let handle = std::thread::Builder::new()
+            .name("raw-reader".into())
+            .spawn(move || {
+                let mut stats = ReaderStats::default();
+                let mut open: Option<(usize, File)> = None;
+                for (seq, kind) in slots.into_iter().enumerate() {
+                    let Ok(mut buf) = free_rx.recv() else { break };
+                    let t = Instant::now();
+                    let res = fill(&files, &mut open, kind, buf.bytes_mut());
+                    stats.read_time += t.elapsed();
+                    let msg = res.map(|bytes| {
+                        stats.bytes_read += bytes;
+                        FilledBlock {
+                            seq: seq as u64,
+                            slot: first + seq,
+                            kind,
+                            buf,
+                        }
+                    });
+                    let failed = msg.is_err();
+                    if filled_tx.send(msg).is_err() || failed {
+                        break;
+                    }
+                }
+                stats
+            })
+            .expect("spawn reader thread");
+        BlockReader {
+            filled: filled_rx,
+            free: Some(free_tx),
+            handle: Some(handle),
+        }
+    }
+
+    /// The next filled block, in time order; `None` after the last.
+    pub fn next_block(&self) -> Option<Result<FilledBlock<B>>> {
+        self.filled.recv().ok()
+    }
+
+    /// Gives a buffer back to the ring.
+    pub fn recycle(&self, buf: B) {
+        if let Some(free) = &self.free {
+            // The reader may have finished; then the buffer is simply dropped.
+            let _ = free.try_send(buf);
+        }
+    }
+
+    /// Stops the thread (if still running) and returns its statistics.
+    pub fn finish(mut self) -> ReaderStats {
+        self.free = None;
+        // Drain so that a thread blocked on sending can finish.
+        while self.filled.try_recv().is_ok() {}
+        self.handle
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default()
+    }
+}
+
+impl<B: BlockBuffer> Drop for BlockReader<B> {
+    fn drop(&mut self) {
+        self.free = None;
+        if let Some(h) = self.handle.take() {
+            while self.filled.try_recv().is_ok() {}
+            // The thread ends: it either finds the free channel closed or its send fails once the
+            // receiver is dropped with `self`. Do not join here (it may be blocked on a send to
+            // the receiver we still hold); detach it.
+            drop(h);
+        }
+    }
+}
+
+fn fill(
+    files: &[PathBuf],
+    open: &mut Option<(usize, File)>,
+    kind: SlotKind,
+    buf: &mut [u8],
+) -> Result<u64> {
+    match kind {
+        SlotKind::Gap => {
+            buf.fill(0);
+            Ok(0)
+        }
+        SlotKind::Data {
+            file,
+            block,
+            offset,
+        } => {
+            let path = &files[file];
+            if open.as_ref().map(|(i, _)| *i) != Some(file) {
+                *open = Some((file, File::open(path).map_err(|e| Error::io(path, e))?));
+            }
+            let f = &mut open.as_mut().expect("just opened").1;
+            f.seek(SeekFrom::Start(offset))
+                .map_err(|e| Error::io(path, e))?;
+            let n = read_full(f, buf).map_err(|e| Error::io(path, e))?;
+            if n != buf.len() {
+                return Err(Error::io(
+                    path,
+                    std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("block {block} shorter than when the scan was indexed"),
+                    ),
+                ));
+            }
+            Ok(n as u64)
+        }
+    }
+}
