@@ -458,7 +458,8 @@ impl Bench {
         let api = &self.api;
         let main = self.stream.raw();
         let args = &self.stream_args;
-        args.set_ptr(self.counter.as_raw_ptr());
+        // SAFETY: the counter outlives every launch: the bench synchronises before dropping it.
+        args.set_ptr(unsafe { self.counter.as_raw_ptr() });
         args.set(v);
         let grid = sys::dim3 { x: 1, y: 1, z: 1 };
         let block = sys::dim3 {
@@ -555,7 +556,8 @@ impl Bench {
             nodes: Vec::with_capacity(n),
             destroy: api.graph_destroy,
         };
-        let args = RawArgs::new(self.counter.as_raw_ptr(), v);
+        // SAFETY: as above, the counter outlives the raw graph's launches.
+        let args = RawArgs::new(unsafe { self.counter.as_raw_ptr() }, v);
         let params = self.raw_params(&args);
         g.nodes = build_shape(topology, n, |deps: &[sys::cudaGraphNode_t]| {
             let mut node = ptr::null_mut();
@@ -1486,7 +1488,8 @@ fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         let cap_exec = b.instantiate_raw(&cap_graph)?;
         let (mut dag, ids) = b.build_dag(topology, n, 1)?;
         let mut exec = dag.instantiate(&b.device)?;
-        let args = RawArgs::new(b.counter.as_raw_ptr(), 1);
+        // SAFETY: as above.
+        let args = RawArgs::new(unsafe { b.counter.as_raw_ptr() }, 1);
         let params = b.raw_params(&args);
         let c = &b.counter;
 

@@ -9,10 +9,12 @@ use std::sync::Arc;
 
 use crate::device::{Device, DeviceLimits};
 use crate::error::{Error, Result};
+use crate::memory::Region;
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer};
 use crate::result::{nvrtc as nv, runtime as rt};
 use crate::stream::Stream;
 use crate::sys;
+use crate::track::Uses;
 
 // ---- compiling -----------------------------------------------------------------------------
 
@@ -210,6 +212,8 @@ struct ModuleInner {
     raw: sys::cudaLibrary_t,
     device: Device,
     lowered_names: HashMap<String, String>,
+    /// Stream launches of its kernels that may still run.
+    uses: Uses,
 }
 
 // SAFETY: library handles may be used from any thread.
@@ -219,7 +223,12 @@ unsafe impl Sync for ModuleInner {}
 
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        // SAFETY: last reference: every kernel and graph node of this module holds one.
+        if let Err(e) = self.uses.wait() {
+            self.device
+                .defer("a module (waiting for launches of its kernels)", e);
+        }
+        // SAFETY: last reference: every kernel and graph node of this module holds one, and
+        // the stream launches of its kernels have completed (waited for above).
         if let Err(e) = unsafe { rt::library_unload(self.raw) } {
             self.device.defer("a module", e);
         }
@@ -275,6 +284,7 @@ impl Module {
                 raw,
                 device: device.clone(),
                 lowered_names,
+                uses: Uses::default(),
             }),
         })
     }
@@ -593,24 +603,38 @@ impl Kernel {
     }
 
     /// Launches the kernel on `stream` (a plain stream launch, outside any graph), after
-    /// checking the arguments and the launch shape. Buffers passed are not kept alive by the
-    /// launch: keep them until the stream has run it.
+    /// checking the arguments and the launch shape. The buffers passed and the kernel's module
+    /// may be dropped at once: their memory is released only after the launch has run (and
+    /// host access to them waits for it). The launch is ordered with the work on `stream` only.
+    ///
+    /// Kernel code is trusted as FFI code is: the crate checks each argument's size against
+    /// the parameter's, keeps tracked buffers alive, and cannot check what the kernel does
+    /// with them.
     pub fn launch(&self, stream: &Stream, cfg: LaunchConfig, args: &[KernelArg]) -> Result<()> {
         let device = stream.device();
-        match self.home() {
-            Ok(d) if d == device => {}
+        let module = match &self.inner.origin {
+            KernelOrigin::Module { module } if &module.device == device => module,
             _ => {
                 return Err(Error::WrongDevice(format!(
                     "kernel `{}` is not on the stream's device",
                     self.name()
                 )))
             }
-        }
+        };
         self.check_args(args)?;
         self.check_launch(device.limits(), &cfg)?;
         // SAFETY: arguments and shape were just checked against the kernel's layout and the
-        // device; the kernel is live (`home` is a module).
-        unsafe { self.launch_unchecked(stream, cfg, args) }
+        // device; the kernel is live (its module is held); the buffers and the module are kept
+        // from being freed until the launch has run by the marker noted below.
+        unsafe { self.launch_unchecked(stream, cfg, args)? };
+        let m = stream.mark()?;
+        module.uses.add_marker(&m);
+        for a in args {
+            if let Some(b) = &a.buffer {
+                b.uses.add_marker(&m);
+            }
+        }
+        Ok(())
     }
 
     /// Launches without checking anything.
@@ -618,7 +642,8 @@ impl Kernel {
     /// # Safety
     /// `args` match the parameter layout ([`Kernel::check_args`]), the shape is valid
     /// ([`Kernel::check_launch`]), the kernel and the stream are on one device, and the
-    /// buffers stay alive until the launch has run.
+    /// buffers and the kernel's module stay alive, and pinned memory the kernel uses is not
+    /// accessed by the host, until the launch has run (nothing here tracks them).
     pub unsafe fn launch_unchecked(
         &self,
         stream: &Stream,
@@ -765,16 +790,15 @@ impl std::fmt::Debug for KernelArg {
 impl KernelArg {
     /// An argument holding a copy of `value`'s bytes.
     pub fn value<T: DeviceRepr>(value: T) -> Self {
-        let size = std::mem::size_of::<T>();
-        let src = (&value as *const T).cast::<u8>();
+        // `Pod`: no padding, so every byte is initialised.
+        let src = bytemuck::bytes_of(&value);
+        let size = src.len();
         let bytes = if size <= INLINE {
             let mut words = [0u64; INLINE / 8];
-            // SAFETY: `value` is `size` bytes of plain data and `words` has room for them.
-            unsafe { std::ptr::copy_nonoverlapping(src, words.as_mut_ptr().cast::<u8>(), size) };
+            bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..size].copy_from_slice(src);
             ArgBytes::Inline(words, size)
         } else {
-            // SAFETY: `value` is `size` readable bytes of plain data.
-            ArgBytes::Heap(unsafe { std::slice::from_raw_parts(src, size) }.into())
+            ArgBytes::Heap(src.into())
         };
         KernelArg {
             bytes,
@@ -783,11 +807,22 @@ impl KernelArg {
         }
     }
 
-    /// An argument passing a buffer's device address.
+    /// An argument passing a buffer's device address (kept alive by whatever uses the
+    /// argument).
     pub fn buffer<T: DeviceRepr>(buffer: &DeviceBuffer<T>) -> Self {
         let mut a = KernelArg::value(buffer.alloc.ptr);
         a.type_name = std::any::type_name::<DeviceBuffer<T>>();
         a.buffer = Some(buffer.alloc.clone());
+        a
+    }
+
+    /// An argument passing the address of a region's first byte (kept alive like a buffer's).
+    /// The region's bounds are the kernel's business; only device memory is accepted when the
+    /// argument is checked.
+    pub fn region(region: &Region) -> Self {
+        let mut a = KernelArg::value(region.raw_addr());
+        a.type_name = "Region";
+        a.buffer = Some(region.alloc.clone());
         a
     }
 
@@ -834,6 +869,12 @@ impl<T: DeviceRepr> From<T> for KernelArg {
 impl<T: DeviceRepr> From<&DeviceBuffer<T>> for KernelArg {
     fn from(b: &DeviceBuffer<T>) -> Self {
         KernelArg::buffer(b)
+    }
+}
+
+impl From<&Region> for KernelArg {
+    fn from(r: &Region) -> Self {
+        KernelArg::region(r)
     }
 }
 
@@ -929,6 +970,31 @@ impl PackedArgs {
         };
     }
 
+    /// A copy of the packed arguments in `scratch`, with `replace(i)`'s bytes (exactly
+    /// parameter `i`'s size) instead of argument `i` where it gives some; returns the
+    /// `kernelParams` array pointing into `scratch`. Allocates only when `scratch` grows.
+    pub(crate) fn staged<'r>(
+        &self,
+        scratch: &mut ArgScratch,
+        replace: &dyn Fn(usize) -> Option<&'r [u8]>,
+    ) -> *mut *mut c_void {
+        scratch.storage.clear();
+        scratch.storage.extend_from_slice(&self.storage);
+        let base = scratch.storage.as_mut_ptr().cast::<u8>();
+        scratch.ptrs.clear();
+        for (i, info) in self.layout.params.iter().enumerate() {
+            // SAFETY: every offset is inside the copy of `storage`, sized for the layout.
+            let p = unsafe { base.add(info.offset) };
+            if let Some(bytes) = replace(i) {
+                assert_eq!(bytes.len(), info.size, "parameter {i} size");
+                // SAFETY: parameter `i` occupies `info.size` bytes at `p`.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, info.size) };
+            }
+            scratch.ptrs.push(p.cast());
+        }
+        scratch.ptrs.as_mut_ptr()
+    }
+
     /// The `kernelParams` array.
     pub(crate) fn kernel_params(&self) -> *mut *mut c_void {
         self.ptrs.as_ptr() as *mut *mut c_void
@@ -963,6 +1029,18 @@ impl Clone for PackedArgs {
         c
     }
 }
+
+/// Room to stage kernel parameters for an update before the node's own copy changes (so a
+/// refused update leaves the node as CUDA still has it).
+#[derive(Default)]
+pub(crate) struct ArgScratch {
+    storage: Vec<u64>,
+    ptrs: Vec<*mut c_void>,
+}
+
+// SAFETY: the pointers point into `storage`, owned by the same value, and are only written and
+// read through `&mut self`.
+unsafe impl Send for ArgScratch {}
 
 /// Host memory can't be a kernel argument; this exists so the error is a clear compile-time
 /// one (no `From<&HostBuffer>` for `KernelArg`).

@@ -126,7 +126,10 @@ mod memory;
 pub mod result;
 mod stream;
 pub mod sys;
+mod track;
 
+/// The crate [`DeviceRepr`] builds on: derive `bytemuck::Pod` for your own plain-data types.
+pub use bytemuck;
 pub use dag::{
     Backend, Copy2d, CudaBackend, Dag, DagError, Exec, InstantiateFlags, Memset2d, MemsetValue,
     NodeId, NodeKind, RecordingBackend, UpdateOutcome,

@@ -15,27 +15,26 @@ use crate::error::{Error, Result};
 use crate::result::runtime as rt;
 use crate::stream::Stream;
 use crate::sys;
+use crate::track::{self, Uses};
 
 /// Plain data that may be copied to and from the GPU byte for byte, and passed to kernels.
 ///
-/// # Safety
-/// The type has no padding-dependent invariants, no pointers into host memory, and **every bit
-/// pattern of its size is a valid value** (the GPU may write anything into it). Integers,
-/// floats, [`num_complex::Complex`] of those, and arrays of such types qualify; `bool`, `char`
-/// and references do not.
-pub unsafe trait DeviceRepr: Copy + Send + Sync + 'static {}
+/// It is [`bytemuck::Pod`]: no padding (its bytes may be read as plain data, e.g. packed as a
+/// kernel argument) and every bit pattern valid (the GPU may write anything into it). Integers,
+/// floats, [`num_complex::Complex`] of those and arrays of such types qualify; `bool`, `char`,
+/// references and structs with padding do not. For your own `#[repr(C)]` structs, derive
+/// `bytemuck::Pod` and `bytemuck::Zeroable` (the derive rejects a struct with padding):
+///
+/// ```
+/// #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+/// #[repr(C)]
+/// struct Params { scale: f32, count: u32, offset: u64 }
+/// let arg = cudagraph::KernelArg::from(Params { scale: 1.0, count: 3, offset: 0 });
+/// assert_eq!(arg.size(), 16);
+/// ```
+pub trait DeviceRepr: bytemuck::Pod + Send + Sync + 'static {}
 
-macro_rules! device_repr {
-    ($($t:ty),*) => { $(
-        // SAFETY: every bit pattern is a valid value of this primitive type.
-        unsafe impl DeviceRepr for $t {}
-    )* };
-}
-device_repr!(u8, i8, u16, i16, u32, i32, u64, i64, usize, isize, f32, f64);
-// SAFETY: `Complex<T>` is `repr(C)` with two `T` fields and no other invariants.
-unsafe impl<T: DeviceRepr> DeviceRepr for num_complex::Complex<T> {}
-// SAFETY: an array of valid-for-any-bits elements is valid for any bits.
-unsafe impl<T: DeviceRepr, const N: usize> DeviceRepr for [T; N] {}
+impl<T: bytemuck::Pod + Send + Sync + 'static> DeviceRepr for T {}
 
 /// Where an allocation lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,12 +53,33 @@ pub(crate) enum Owner {
     Recording(u64),
 }
 
-/// One allocation; freed when the last reference goes.
+/// One allocation; freed when the last reference goes, after the GPU work that uses it.
 pub(crate) struct Allocation {
     pub(crate) ptr: u64,
     pub(crate) bytes: usize,
     pub(crate) space: MemorySpace,
     pub(crate) owner: Owner,
+    /// The queued GPU work that may use the memory (see `track`).
+    pub(crate) uses: Uses,
+}
+
+/// An error when called from a host node (CUDA's callback thread must not wait for GPU work).
+pub(crate) fn check_not_in_host_node(what: &str) -> Result<()> {
+    if track::in_host_node() {
+        return Err(Error::Invalid(format!(
+            "{what} was called from a host node, where waiting for the GPU would deadlock; \
+             inside a host node, use HostBuffer::as_slice / as_mut_slice (unsafe: the DAG's \
+             edges must order the access)"
+        )));
+    }
+    Ok(())
+}
+
+/// Waits for the legacy default stream, on which the synchronous helpers run: they return
+/// only after their work has completed on the device, so later work on any stream sees it.
+fn finish_sync_helper() -> Result<()> {
+    // SAFETY: the null stream is the legacy default stream, always valid.
+    unsafe { rt::stream_synchronize(std::ptr::null_mut()) }
 }
 
 impl std::fmt::Debug for Allocation {
@@ -88,7 +108,26 @@ impl Allocation {
             bytes,
             space,
             owner: Owner::Cuda(device.clone()),
+            uses: Uses::default(),
         }))
+    }
+
+    /// A placeholder of a recording backend.
+    pub(crate) fn placeholder(ptr: u64, bytes: usize, space: MemorySpace, backend: u64) -> Self {
+        Allocation {
+            ptr,
+            bytes,
+            space,
+            owner: Owner::Recording(backend),
+            uses: Uses::default(),
+        }
+    }
+
+    /// Waits for the queued GPU work that uses the memory. Not from a host node, where the
+    /// work waited for may include the host node itself.
+    pub(crate) fn wait_for_gpu(&self, what: &str) -> Result<()> {
+        check_not_in_host_node(what)?;
+        self.uses.wait()
     }
 
     pub(crate) fn device(&self) -> Option<&Device> {
@@ -113,12 +152,17 @@ impl Drop for Allocation {
         let Owner::Cuda(device) = &self.owner else {
             return;
         };
+        // Queued GPU work may still use the memory: wait for it before freeing.
+        if let Err(e) = self.uses.wait() {
+            device.defer("a buffer (waiting for the GPU work using it)", e);
+        }
         if self.ptr == 0 {
             return;
         }
         let p = self.ptr as *mut c_void;
         // SAFETY: the pointer came from the matching allocator and this is its last reference;
-        // every graph that used it held a reference, so none can still refer to it.
+        // every executable graph that refers to it holds a reference, and the stream
+        // operations and past launches that used it have completed (waited for above).
         let r = unsafe {
             match self.space {
                 MemorySpace::Device => rt::free(p),
@@ -165,8 +209,19 @@ impl Region {
         self.alloc.space
     }
     /// The address of the region's first byte (device or pinned-host address; a placeholder
-    /// for a recording backend's buffers). Valid while the buffer lives.
-    pub fn addr(&self) -> u64 {
+    /// for a recording backend's buffers).
+    ///
+    /// # Safety
+    /// Nothing keeps the memory alive through the address: GPU work given it (as a raw kernel
+    /// argument, or to a raw CUDA call) must complete before the buffer is dropped, and must
+    /// not race host access of pinned memory. Pass regions and buffers to nodes and kernels as
+    /// such ([`KernelArg::from`](crate::KernelArg) of a `&Region`) to have them tracked.
+    pub unsafe fn addr(&self) -> u64 {
+        self.raw_addr()
+    }
+
+    /// The address, for the crate's own use (which keeps the allocation alive).
+    pub(crate) fn raw_addr(&self) -> u64 {
         self.alloc.ptr + self.offset as u64
     }
 }
@@ -213,8 +268,12 @@ macro_rules! buffer_common {
                 }
             }
             /// The address of the first element (a device address for device buffers, a host
-            /// address for pinned host buffers). Valid while `self` lives.
-            pub fn as_raw_ptr(&self) -> u64 {
+            /// address for pinned host buffers).
+            ///
+            /// # Safety
+            /// As for [`Region::addr`]: the address keeps nothing alive, so GPU work given it
+            /// must complete before `self` is dropped, and must not race host access.
+            pub unsafe fn as_raw_ptr(&self) -> u64 {
                 self.alloc.ptr
             }
             fn check_len(&self, n: usize, what: &str) -> Result<()> {
@@ -247,8 +306,12 @@ macro_rules! buffer_common {
 
 /// A typed array in device memory.
 ///
-/// Copies with the host are synchronous unless named `_async`. They do not wait for work on
-/// other streams: synchronise the stream that writes the buffer before reading it.
+/// The synchronous helpers (`zeros`, `from_slice`, `copy_from_slice`, `copy_to_slice`,
+/// `to_vec`, `copy_from_device`, `memset_bytes`) first wait for the queued GPU work that uses
+/// the buffer (stream operations and launches of executable graphs that refer to it), then run
+/// and return only when their work has completed on the device: they are ordered with all the
+/// crate's streams. `copy_from_host_async` is stream-ordered instead. Dropping a buffer waits
+/// for the queued work that uses it before freeing the memory.
 pub struct DeviceBuffer<T> {
     pub(crate) alloc: Arc<Allocation>,
     len: usize,
@@ -258,14 +321,15 @@ pub struct DeviceBuffer<T> {
 buffer_common!(DeviceBuffer);
 
 impl<T: DeviceRepr> DeviceBuffer<T> {
-    /// Allocates `len` elements and zeroes them.
+    /// Allocates `len` elements and zeroes them (completed on return).
     pub fn zeros(device: &Device, len: usize) -> Result<Self> {
-        let b = Self::uninit_zeroable(device, len)?;
+        let b = Self::alloc_uninit(device, len)?;
         b.memset_bytes(0)?;
         Ok(b)
     }
 
-    fn uninit_zeroable(device: &Device, len: usize) -> Result<Self> {
+    /// Allocates without initialising; every constructor writes the memory before returning.
+    fn alloc_uninit(device: &Device, len: usize) -> Result<Self> {
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
             .ok_or_else(|| Error::OutOfBounds(format!("{len} elements overflow usize")))?;
@@ -278,7 +342,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Allocates a buffer holding a copy of `data`.
     pub fn from_slice(device: &Device, data: &[T]) -> Result<Self> {
-        let b = Self::uninit_zeroable(device, data.len())?;
+        let b = Self::alloc_uninit(device, data.len())?;
         b.copy_from_slice(data)?;
         Ok(b)
     }
@@ -296,10 +360,12 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         self.alloc.device()
     }
 
-    /// Overwrites the buffer with `data` (same length).
+    /// Overwrites the buffer with `data` (same length), after the queued GPU work that uses
+    /// the buffer; complete on return.
     pub fn copy_from_slice(&self, data: &[T]) -> Result<()> {
         self.check_len(data.len(), "copy_from_slice")?;
         self.alloc.real_device()?.bind()?;
+        self.alloc.wait_for_gpu("DeviceBuffer::copy_from_slice")?;
         if self.len == 0 {
             return Ok(());
         }
@@ -310,18 +376,21 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
                 data.as_ptr().cast(),
                 self.size_bytes(),
                 sys::cudaMemcpyKind::cudaMemcpyHostToDevice,
-            )
-        }
+            )?
+        };
+        finish_sync_helper()
     }
 
-    /// Copies the buffer into `out` (same length).
+    /// Copies the buffer into `out` (same length), after the queued GPU work that uses it.
     pub fn copy_to_slice(&self, out: &mut [T]) -> Result<()> {
         self.check_len(out.len(), "copy_to_slice")?;
         self.alloc.real_device()?.bind()?;
+        self.alloc.wait_for_gpu("DeviceBuffer::copy_to_slice")?;
         if self.len == 0 {
             return Ok(());
         }
-        // SAFETY: both ranges are `size_bytes` long; any bit pattern is a valid `T`.
+        // SAFETY: both ranges are `size_bytes` long; any bit pattern is a valid `T`. A copy to
+        // pageable memory returns when it has completed.
         unsafe {
             rt::memcpy(
                 out.as_mut_ptr().cast(),
@@ -334,34 +403,42 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Copies the buffer into a new `Vec`.
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        // SAFETY: every bit pattern, zero included, is a valid `T` (DeviceRepr's contract).
-        let mut v = vec![unsafe { std::mem::zeroed::<T>() }; self.len];
+        let mut v = vec![T::zeroed(); self.len];
         self.copy_to_slice(&mut v)?;
         Ok(v)
     }
 
-    /// Copies all of `src` (same length) into this buffer, device to device.
+    /// Copies all of `src` (same length) into this buffer, device to device, after the queued
+    /// GPU work that uses either; complete on return.
     pub fn copy_from_device(&self, src: &DeviceBuffer<T>) -> Result<()> {
         self.check_len(src.len, "copy_from_device")?;
         self.alloc.real_device()?.bind()?;
         src.alloc.real_device()?;
+        if Arc::ptr_eq(&self.alloc, &src.alloc) {
+            return Ok(());
+        }
+        self.alloc.wait_for_gpu("DeviceBuffer::copy_from_device")?;
+        src.alloc.wait_for_gpu("DeviceBuffer::copy_from_device")?;
         if self.len == 0 {
             return Ok(());
         }
-        // SAFETY: both device ranges are `size_bytes` long and live.
+        // SAFETY: both device ranges are `size_bytes` long, live and distinct allocations.
         unsafe {
             rt::memcpy(
                 self.alloc.ptr as *mut c_void,
                 src.alloc.ptr as *const c_void,
                 self.size_bytes(),
                 sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice,
-            )
-        }
+            )?
+        };
+        finish_sync_helper()
     }
 
-    /// Sets every byte of the buffer to `value`.
+    /// Sets every byte of the buffer to `value`, after the queued GPU work that uses the
+    /// buffer; complete on return.
     pub fn memset_bytes(&self, value: u8) -> Result<()> {
         self.alloc.real_device()?.bind()?;
+        self.alloc.wait_for_gpu("DeviceBuffer::memset_bytes")?;
         if self.len == 0 {
             return Ok(());
         }
@@ -371,19 +448,23 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
                 self.alloc.ptr as *mut c_void,
                 value as i32,
                 self.size_bytes(),
-            )
-        }
+            )?
+        };
+        finish_sync_helper()
     }
 
-    /// Queues a copy from the pinned `src` (same length) on `stream`. The graph-free way to
-    /// upload; both buffers are kept alive by the caller's borrow only, so synchronise `stream`
-    /// before dropping either.
+    /// Queues a copy from the pinned `src` (same length) on `stream`. Both buffers may be
+    /// dropped at once: their memory is freed only after the copy has run, and a host write to
+    /// `src` waits for it. The copy is ordered with the work on `stream` only.
     pub fn copy_from_host_async(&self, src: &HostBuffer<T>, stream: &Stream) -> Result<()> {
         self.check_len(src.len, "copy_from_host_async")?;
-        self.alloc.real_device()?;
+        stream.check_device(self.alloc.real_device()?, "the destination buffer")?;
         src.alloc.real_device()?;
-        // SAFETY: both ranges are `size_bytes` long; the caller keeps them alive until the
-        // stream has run the copy (documented).
+        if self.len == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges are `size_bytes` long and live; the marker noted below keeps
+        // them from being freed or written by the host until the copy has run.
         unsafe {
             rt::memcpy_async(
                 self.alloc.ptr as *mut c_void,
@@ -391,16 +472,26 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
                 self.size_bytes(),
                 sys::cudaMemcpyKind::cudaMemcpyHostToDevice,
                 stream.raw(),
-            )
-        }
+            )?
+        };
+        let m = stream.mark()?;
+        self.alloc.uses.add_marker(&m);
+        src.alloc.uses.add_marker(&m);
+        Ok(())
     }
 }
 
 /// A typed array in page-locked (pinned) host memory.
 ///
 /// Graph memcpy nodes to or from the host use these: the graph reads and writes them when it
-/// runs, not when it is built, and keeps them alive. The contents are read and written through
-/// copies only (never as a Rust slice), since the GPU may be writing them at the same time.
+/// runs, not when it is built, and keeps them alive. The host reads them with
+/// [`copy_to_slice`](HostBuffer::copy_to_slice) / [`to_vec`](HostBuffer::to_vec) and writes
+/// them with [`copy_from_slice`](HostBuffer::copy_from_slice) (which needs `&mut`): both first
+/// wait for the queued GPU work that uses the buffer (copies on streams, and every launch of an
+/// executable graph that refers to it), and no such graph can be launched while they run, so
+/// the host never touches memory the GPU may be writing. Inside a host node, where waiting
+/// would deadlock, [`as_slice`](HostBuffer::as_slice) / [`as_mut_slice`](HostBuffer::as_mut_slice)
+/// give direct (unsafe) access.
 pub struct HostBuffer<T> {
     pub(crate) alloc: Arc<Allocation>,
     len: usize,
@@ -429,7 +520,7 @@ impl<T: DeviceRepr> HostBuffer<T> {
 
     /// Allocates pinned memory holding a copy of `data`.
     pub fn from_slice(device: &Device, data: &[T]) -> Result<Self> {
-        let b = Self::zeros(device, data.len())?;
+        let mut b = Self::zeros(device, data.len())?;
         b.copy_from_slice(data)?;
         Ok(b)
     }
@@ -442,42 +533,83 @@ impl<T: DeviceRepr> HostBuffer<T> {
         }
     }
 
-    /// Overwrites the contents with `data` (same length).
-    pub fn copy_from_slice(&self, data: &[T]) -> Result<()> {
-        self.check_len(data.len(), "copy_from_slice")?;
+    /// Runs `f` on the memory with the buffer's use list locked, after the queued GPU work
+    /// that uses it has completed: no graph that refers to the buffer can be launched, and no
+    /// stream operation on it noted, until `f` returns.
+    fn with_gpu_idle<R>(&self, what: &str, f: impl FnOnce() -> R) -> Result<R> {
         self.alloc.real_device()?;
-        if self.len > 0 {
-            // SAFETY: the allocation holds `len` elements; the source is a distinct slice.
-            unsafe {
-                std::ptr::copy_nonoverlapping(data.as_ptr(), self.alloc.ptr as *mut T, self.len)
-            };
-        }
-        Ok(())
+        check_not_in_host_node(what)?;
+        let mut uses = self.alloc.uses.lock();
+        track::wait_locked(&mut uses)?;
+        Ok(f())
     }
 
-    /// Copies the contents into `out` (same length).
+    /// Overwrites the contents with `data` (same length), after the queued GPU work that uses
+    /// the buffer.
+    pub fn copy_from_slice(&mut self, data: &[T]) -> Result<()> {
+        self.check_len(data.len(), "copy_from_slice")?;
+        let (dst, n) = (self.alloc.ptr as *mut T, self.len);
+        self.with_gpu_idle("HostBuffer::copy_from_slice", || {
+            if n > 0 {
+                // SAFETY: the allocation holds `n` elements; no GPU work uses it (waited for,
+                // and none can start while the lock is held); `&mut self` excludes other host
+                // access through this buffer; the source is a distinct slice.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, n) };
+            }
+        })
+    }
+
+    /// Copies the contents into `out` (same length), after the queued GPU work that uses the
+    /// buffer.
     pub fn copy_to_slice(&self, out: &mut [T]) -> Result<()> {
         self.check_len(out.len(), "copy_to_slice")?;
-        self.alloc.real_device()?;
-        if self.len > 0 {
-            // SAFETY: as above; any bit pattern is a valid `T`.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    self.alloc.ptr as *const T,
-                    out.as_mut_ptr(),
-                    self.len,
-                )
-            };
-        }
-        Ok(())
+        let (src, n) = (self.alloc.ptr as *const T, self.len);
+        self.with_gpu_idle("HostBuffer::copy_to_slice", || {
+            if n > 0 {
+                // SAFETY: as in `copy_from_slice`; host writes need `&mut self`, so none runs
+                // now; any bit pattern is a valid `T`.
+                unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), n) };
+            }
+        })
     }
 
-    /// Copies the contents into a new `Vec`.
+    /// Copies the contents into a new `Vec`, after the queued GPU work that uses the buffer.
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        // SAFETY: every bit pattern, zero included, is a valid `T` (DeviceRepr's contract).
-        let mut v = vec![unsafe { std::mem::zeroed::<T>() }; self.len];
+        let mut v = vec![T::zeroed(); self.len];
         self.copy_to_slice(&mut v)?;
         Ok(v)
+    }
+
+    /// The contents as a slice, without waiting for the GPU.
+    ///
+    /// # Safety
+    /// No GPU work may write the buffer while the slice lives: e.g. inside a host node that the
+    /// DAG orders after every node writing the buffer, in a graph that is not launched
+    /// concurrently with itself on other streams, or after synchronising with that work.
+    /// A recording backend's placeholder (no memory behind it) is an error.
+    pub unsafe fn as_slice(&self) -> Result<&[T]> {
+        self.alloc.real_device()?;
+        if self.len == 0 {
+            return Ok(&[]);
+        }
+        // SAFETY: the allocation is real memory holding `len` initialised elements (zeroed at
+        // allocation) and lives as long as `self`; the caller rules out concurrent GPU writes.
+        Ok(unsafe { std::slice::from_raw_parts(self.alloc.ptr as *const T, self.len) })
+    }
+
+    /// The contents as a mutable slice, without waiting for the GPU.
+    ///
+    /// # Safety
+    /// No GPU work may read or write the buffer while the slice lives (as for
+    /// [`HostBuffer::as_slice`], with readers too).
+    /// A recording backend's placeholder is an error.
+    pub unsafe fn as_mut_slice(&mut self) -> Result<&mut [T]> {
+        self.alloc.real_device()?;
+        if self.len == 0 {
+            return Ok(&mut []);
+        }
+        // SAFETY: as above; `&mut self` makes the slice the only host access through `self`.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.alloc.ptr as *mut T, self.len) })
     }
 }
 

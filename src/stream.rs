@@ -1,25 +1,36 @@
 //! Streams and events.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::result::runtime as rt;
 use crate::sys;
+use crate::track::{Marker, MarkerPool};
 
 pub(crate) struct StreamInner {
     pub(crate) raw: sys::cudaStream_t,
     pub(crate) device: Device,
+    /// Never reused within a process (raw handles are): what markers name their stream by.
+    id: u64,
+    /// Markers of the operations queued on this stream (see `track`).
+    markers: Mutex<MarkerPool>,
 }
 
+static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
+
 // SAFETY: a CUDA stream handle may be used from any thread; the runtime serialises access.
+// The marker pool is behind a mutex.
 unsafe impl Send for StreamInner {}
 // SAFETY: as above.
 unsafe impl Sync for StreamInner {}
 
 impl Drop for StreamInner {
     fn drop(&mut self) {
-        // SAFETY: the handle is live and this is its last owner.
+        // SAFETY: the handle is live and this is its last owner. Work still queued on it runs
+        // to completion (CUDA releases the stream afterwards); everything that work uses is
+        // kept alive by the markers in the objects' use lists, not by the stream.
         if let Err(e) = unsafe { rt::stream_destroy(self.raw) } {
             self.device.defer("a stream", e);
         }
@@ -51,6 +62,8 @@ impl Stream {
             inner: Arc::new(StreamInner {
                 raw,
                 device: device.clone(),
+                id: NEXT_STREAM.fetch_add(1, Ordering::Relaxed),
+                markers: Mutex::new(MarkerPool::new(device)),
             }),
         })
     }
@@ -63,6 +76,32 @@ impl Stream {
     /// The stream's device.
     pub fn device(&self) -> &Device {
         &self.inner.device
+    }
+
+    /// A process-unique id of the stream.
+    pub(crate) fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// A marker recorded on this stream now: it completes when the work queued so far has.
+    pub(crate) fn mark(&self) -> Result<Arc<Marker>> {
+        self.inner
+            .markers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(self)
+    }
+
+    /// An error unless the stream is on `device`.
+    pub(crate) fn check_device(&self, device: &Device, what: &str) -> Result<()> {
+        if &self.inner.device != device {
+            return Err(Error::WrongDevice(format!(
+                "{what} is on device {} but the stream is on device {}",
+                device.ordinal(),
+                self.inner.device.ordinal()
+            )));
+        }
+        Ok(())
     }
 
     /// Waits until all work queued on the stream has finished, then reports the first error

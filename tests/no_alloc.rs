@@ -209,8 +209,10 @@ fn dag_set_kernel_args_allocates_nothing() -> anyhow::Result<()> {
     };
     ensure!(k.arg_bytes(1) == 999u32.to_ne_bytes());
     ensure!(k.arg_bytes(2) == (999.0f64 * 0.5).to_ne_bytes());
-    ensure!(k.arg_bytes(0) == a.as_raw_ptr().to_ne_bytes());
-    ensure!(k.arg_bytes(3) == b.as_raw_ptr().to_ne_bytes());
+    // SAFETY: the addresses are only compared, never used.
+    let (pa, pb) = unsafe { (a.as_raw_ptr(), b.as_raw_ptr()) };
+    ensure!(k.arg_bytes(0) == pa.to_ne_bytes());
+    ensure!(k.arg_bytes(3) == pb.to_ne_bytes());
     Ok(())
 }
 

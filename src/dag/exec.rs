@@ -1,17 +1,19 @@
 //! Executable graphs: instantiation, launches, per-node updates, whole-graph updates.
 
 use std::any::Any;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use super::lower::{host_params, kernel_params, memcpy_kind, memset_params, CudaBackend};
-use super::{Dag, DagError, HostFn, NodeId, NodeKind, Op};
+use super::{Dag, DagError, HostFn, HostNode, NodeId, NodeKind, Op};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernel::{KernelArg, LaunchConfig};
-use crate::memory::{Allocation, Region};
+use crate::kernel::{ArgScratch, KernelArg, LaunchConfig};
+use crate::memory::{Allocation, MemorySpace, Region};
 use crate::result::runtime as rt;
 use crate::stream::Stream;
 use crate::sys;
+use crate::track::{LaunchLog, Marker, MarkerPool};
 
 /// Flags for [`Dag::instantiate_with`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -35,11 +37,20 @@ pub enum UpdateOutcome {
 
 /// An instantiated graph (`cudaGraphExec_t`), ready to launch any number of times.
 ///
-/// It holds a copy of the [`Dag`] it was made from, and with it every buffer, kernel, module,
-/// closure and FFT state the graph refers to: nothing it uses can be freed while it lives.
+/// It holds the [`Dag`] it was made from, and with it every buffer, kernel, module, closure
+/// and FFT state the graph refers to: nothing it uses can be freed while it lives.
 /// Parameters can be updated between launches (`set_*`); an update applies to launches issued
-/// after it, while launches already queued keep the parameters they were launched with. Buffers
-/// that an update replaces are kept alive until the next [`Exec::synchronize`] (or the drop).
+/// after it, while launches already queued keep the parameters they were launched with. An
+/// update that CUDA refuses changes nothing. What an update replaces (a buffer no node refers
+/// to any more, a closure, a whole DAG and its cuFFT plans) is released as soon as the launches
+/// that may use it have completed, noticed at the next launch or update (or at
+/// [`Exec::synchronize`]); a long pipeline that synchronises through its stream or an event
+/// holds only what its queued launches use.
+///
+/// Every launch records an event on its stream: [`Exec::synchronize`] and `Drop` wait for this
+/// graph's launches, not for other work on the streams it used. Host access to a buffer the
+/// graph refers to ([`HostBuffer::copy_to_slice`](crate::HostBuffer::copy_to_slice),
+/// [`DeviceBuffer::to_vec`](crate::DeviceBuffer::to_vec), …) waits for its launches too.
 pub struct Exec {
     raw: sys::cudaGraphExec_t,
     /// The graph `raw` was instantiated from: per-node updates name its nodes.
@@ -50,14 +61,35 @@ pub struct Exec {
     dag: Dag,
     /// CUDA node handles of `graph`, by node index.
     handles: Vec<Option<sys::cudaGraphNode_t>>,
-    hosts: Vec<(NodeId, Arc<HostFn>)>,
+    /// Host closures of the DAG and its children, with their names (for panic reports).
+    hosts: Vec<(String, Arc<HostFn>)>,
     fft: crate::fft::LoweringContext,
-    retired: Vec<Arc<dyn Any + Send + Sync>>,
-    launched_on: Vec<Stream>,
+    /// The latest launch on each stream; allocations the graph refers to point here.
+    log: Arc<LaunchLog>,
+    /// The events launches record.
+    markers: MarkerPool,
+    /// How many references the DAG holds to each allocation (keyed by its address).
+    held: HashMap<usize, u32>,
+    /// Pinned allocations the DAG refers to, by address: locked during a launch.
+    pinned: Vec<Arc<Allocation>>,
+    /// What updates replaced, each with a launch that may still use it.
+    retired: VecDeque<(Arc<Marker>, Retiree)>,
+    scratch: ArgScratch,
 }
 
-// SAFETY: the raw handles are used only through `&mut self` (launch, updates) or for reads
-// CUDA allows from any thread; the rest of the state is Send.
+/// Something an update replaced, kept until the launches that may use it have completed.
+#[derive(Clone)]
+enum Retiree {
+    Alloc(#[allow(dead_code)] Arc<Allocation>), // reason: held for its Drop only
+    Other(#[allow(dead_code)] Arc<Mutex<dyn Any + Send>>), // reason: held for its Drop only
+}
+
+/// Above this many retired entries, an update waits for the oldest launch holding them.
+const MAX_RETIRED: usize = 4096;
+
+// SAFETY: the raw handles (exec, graphs, nodes, the staging pointers) are used only through
+// `&mut self` (launch, updates) or for reads CUDA allows from any thread; everything else is
+// Send. `Exec` is not `Sync`.
 unsafe impl Send for Exec {}
 
 impl Dag {
@@ -91,13 +123,30 @@ impl Dag {
         flags: InstantiateFlags,
         upload_stream: Option<&Stream>,
     ) -> Result<Exec> {
-        let (graph, handles, fft) = lower_to_cuda(&self, device)?;
+        let upload = match (flags.upload, upload_stream) {
+            (false, _) => None,
+            (true, Some(s)) => {
+                s.check_device(device, "the graph")?;
+                Some(s)
+            }
+            (true, None) => {
+                return Err(Error::Invalid(
+                    "InstantiateFlags::upload needs an upload stream".into(),
+                ))
+            }
+        };
+        let lowered = lower_to_cuda(&self, device, &mut None)?;
+        let (graph, handles, fft) = (lowered.graph, lowered.handles, lowered.fft);
         let mut f = 0u64;
         if flags.use_node_priority {
             f |= sys::cudaGraphInstantiateFlagUseNodePriority as u64;
         }
-        // SAFETY: `graph` is live and complete.
-        let raw = match unsafe { rt::graph_instantiate(graph, f) } {
+        // SAFETY: `graph` is live and complete; the upload stream is live and of this device.
+        let raw = match upload {
+            None => unsafe { rt::graph_instantiate(graph, f) },
+            Some(s) => unsafe { rt::graph_instantiate_upload(graph, f, s.raw()) },
+        };
+        let raw = match raw {
             Ok(r) => r,
             Err(e) => {
                 // SAFETY: the graph is ours and unused.
@@ -105,8 +154,9 @@ impl Dag {
                 return Err(e);
             }
         };
-        let hosts = collect_hosts(&self);
-        let exec = Exec {
+        let mut hosts = Vec::new();
+        self.host_fns("", &mut hosts);
+        let mut exec = Exec {
             raw,
             graph,
             latest: None,
@@ -115,40 +165,63 @@ impl Dag {
             handles,
             hosts,
             fft,
-            retired: Vec::new(),
-            launched_on: Vec::new(),
+            log: LaunchLog::new(),
+            markers: MarkerPool::new(device),
+            held: HashMap::new(),
+            pinned: Vec::new(),
+            retired: VecDeque::new(),
+            scratch: ArgScratch::default(),
         };
-        if flags.upload {
-            let s = upload_stream.ok_or_else(|| {
-                Error::Invalid("InstantiateFlags::upload needs an upload stream".into())
-            })?;
-            exec.upload(s)?;
+        let mut allocs = Vec::new();
+        exec.dag
+            .for_each_allocation(&mut |a| allocs.push(a.clone()));
+        for a in &allocs {
+            exec.hold(a);
         }
         Ok(exec)
     }
 }
 
-type Lowered = (
-    sys::cudaGraph_t,
-    Vec<Option<sys::cudaGraphNode_t>>,
-    crate::fft::LoweringContext,
-);
-
-fn lower_to_cuda(dag: &Dag, device: &Device) -> Result<Lowered> {
-    let mut backend = CudaBackend::new(device)?;
-    let handles = dag.lower_validated(&mut backend)?;
-    let (graph, fft) = backend.into_graph();
-    Ok((graph, handles, fft))
+/// What lowering a DAG into a new CUDA graph gave.
+struct Lowered {
+    graph: sys::cudaGraph_t,
+    handles: Vec<Option<sys::cudaGraphNode_t>>,
+    fft: crate::fft::LoweringContext,
+    /// The FFT states of `reuse` that were not reused.
+    leftover: Option<crate::fft::LoweringContext>,
 }
 
-fn collect_hosts(dag: &Dag) -> Vec<(NodeId, Arc<HostFn>)> {
-    dag.graph
-        .node_indices()
-        .filter_map(|i| match &dag.graph[i].op {
-            Op::Host(h) => Some((NodeId(i), h.f.clone())),
-            _ => None,
-        })
-        .collect()
+/// Lowers `dag` into a new CUDA graph; FFT nodes whose plan did not change take their cuFFT
+/// state from `reuse` instead of making it again (it moves into the result). On failure,
+/// `reuse` is left whole.
+fn lower_to_cuda(
+    dag: &Dag,
+    device: &Device,
+    reuse: &mut Option<crate::fft::LoweringContext>,
+) -> Result<Lowered> {
+    let mut backend = CudaBackend::new(device)?;
+    if let Some(r) = reuse.take() {
+        backend.fft.set_reuse(r);
+    }
+    match dag.lower_validated(&mut backend) {
+        Ok(handles) => {
+            let (graph, mut fft) = backend.into_graph();
+            let leftover = fft.take_reuse();
+            Ok(Lowered {
+                graph,
+                handles,
+                fft,
+                leftover,
+            })
+        }
+        Err(e) => {
+            if let Some(mut old) = backend.fft.take_reuse() {
+                old.reclaim(&mut backend.fft);
+                *reuse = Some(old);
+            }
+            Err(e)
+        }
+    }
 }
 
 impl Exec {
@@ -167,11 +240,27 @@ impl Exec {
         &self.device
     }
 
+    /// The flags CUDA reports the graph was instantiated with (`cudaGraphExecGetFlags`).
+    pub fn cuda_flags(&self) -> Result<u64> {
+        // SAFETY: the exec is live.
+        unsafe { rt::graph_exec_flags(self.raw) }
+    }
+
+    /// The launch priority CUDA has for kernel node `id` (`cudaGraphKernelNodeGetAttribute`).
+    pub fn cuda_priority(&self, id: NodeId) -> Result<i32> {
+        let h = self.handle(id)?;
+        if self.dag.node(id)?.kind() != NodeKind::Kernel {
+            return Err(self.dag.node(id)?.wrong_kind("a kernel node"));
+        }
+        // SAFETY: `h` is a kernel node of the graph the exec was made from (alive with it).
+        unsafe { rt::graph_kernel_node_priority(h) }
+    }
+
     fn check_host_panics(&self) -> Result<()> {
-        for (id, h) in &self.hosts {
+        for (name, h) in &self.hosts {
             if let Some(message) = h.take_panic() {
                 return Err(Error::HostNodePanicked {
-                    node: self.dag.graph[id.0].name.clone(),
+                    node: name.clone(),
                     message,
                 });
             }
@@ -179,76 +268,177 @@ impl Exec {
         Ok(())
     }
 
-    /// Queues one run of the graph on `stream`. Reports a host-node panic from an earlier run
-    /// (instead of launching). Allocates nothing after the first launch on a stream.
+    /// Queues one run of the graph on `stream` (of the graph's device). Reports a host-node
+    /// panic from an earlier run (instead of launching). Allocates nothing in steady state
+    /// (after the first launches on a stream).
     pub fn launch(&mut self, stream: &Stream) -> Result<()> {
         self.check_host_panics()?;
-        if !self
-            .launched_on
-            .iter()
-            .any(|s| Arc::ptr_eq(&s.inner, &stream.inner))
-        {
-            self.launched_on.push(stream.clone());
-        }
-        // SAFETY: the exec is live; everything it refers to is owned by `self.dag`, the FFT
-        // context or `self.retired`, which outlive every launch (Drop waits for them).
-        unsafe { rt::graph_launch(self.raw, stream.raw()) }
+        stream.check_device(&self.device, "the graph")?;
+        let (raw, log, markers) = (self.raw, &self.log, &mut self.markers);
+        with_locked(&self.pinned, &mut || -> Result<()> {
+            // SAFETY: the exec is live and of the stream's device; everything it refers to is
+            // held by `self.dag`, the FFT context or `self.retired`, which outlive the launch
+            // (`Drop` waits for it); no host access of its pinned memory runs now (their use
+            // lists are locked), and any later one waits for the marker noted below.
+            unsafe { rt::graph_launch(raw, stream.raw())? };
+            log.set_latest(markers.record(stream)?)
+        })?;
+        self.collect()
     }
 
     /// Uploads the graph to the device ahead of the first launch.
     pub fn upload(&self, stream: &Stream) -> Result<()> {
+        stream.check_device(&self.device, "the graph")?;
         // SAFETY: both handles are live.
         unsafe { rt::graph_upload(self.raw, stream.raw()) }
     }
 
-    /// Waits for every launch of this graph (on every stream it was launched on), then
-    /// reports a host-node panic or an error kept from a `Drop`, and releases buffers that
-    /// updates replaced.
+    /// Waits for every launch of this graph (not for other work on its streams), then
+    /// reports a host-node panic or an error kept from a `Drop`, and releases what updates
+    /// replaced.
     pub fn synchronize(&mut self) -> Result<()> {
-        for s in &self.launched_on {
-            // SAFETY: the stream is live (held by `launched_on`).
-            unsafe { rt::stream_synchronize(s.raw())? };
-        }
+        self.log.wait()?;
         self.retired.clear();
         self.check_host_panics()?;
         self.device.take_deferred()
     }
 
+    /// Releases what updates replaced once the launches that may use it have completed.
+    fn collect(&mut self) -> Result<()> {
+        while let Some((m, _)) = self.retired.front() {
+            if !m.done()? {
+                break;
+            }
+            self.retired.pop_front();
+        }
+        if self.retired.len() > MAX_RETIRED {
+            if let Some((m, _)) = self.retired.front() {
+                m.wait()?;
+            }
+            return self.collect();
+        }
+        Ok(())
+    }
+
+    /// Keeps `item` until the launches issued so far have completed (dropped now if none
+    /// may still run).
+    fn retire(&mut self, item: Retiree) {
+        let retired = &mut self.retired;
+        self.log
+            .for_each_latest(|m| retired.push_back((m.clone(), item.clone())));
+    }
+
+    fn retire_other(&mut self, item: impl Any + Send) {
+        self.retire(Retiree::Other(Arc::new(Mutex::new(item))));
+    }
+
+    /// Notes one more reference of the DAG to `a`.
+    fn hold(&mut self, a: &Arc<Allocation>) {
+        let n = self.held.entry(Arc::as_ptr(a) as usize).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            a.uses.add_graph(&self.log);
+            if a.space == MemorySpace::PinnedHost {
+                let at = self
+                    .pinned
+                    .partition_point(|p| Arc::as_ptr(p) < Arc::as_ptr(a));
+                self.pinned.insert(at, a.clone());
+            }
+        }
+    }
+
+    /// Notes one reference fewer; the last one hands `a` to the launches so far.
+    fn release(&mut self, a: Arc<Allocation>) {
+        let key = Arc::as_ptr(&a) as usize;
+        let n = self
+            .held
+            .get_mut(&key)
+            .expect("released allocations were held");
+        *n -= 1;
+        if *n == 0 {
+            a.uses.end_graph(&self.log);
+            if a.space == MemorySpace::PinnedHost {
+                self.pinned.retain(|p| !Arc::ptr_eq(p, &a));
+            }
+            self.retire(Retiree::Alloc(a));
+        }
+    }
+
     fn handle(&self, id: NodeId) -> Result<sys::cudaGraphNode_t> {
+        self.dag.node(id)?;
         self.handles
             .get(id.index())
             .copied()
             .flatten()
-            .ok_or(Error::Dag(DagError::UnknownNode(id.index())))
+            .ok_or(Error::Dag(DagError::UnknownNode(id.serial())))
     }
 
-    fn retire(retired: &mut Vec<Arc<dyn Any + Send + Sync>>, a: Arc<dyn Any + Send + Sync>) {
-        let p = Arc::as_ptr(&a) as *const ();
-        if !retired.iter().any(|r| Arc::as_ptr(r) as *const () == p) {
-            retired.push(a);
+    /// Sets kernel node `id`'s parameters in the executable graph: its current arguments with
+    /// `replace(i)`'s bytes instead of argument `i` where given, and `config`. Nothing of the
+    /// node changes here.
+    fn push_kernel_params<'r>(
+        &mut self,
+        id: NodeId,
+        config: Option<LaunchConfig>,
+        replace: &dyn Fn(usize) -> Option<&'r [u8]>,
+    ) -> Result<()> {
+        let h = self.handle(id)?;
+        let Op::Kernel(k) = &self.dag.graph[id.idx].op else {
+            unreachable!("checked by the caller")
+        };
+        let mut params = kernel_params(k);
+        if let Some(c) = config {
+            params.gridDim = c.grid.into();
+            params.blockDim = c.block.into();
+            params.sharedMemBytes = c.shared_mem_bytes;
+        }
+        params.kernelParams = k.args.staged(&mut self.scratch, replace);
+        // SAFETY: `h` is the kernel node of the instantiated graph for this DAG node; the
+        // staged parameters match the kernel's layout (checked by the caller); CUDA copies the
+        // argument values during the call.
+        unsafe { rt::graph_exec_kernel_node_set_params(self.raw, h, &params) }
+    }
+
+    /// Writes accepted arguments into the node, holding new buffers (all first, so a buffer
+    /// that only moves between arguments is never released) and releasing replaced ones.
+    fn commit_kernel_args<'a>(
+        &mut self,
+        id: NodeId,
+        args: impl Iterator<Item = (usize, &'a KernelArg)> + Clone,
+    ) {
+        for (_, a) in args.clone() {
+            if let Some(b) = &a.buffer {
+                self.hold(b);
+            }
+        }
+        for (i, a) in args {
+            let Op::Kernel(k) = &mut self.dag.graph[id.idx].op else {
+                unreachable!("checked by the caller")
+            };
+            let replaced = k.args.set(i, a);
+            // `set` returns the old buffer only when it differs; an unchanged one was held
+            // once more above.
+            match replaced {
+                Some(old) => self.release(old),
+                None => {
+                    if let Some(b) = &a.buffer {
+                        self.release(b.clone());
+                    }
+                }
+            }
         }
     }
 
-    fn push_kernel_params(&self, id: NodeId) -> Result<()> {
-        let h = self.handle(id)?;
-        let Op::Kernel(k) = &self.dag.graph[id.0].op else {
-            unreachable!("checked by the caller")
-        };
-        // SAFETY: `h` is the kernel node of the instantiated graph for this DAG node; the
-        // parameters were validated; CUDA copies the argument values during the call.
-        unsafe { rt::graph_exec_kernel_node_set_params(self.raw, h, &kernel_params(k)) }
-    }
-
     /// Replaces all arguments of kernel node `id` (checked against the kernel's layout).
+    /// When CUDA refuses, nothing changes.
     pub fn set_kernel_args(&mut self, id: NodeId, args: &[KernelArg]) -> Result<()> {
-        let retired = &mut self.retired;
-        self.dag
-            .node_mut(id)?
-            .apply_kernel_args(args, &mut |a: Arc<Allocation>| Self::retire(retired, a))?;
-        self.push_kernel_params(id)
+        self.dag.node(id)?.check_kernel_args(args)?;
+        self.push_kernel_params(id, None, &|i| Some(args[i].as_bytes()))?;
+        self.commit_kernel_args(id, args.iter().enumerate());
+        Ok(())
     }
 
-    /// Replaces argument `index` of kernel node `id`.
+    /// Replaces argument `index` of kernel node `id`. When CUDA refuses, nothing changes.
     pub fn set_kernel_arg(
         &mut self,
         id: NodeId,
@@ -256,41 +446,33 @@ impl Exec {
         arg: impl Into<KernelArg>,
     ) -> Result<()> {
         let arg = arg.into();
-        let (name, k) = self.dag.node_mut(id)?.kernel_parts()?;
-        if let Some(problem) = k.kernel.arg_problem(index, &arg) {
-            return Err(Error::Dag(DagError::KernelArgs {
-                node: name.to_string(),
-                kernel: k.kernel.name().to_string(),
-                problem,
-            }));
-        }
-        if let Some(old) = k.args.set(index, &arg) {
-            Self::retire(&mut self.retired, old);
-        }
-        self.push_kernel_params(id)
+        self.dag.node(id)?.check_kernel_arg(index, &arg)?;
+        let bytes = arg.as_bytes();
+        self.push_kernel_params(id, None, &|i| (i == index).then_some(bytes))?;
+        self.commit_kernel_args(id, std::iter::once((index, &arg)));
+        Ok(())
     }
 
     /// Replaces the launch shape of kernel node `id` (checked against the device).
     pub fn set_launch_config(&mut self, id: NodeId, config: LaunchConfig) -> Result<()> {
-        let limits = self.device.limits();
-        let (name, k) = self
-            .dag
-            .graph
-            .node_weight_mut(id.0)
-            .ok_or(Error::Dag(DagError::UnknownNode(id.index())))?
-            .kernel_parts()?;
-        if let Some(problem) = k.kernel.launch_problem(limits, &config) {
+        let node = self.dag.node(id)?;
+        let Op::Kernel(k) = &node.op else {
+            return Err(node.wrong_kind("a kernel node"));
+        };
+        if let Some(problem) = k.kernel.launch_problem(self.device.limits(), &config) {
             return Err(Error::Dag(DagError::LaunchShape {
-                node: name.to_string(),
+                node: node.name.clone(),
                 kernel: k.kernel.name().to_string(),
                 problem,
             }));
         }
-        k.config = config;
-        self.push_kernel_params(id)
+        self.push_kernel_params(id, Some(config), &|_| None)?;
+        self.dag.node_mut(id)?.kernel_mut()?.config = config;
+        Ok(())
     }
 
     /// Replaces the ends of 1D memcpy node `id` (same direction; checked like when added).
+    /// When CUDA refuses, nothing changes.
     pub fn set_memcpy(
         &mut self,
         id: NodeId,
@@ -298,71 +480,80 @@ impl Exec {
         src: impl Into<Region>,
     ) -> Result<()> {
         let (dst, src) = (dst.into(), src.into());
+        let node = self.dag.node(id)?;
         let key = super::DeviceKey::Cuda(self.device.ordinal() as i32);
         for r in [&dst, &src] {
             if super::DeviceKey::of_owner(&r.alloc.owner) != key {
                 return Err(Error::Dag(DagError::WrongDevice {
-                    node: self.dag.node(id)?.name.clone(),
+                    node: node.name.clone(),
                     problem: "the new buffer is not on the graph's device".into(),
                 }));
             }
         }
+        let new = node.memcpy_with_ends(dst, src)?;
         let h = self.handle(id)?;
-        let retired = &mut self.retired;
-        let node = self.dag.node_mut(id)?;
-        node.apply_memcpy(dst, src, &mut |a: Arc<Allocation>| Self::retire(retired, a))?;
-        let Op::Memcpy(m) = &node.op else {
-            unreachable!()
-        };
-        // SAFETY: `h` is this memcpy node; the regions were bounds-checked and are kept alive
-        // by the DAG copy.
+        // SAFETY: `h` is this memcpy node; the regions were bounds-checked and are held by the
+        // DAG from now on (committed below), and their host access waits for the launches.
         unsafe {
             rt::graph_exec_memcpy_node_set_params_1d(
                 self.raw,
                 h,
-                m.dst.addr() as *mut _,
-                m.src.addr() as *const _,
-                m.width,
-                memcpy_kind(m.kind()),
-            )
-        }
+                new.dst.raw_addr() as *mut _,
+                new.src.raw_addr() as *const _,
+                new.width,
+                memcpy_kind(new.kind()),
+            )?
+        };
+        self.hold(&new.dst.alloc);
+        self.hold(&new.src.alloc);
+        let node = self.dag.node_mut(id)?;
+        let Op::Memcpy(m) = &mut node.op else {
+            unreachable!("checked above")
+        };
+        let old = std::mem::replace(m, new);
+        self.release(old.dst.alloc);
+        self.release(old.src.alloc);
+        Ok(())
     }
 
-    /// Replaces the value memset node `id` writes (same size).
+    /// Replaces the value memset node `id` writes (same size). When CUDA refuses, nothing
+    /// changes.
     pub fn set_memset_value(
         &mut self,
         id: NodeId,
         value: impl Into<super::MemsetValue>,
     ) -> Result<()> {
+        let new = self.dag.node(id)?.memset_with_value(value.into())?;
         let h = self.handle(id)?;
-        let node = self.dag.node_mut(id)?;
-        node.apply_memset_value(value.into())?;
-        let Op::Memset(m) = &node.op else {
-            unreachable!()
-        };
         // SAFETY: `h` is this memset node; only the value changed.
-        unsafe { rt::graph_exec_memset_node_set_params(self.raw, h, &memset_params(m)) }
+        unsafe { rt::graph_exec_memset_node_set_params(self.raw, h, &memset_params(&new))? };
+        self.dag.node_mut(id)?.op = Op::Memset(new);
+        Ok(())
     }
 
-    /// Replaces the closure of host node `id`. The old closure stays alive until the next
-    /// [`Exec::synchronize`], since queued launches may still call it.
+    /// Replaces the closure of host node `id`. The old closure stays alive until the launches
+    /// that may call it have completed.
     pub fn set_host_fn(&mut self, id: NodeId, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
         let h = self.handle(id)?;
-        let node = self.dag.node_mut(id)?;
-        let Op::Host(host) = &mut node.op else {
+        let node = self.dag.node(id)?;
+        if !matches!(node.op, Op::Host(_)) {
             return Err(node.wrong_kind("a host node"));
+        }
+        let new = HostNode { f: HostFn::new(f) };
+        // SAFETY: `h` is this host node; the new HostFn is held by the DAG from now on, the
+        // old one until the queued launches are done.
+        unsafe { rt::graph_exec_host_node_set_params(self.raw, h, &host_params(&new))? };
+        let name = node.name.clone();
+        let Op::Host(host) = &mut self.dag.node_mut(id)?.op else {
+            unreachable!("checked above")
         };
-        let new = HostFn::new(f);
-        let old = std::mem::replace(&mut host.f, new.clone());
-        // SAFETY: `h` is this host node; the new HostFn is kept alive by the DAG copy, the
-        // old one by `retired` until the queued launches are done.
-        unsafe { rt::graph_exec_host_node_set_params(self.raw, h, &host_params(host))? };
-        Self::retire(&mut self.retired, old);
+        let old = std::mem::replace(&mut host.f, new.f.clone());
         for entry in &mut self.hosts {
-            if entry.0 == id {
-                entry.1 = new.clone();
+            if Arc::ptr_eq(&entry.1, &old) {
+                *entry = (name.clone(), new.f.clone());
             }
         }
+        self.retire_other(old);
         Ok(())
     }
 
@@ -385,50 +576,54 @@ impl Exec {
     }
 
     /// Replaces the callback parameters of FFT node `id` for launches issued after this call
-    /// (launches already queued keep theirs). Regions the old parameters pointed to stay alive
-    /// until the next [`Exec::synchronize`].
+    /// (launches already queued keep theirs). When CUDA refuses, nothing changes. Regions the
+    /// old parameters pointed to stay alive until the launches that may use them have
+    /// completed.
     pub fn set_fft_params(&mut self, id: NodeId, params: crate::fft::FftParams) -> Result<()> {
         let key = super::DeviceKey::Cuda(self.device.ordinal() as i32);
-        let node = self.dag.node_mut(id)?;
-        if !matches!(node.op, Op::Fft(_)) {
+        let node = self.dag.node(id)?;
+        let Op::Fft(f) = &node.op else {
             return Err(node.wrong_kind("an FFT node"));
-        }
-        let super::Node { name, op, .. } = node;
-        let Op::Fft(f) = op else { unreachable!() };
-        let old = f.apply_params(name, params)?;
-        if let Err(e) = f.validate(name, key) {
-            f.params = old;
-            return Err(e);
-        }
-        let blob = f.param_blob(&f.params);
+        };
+        f.check_params(&node.name, &params)?;
+        crate::fft::check_owners(&node.name, &f.input, &f.output, &params, key)?;
+        let blob = f.param_blob(&params);
         let uid = f.uid;
-        for p in [old.load, old.store].into_iter().flatten() {
-            if let crate::fft::CallbackParams::Load { input: Some(r), .. }
-            | crate::fft::CallbackParams::Store {
-                output: Some(r), ..
-            } = p
-            {
-                Self::retire(&mut self.retired, r.alloc);
-            }
+        self.fft.set_params(self.raw, uid, &blob)?;
+        params.for_each_allocation(&mut |a| self.hold(a));
+        let Op::Fft(f) = &mut self.dag.node_mut(id)?.op else {
+            unreachable!("checked above")
+        };
+        let old = std::mem::replace(&mut f.params, params);
+        let mut released = Vec::new();
+        old.for_each_allocation(&mut |a| released.push(a.clone()));
+        for a in released {
+            self.release(a);
         }
-        self.fft.set_params(self.raw, uid, &blob)
+        Ok(())
     }
 
     /// Updates the executable graph in place to match `dag` (same nodes, same dependencies;
-    /// parameters may differ) with `cudaGraphExecUpdate`. When CUDA refuses, the error
-    /// names the node it blamed and why, and the graph is left as it was.
+    /// parameters may differ) with `cudaGraphExecUpdate`. When CUDA refuses, the error names
+    /// the node it blamed and why, and the graph is left as it was.
+    ///
+    /// Nodes are paired by [`NodeId`]: the DAG must have the nodes of the one instantiated
+    /// (same ids, same kinds) and the same dependencies. Lowering creates CUDA nodes in a
+    /// canonical order (see [`Dag::topological_order`]), which is how CUDA pairs nodes too, so
+    /// per-node updates after a whole-graph update still reach the node with that id. FFT
+    /// nodes whose plan did not change keep their cuFFT plans.
     pub fn update(&mut self, dag: &Dag) -> Result<()> {
-        // Our per-node handles are by node id: the ids and kinds must match.
         for i in dag.graph.node_indices() {
+            let new = &dag.graph[i];
             let same = self
                 .dag
                 .graph
                 .node_weight(i)
-                .map(|n| n.kind() == dag.graph[i].kind())
+                .map(|n| n.serial == new.serial && n.kind() == new.kind())
                 .unwrap_or(false);
             if !same {
                 return Err(Error::UpdateRefused {
-                    node: Some(dag.graph[i].name.clone()),
+                    node: Some(new.name.clone()),
                     reason: "the node is new or changed kind".into(),
                 });
             }
@@ -443,8 +638,27 @@ impl Exec {
                 ),
             });
         }
+        if dag.edge_serials() != self.dag.edge_serials() {
+            return Err(Error::UpdateRefused {
+                node: None,
+                reason: "the dependencies differ from the instantiated graph's".into(),
+            });
+        }
         dag.validate(&self.device)?;
-        let (graph, handles, fft) = lower_to_cuda(dag, &self.device)?;
+        let mut reuse = Some(std::mem::take(&mut self.fft));
+        let lowered = match lower_to_cuda(dag, &self.device, &mut reuse) {
+            Ok(l) => l,
+            Err(e) => {
+                self.fft = reuse.unwrap_or_default();
+                return Err(e);
+            }
+        };
+        let Lowered {
+            graph,
+            handles,
+            fft: mut new_fft,
+            leftover,
+        } = lowered;
         // SAFETY: both are live.
         let verdict = unsafe { rt::graph_exec_update(self.raw, graph) };
         let refused = match verdict {
@@ -466,18 +680,36 @@ impl Exec {
         if let Some(e) = refused {
             // SAFETY: the new graph is ours and unused.
             let _ = unsafe { rt::graph_destroy(graph) };
+            let mut old = leftover.unwrap_or_default();
+            old.reclaim(&mut new_fft);
+            self.fft = old;
             return Err(e);
         }
         if let Some(old) = self.latest.replace(graph) {
             // SAFETY: the graph of an earlier update, no longer referenced by the exec.
             let _ = unsafe { rt::graph_destroy(old) };
         }
+        if let Some(old) = &leftover {
+            new_fft.adopt_node_handles_from(old);
+        }
+        self.fft = new_fft;
+        if let Some(l) = leftover {
+            self.retire_other(l);
+        }
+        let mut new_allocs = Vec::new();
+        dag.for_each_allocation(&mut |a| new_allocs.push(a.clone()));
+        for a in &new_allocs {
+            self.hold(a);
+        }
         let old_dag = std::mem::replace(&mut self.dag, dag.clone());
-        Self::retire(&mut self.retired, Arc::new(old_dag));
-        let old_fft = std::mem::replace(&mut self.fft, fft);
-        self.fft.adopt_node_handles_from(&old_fft);
-        Self::retire(&mut self.retired, Arc::new(old_fft));
-        self.hosts = collect_hosts(&self.dag);
+        let mut old_allocs = Vec::new();
+        old_dag.for_each_allocation(&mut |a| old_allocs.push(a.clone()));
+        for a in old_allocs {
+            self.release(a);
+        }
+        self.retire_other(old_dag);
+        self.hosts.clear();
+        self.dag.host_fns("", &mut self.hosts);
         Ok(())
     }
 
@@ -519,15 +751,24 @@ impl Exec {
     }
 }
 
+/// Runs `f` with the use lists of `allocs` locked (in address order, as `allocs` is sorted),
+/// without allocating.
+fn with_locked<R>(allocs: &[Arc<Allocation>], f: &mut dyn FnMut() -> R) -> R {
+    match allocs.split_first() {
+        None => f(),
+        Some((a, rest)) => {
+            let _guard = a.uses.lock();
+            with_locked(rest, f)
+        }
+    }
+}
+
 impl Drop for Exec {
     fn drop(&mut self) {
-        // Wait for queued launches before releasing what they use.
-        for s in &self.launched_on {
-            // SAFETY: the stream is live.
-            if let Err(e) = unsafe { rt::stream_synchronize(s.raw()) } {
-                self.device
-                    .defer("an executable graph (waiting for its launches)", e);
-            }
+        // Wait for this graph's launches before releasing what they use.
+        if let Err(e) = self.log.wait() {
+            self.device
+                .defer("an executable graph (waiting for its launches)", e);
         }
         // SAFETY: the exec and graphs are owned and no launch is pending.
         unsafe {

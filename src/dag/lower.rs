@@ -17,7 +17,7 @@ use crate::device::{Device, DeviceLimits};
 use crate::error::Result;
 use crate::fft::{FftNode, WorkShare};
 use crate::kernel::Kernel;
-use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace, Owner};
+use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace};
 use crate::result::runtime as rt;
 use crate::sys;
 
@@ -63,6 +63,14 @@ pub trait Backend {
     fn add_empty(&mut self, name: &str, deps: &[Self::Node]) -> Result<Self::Node>;
     /// A child graph (lowered with a backend of the same kind).
     fn add_child(&mut self, name: &str, deps: &[Self::Node], child: &Dag) -> Result<Self::Node>;
+    /// Called once before the nodes of `dag` are added, with the work-area share of each FFT
+    /// node (by node index), when the DAG has FFT nodes. The CUDA backend makes the cuFFT
+    /// plans here, so that shared work areas are sized for the plans actually made.
+    #[doc(hidden)]
+    fn prepare_ffts(&mut self, dag: &Dag, shares: &[Option<WorkShare>]) -> Result<()> {
+        let _ = (dag, shares);
+        Ok(())
+    }
     /// An FFT, with the work area it may share. Returns the node later nodes depend on.
     fn add_fft(
         &mut self,
@@ -89,18 +97,25 @@ impl Dag {
     ) -> Result<Vec<Option<B::Node>>> {
         let mut handles: Vec<Option<B::Node>> = vec![None; self.graph.node_bound()];
         let mut deps: Vec<B::Node> = Vec::new();
+        let mut dep_idx = Vec::new();
+        // Canonical order (nodes and each node's dependencies by serial): CUDA pairs the nodes
+        // of two graphs in a whole-graph update by creation order and dependency order, so two
+        // DAGs with the same nodes and edges lower to graphs CUDA pairs node by node, whatever
+        // order their edges were added in.
         let order = self.topological_order();
         let shares = crate::fft::lower::work_shares(self, &order);
+        if !shares.is_empty() {
+            backend.prepare_ffts(self, &shares)?;
+        }
         for id in order {
+            self.sorted_dependencies(id, &mut dep_idx);
             deps.clear();
             deps.extend(
-                self.graph
-                    .neighbors_directed(id.0, petgraph::Direction::Incoming)
+                dep_idx
+                    .iter()
                     .map(|p| handles[p.index()].expect("dependencies are lowered first")),
             );
-            // petgraph lists incoming neighbours newest first; keep insertion order.
-            deps.reverse();
-            let node = &self.graph[id.0];
+            let node = &self.graph[id.idx];
             let name = node.name.as_str();
             let h = match &node.op {
                 Op::Kernel(k) => backend.add_kernel(name, &deps, k)?,
@@ -171,12 +186,7 @@ impl RecordingBackend {
         let ptr = self.next_addr;
         // Keep placeholder ranges apart and 256-byte aligned, like cudaMalloc's.
         self.next_addr += (bytes as u64).div_ceil(256).max(1) * 256;
-        Arc::new(Allocation {
-            ptr,
-            bytes,
-            space,
-            owner: Owner::Recording(self.id),
-        })
+        Arc::new(Allocation::placeholder(ptr, bytes, space, self.id))
     }
 
     /// A placeholder device buffer of `len` elements (no memory behind it).
@@ -262,14 +272,17 @@ impl Backend for RecordingBackend {
             p.push_str(&hex(k.arg_bytes(i)));
         }
         p.push(']');
+        if let Some(prio) = k.priority {
+            let _ = write!(p, " priority={prio}");
+        }
         Ok(self.record("cudaGraphAddKernelNode", name, deps, p))
     }
     fn add_memcpy(&mut self, name: &str, deps: &[usize], m: &MemcpyNode) -> Result<usize> {
         if m.height == 1 {
             let p = format!(
                 "dst={:#x} src={:#x} bytes={} kind={:?}",
-                m.dst.addr(),
-                m.src.addr(),
+                m.dst.raw_addr(),
+                m.src.raw_addr(),
                 m.width,
                 m.kind()
             );
@@ -277,9 +290,9 @@ impl Backend for RecordingBackend {
         } else {
             let p = format!(
                 "dst={:#x} dst_pitch={} src={:#x} src_pitch={} width={} height={} kind={:?}",
-                m.dst.addr(),
+                m.dst.raw_addr(),
                 m.dst_pitch,
-                m.src.addr(),
+                m.src.raw_addr(),
                 m.src_pitch,
                 m.width,
                 m.height,
@@ -291,7 +304,7 @@ impl Backend for RecordingBackend {
     fn add_memset(&mut self, name: &str, deps: &[usize], m: &MemsetNode) -> Result<usize> {
         let p = format!(
             "dst={:#x} value={:#x} element_size={} width={} height={} pitch={}",
-            m.dst.addr(),
+            m.dst.raw_addr(),
             m.value.bits(),
             m.value.size(),
             m.width,
@@ -342,8 +355,8 @@ impl Backend for RecordingBackend {
             d.sizes,
             d.batch,
             f.direction(),
-            f.input.addr(),
-            f.output.addr(),
+            f.input.raw_addr(),
+            f.output.raw_addr(),
             work.slot
         );
         let bytes = f.param_buffer_bytes();
@@ -438,8 +451,8 @@ pub(crate) fn memcpy_3d_params(m: &MemcpyNode) -> sys::cudaMemcpy3DParms {
         ysize: m.height,
     };
     sys::cudaMemcpy3DParms {
-        srcPtr: pitched(m.src.addr(), m.src_pitch),
-        dstPtr: pitched(m.dst.addr(), m.dst_pitch),
+        srcPtr: pitched(m.src.raw_addr(), m.src_pitch),
+        dstPtr: pitched(m.dst.raw_addr(), m.dst_pitch),
         extent: sys::cudaExtent {
             width: m.width,
             height: m.height,
@@ -452,7 +465,7 @@ pub(crate) fn memcpy_3d_params(m: &MemcpyNode) -> sys::cudaMemcpy3DParms {
 
 pub(crate) fn memset_params(m: &MemsetNode) -> sys::cudaMemsetParams {
     sys::cudaMemsetParams {
-        dst: m.dst.addr() as *mut c_void,
+        dst: m.dst.raw_addr() as *mut c_void,
         pitch: m.pitch,
         value: m.value.bits(),
         elementSize: m.value.size() as u32,
@@ -479,7 +492,12 @@ impl Backend for CudaBackend {
     fn add_kernel(&mut self, _: &str, deps: &[Self::Node], k: &KernelNode) -> Result<Self::Node> {
         // SAFETY: validated node: the kernel is live on this device and the arguments match
         // its layout; CUDA copies the argument values during the call.
-        unsafe { rt::graph_add_kernel_node(self.graph, deps, &kernel_params(k)) }
+        let node = unsafe { rt::graph_add_kernel_node(self.graph, deps, &kernel_params(k))? };
+        if let Some(prio) = k.priority {
+            // SAFETY: `node` is the kernel node just added.
+            unsafe { rt::graph_kernel_node_set_priority(node, prio)? };
+        }
+        Ok(node)
     }
     fn add_memcpy(&mut self, _: &str, deps: &[Self::Node], m: &MemcpyNode) -> Result<Self::Node> {
         // SAFETY: validated node: both regions are in bounds of live allocations on this
@@ -489,8 +507,8 @@ impl Backend for CudaBackend {
                 rt::graph_add_memcpy_node_1d(
                     self.graph,
                     deps,
-                    m.dst.addr() as *mut c_void,
-                    m.src.addr() as *const c_void,
+                    m.dst.raw_addr() as *mut c_void,
+                    m.src.raw_addr() as *const c_void,
                     m.width,
                     memcpy_kind(m.kind()),
                 )
@@ -524,15 +542,19 @@ impl Backend for CudaBackend {
         self.fft.absorb(fft);
         Ok(node)
     }
+    fn prepare_ffts(&mut self, dag: &Dag, shares: &[Option<WorkShare>]) -> Result<()> {
+        let device = self.device.clone();
+        self.fft.prepare(&device, dag, shares)
+    }
     fn add_fft(
         &mut self,
         _: &str,
         deps: &[Self::Node],
         f: &FftNode,
-        work: &WorkShare,
+        _work: &WorkShare,
     ) -> Result<Self::Node> {
         let graph = self.graph;
         let device = self.device.clone();
-        self.fft.lower(&device, graph, deps, f, work)
+        self.fft.lower(&device, graph, deps, f)
     }
 }

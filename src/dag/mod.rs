@@ -31,13 +31,27 @@ pub use exec::{Exec, InstantiateFlags, UpdateOutcome};
 pub use lower::{Backend, CudaBackend, DeviceKey, RecordedCall, RecordingBackend};
 
 /// A node of a [`Dag`]: a small copyable id.
+///
+/// Ids are never reused: a node's id holds its place in the underlying petgraph graph and a
+/// serial number unique within the DAG (and its clones), so the id of a removed node is
+/// rejected ([`DagError::UnknownNode`]) even after another node has taken its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(pub NodeIndex);
+pub struct NodeId {
+    pub(crate) idx: NodeIndex,
+    serial: u64,
+}
 
 impl NodeId {
-    /// The node's index in the underlying petgraph graph.
+    /// The node's index in the underlying petgraph graph ([`Dag::graph`]). A removed node's
+    /// index may be taken by a later node; the id itself stays distinct.
     pub fn index(self) -> usize {
-        self.0.index()
+        self.idx.index()
+    }
+
+    /// The node's serial number within its DAG: nodes are numbered from 0 in the order they
+    /// were added, and the default name of a node is `kind#serial`.
+    pub fn serial(self) -> u64 {
+        self.serial
     }
 }
 
@@ -86,6 +100,8 @@ pub struct KernelNode {
     pub(crate) kernel: Kernel,
     pub(crate) config: LaunchConfig,
     pub(crate) args: PackedArgs,
+    /// Launch priority (`cudaLaunchAttributePriority`), if set with [`Dag::set_priority`].
+    pub(crate) priority: Option<i32>,
 }
 
 impl KernelNode {
@@ -104,6 +120,10 @@ impl KernelNode {
     /// Number of arguments.
     pub fn arg_count(&self) -> usize {
         self.args.len()
+    }
+    /// The launch priority, if one was set.
+    pub fn priority(&self) -> Option<i32> {
+        self.priority
     }
 }
 
@@ -337,7 +357,7 @@ impl HostFn {
 pub(crate) unsafe extern "C" fn host_trampoline(data: *mut std::ffi::c_void) {
     // SAFETY: see the function's contract. `call` never unwinds.
     let h = unsafe { &*(data as *const HostFn) };
-    h.call();
+    crate::track::as_host_node(|| h.call());
 }
 
 /// A Rust closure run by CUDA in stream order.
@@ -385,6 +405,7 @@ pub struct Node {
     pub(crate) name: String,
     pub(crate) op: Op,
     pub(crate) enabled: bool,
+    pub(crate) serial: u64,
 }
 
 impl Node {
@@ -425,9 +446,9 @@ pub enum DagError {
         /// The nodes of the cycle.
         nodes: Vec<String>,
     },
-    /// A node id that is not (or no longer) in this DAG.
-    #[error("node {0} is not in this DAG")]
-    UnknownNode(usize),
+    /// A node id that is not (or no longer) in this DAG; the number is its serial.
+    #[error("node #{0} is not in this DAG (removed, or from another DAG)")]
+    UnknownNode(u64),
     /// Kernel arguments do not match the kernel.
     #[error("node `{node}`: kernel `{kernel}` {problem}")]
     KernelArgs {
@@ -508,6 +529,8 @@ pub enum DagError {
 #[derive(Clone, Default)]
 pub struct Dag {
     pub(crate) graph: StableDiGraph<Node, Dependency>,
+    /// The serial number of the next node added.
+    next_serial: u64,
 }
 
 fn oob(node: &str, problem: impl Into<String>) -> Error {
@@ -541,19 +564,29 @@ impl Dag {
     /// The node `id`.
     pub fn node(&self, id: NodeId) -> Result<&Node> {
         self.graph
-            .node_weight(id.0)
-            .ok_or(Error::Dag(DagError::UnknownNode(id.index())))
+            .node_weight(id.idx)
+            .filter(|n| n.serial == id.serial)
+            .ok_or(Error::Dag(DagError::UnknownNode(id.serial)))
     }
 
     pub(crate) fn node_mut(&mut self, id: NodeId) -> Result<&mut Node> {
         self.graph
-            .node_weight_mut(id.0)
-            .ok_or(Error::Dag(DagError::UnknownNode(id.index())))
+            .node_weight_mut(id.idx)
+            .filter(|n| n.serial == id.serial)
+            .ok_or(Error::Dag(DagError::UnknownNode(id.serial)))
     }
 
-    /// Every node id, in insertion order.
+    /// The id of the node at petgraph index `idx` (which must hold a node).
+    pub(crate) fn id_at(&self, idx: NodeIndex) -> NodeId {
+        NodeId {
+            idx,
+            serial: self.graph[idx].serial,
+        }
+    }
+
+    /// Every node id, in petgraph index order.
     pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.graph.node_indices().map(NodeId)
+        self.graph.node_indices().map(|i| self.id_at(i))
     }
 
     /// The node called `name`, if there is one (the first, if several share it).
@@ -561,26 +594,37 @@ impl Dag {
         self.graph
             .node_indices()
             .find(|&i| self.graph[i].name == name)
-            .map(NodeId)
+            .map(|i| self.id_at(i))
     }
 
-    /// Renames a node; returns its id for chaining.
+    /// Renames a node; returns its id for chaining. An unknown id is ignored.
     pub fn set_name(&mut self, id: NodeId, name: impl Into<String>) -> NodeId {
-        if let Some(n) = self.graph.node_weight_mut(id.0) {
+        if let Ok(n) = self.node_mut(id) {
             n.name = name.into();
         }
         id
     }
 
+    /// Sets the launch priority of kernel node `id` (`cudaLaunchAttributePriority`; a lower
+    /// number is a higher priority, as for stream priorities). CUDA honours it only when the
+    /// graph is instantiated with [`InstantiateFlags::use_node_priority`].
+    pub fn set_priority(&mut self, id: NodeId, priority: i32) -> Result<()> {
+        self.node_mut(id)?.kernel_mut()?.priority = Some(priority);
+        Ok(())
+    }
+
     fn push(&mut self, op: Op) -> NodeId {
+        let serial = self.next_serial;
+        self.next_serial += 1;
         let idx = self.graph.add_node(Node {
             name: String::new(),
             op,
             enabled: true,
+            serial,
         });
         let n = &mut self.graph[idx];
-        n.name = format!("{}#{}", n.kind().as_str(), idx.index());
-        NodeId(idx)
+        n.name = format!("{}#{serial}", n.kind().as_str());
+        NodeId { idx, serial }
     }
 
     /// Adds a kernel launch. The arguments are checked against the kernel's parameter layout
@@ -592,7 +636,7 @@ impl Dag {
         args: &[KernelArg],
     ) -> Result<NodeId> {
         if let Some(problem) = kernel.args_problem(args) {
-            let node = format!("kernel#{}", self.graph.node_bound());
+            let node = format!("kernel#{}", self.next_serial);
             return Err(Error::Dag(DagError::KernelArgs {
                 node,
                 kernel: kernel.name().to_string(),
@@ -603,6 +647,7 @@ impl Dag {
             kernel: kernel.clone(),
             config,
             args: PackedArgs::new(kernel, args),
+            priority: None,
         })))
     }
 
@@ -611,13 +656,13 @@ impl Dag {
     pub fn add_memcpy(&mut self, dst: impl Into<Region>, src: impl Into<Region>) -> Result<NodeId> {
         let (dst, src) = (dst.into(), src.into());
         let node = MemcpyNode::linear(dst, src);
-        check_memcpy(&format!("memcpy#{}", self.graph.node_bound()), &node)?;
+        check_memcpy(&format!("memcpy#{}", self.next_serial), &node)?;
         Ok(self.push(Op::Memcpy(node)))
     }
 
     /// Adds a 2D (pitched) copy.
     pub fn add_memcpy_2d(&mut self, copy: Copy2d) -> Result<NodeId> {
-        let name = format!("memcpy#{}", self.graph.node_bound());
+        let name = format!("memcpy#{}", self.next_serial);
         if copy.dst.elem != copy.src.elem {
             return Err(oob(&name, "source and destination element sizes differ"));
         }
@@ -648,7 +693,7 @@ impl Dag {
             dst,
             value,
         };
-        let name = format!("memset#{}", self.graph.node_bound());
+        let name = format!("memset#{}", self.next_serial);
         if !node.dst.len.is_multiple_of(value.size()) {
             return Err(oob(
                 &name,
@@ -665,7 +710,7 @@ impl Dag {
 
     /// Adds a 2D fill.
     pub fn add_memset_2d(&mut self, m: Memset2d) -> Result<NodeId> {
-        let name = format!("memset#{}", self.graph.node_bound());
+        let name = format!("memset#{}", self.next_serial);
         let e = m.dst.elem;
         let row = m.width * e;
         if !row.is_multiple_of(m.value.size()) {
@@ -707,8 +752,9 @@ impl Dag {
         self.push(op)
     }
 
+    /// The default name the next node of `kind` gets (for errors before it is added).
     pub(crate) fn next_default_name(&self, kind: NodeKind) -> String {
-        format!("{}#{}", kind.as_str(), self.graph.node_bound())
+        format!("{}#{}", kind.as_str(), self.next_serial)
     }
 
     fn check_id(&self, id: NodeId) -> Result<()> {
@@ -720,26 +766,26 @@ impl Dag {
         self.check_id(before)?;
         self.check_id(after)?;
         if before == after {
-            let n = self.graph[before.0].name.clone();
+            let n = self.graph[before.idx].name.clone();
             return Err(Error::Dag(DagError::Cycle {
                 nodes: vec![n.clone(), n],
             }));
         }
-        if self.graph.find_edge(before.0, after.0).is_some() {
+        if self.graph.find_edge(before.idx, after.idx).is_some() {
             return Ok(());
         }
-        if let Some(path) = self.path(after.0, before.0) {
+        if let Some(path) = self.path(after.idx, before.idx) {
             // path: after -> ... -> before; the new edge closes before -> after.
-            let mut nodes: Vec<String> = std::iter::once(before.0)
+            let mut nodes: Vec<String> = std::iter::once(before.idx)
                 .chain(path)
                 .map(|i| self.graph[i].name.clone())
                 .collect();
             if nodes.len() < 2 || nodes.last() != nodes.first() {
-                nodes.push(self.graph[before.0].name.clone());
+                nodes.push(self.graph[before.idx].name.clone());
             }
             return Err(Error::Dag(DagError::Cycle { nodes }));
         }
-        self.graph.add_edge(before.0, after.0, Dependency);
+        self.graph.add_edge(before.idx, after.idx, Dependency);
         Ok(())
     }
 
@@ -795,18 +841,23 @@ impl Dag {
             .try_for_each(|&b| self.add_dependency(b, after))
     }
 
-    /// The nodes `id` waits for.
+    /// The nodes `id` waits for (none for an unknown id).
     pub fn dependencies(&self, id: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+        let known = self.node(id).is_ok();
         self.graph
-            .neighbors_directed(id.0, Direction::Incoming)
-            .map(NodeId)
+            .neighbors_directed(id.idx, Direction::Incoming)
+            .filter(move |_| known)
+            .map(|i| self.id_at(i))
     }
 
-    /// Removes a node and its dependencies. Ids of other nodes stay valid.
+    /// Removes a node and its dependencies. Ids of other nodes stay valid; the removed node's
+    /// id is rejected from now on.
     pub fn remove(&mut self, id: NodeId) -> Result<Node> {
-        self.graph
-            .remove_node(id.0)
-            .ok_or(Error::Dag(DagError::UnknownNode(id.index())))
+        self.node(id)?;
+        Ok(self
+            .graph
+            .remove_node(id.idx)
+            .expect("the node was just found"))
     }
 
     // ---- editing parameters (for whole-graph updates) ------------------------------------
@@ -814,7 +865,12 @@ impl Dag {
     /// Replaces a kernel node's arguments (checked like [`Dag::add_kernel`]).
     pub fn set_kernel_args(&mut self, id: NodeId, args: &[KernelArg]) -> Result<()> {
         let node = self.node_mut(id)?;
-        node.apply_kernel_args(args, &mut |_| {})
+        node.check_kernel_args(args)?;
+        let k = node.kernel_mut()?;
+        for (i, a) in args.iter().enumerate() {
+            k.args.set(i, a);
+        }
+        Ok(())
     }
 
     /// Replaces a kernel node's launch shape (checked at validation).
@@ -826,7 +882,10 @@ impl Dag {
 
     /// Replaces a memset node's value (of the same size).
     pub fn set_memset_value(&mut self, id: NodeId, value: impl Into<MemsetValue>) -> Result<()> {
-        self.node_mut(id)?.apply_memset_value(value.into())
+        let node = self.node_mut(id)?;
+        let new = node.memset_with_value(value.into())?;
+        node.op = Op::Memset(new);
+        Ok(())
     }
 
     /// Replaces a 1D memcpy node's ends (same direction, same size rules as when adding).
@@ -836,8 +895,10 @@ impl Dag {
         dst: impl Into<Region>,
         src: impl Into<Region>,
     ) -> Result<()> {
-        self.node_mut(id)?
-            .apply_memcpy(dst.into(), src.into(), &mut |_| {})
+        let node = self.node_mut(id)?;
+        let new = node.memcpy_with_ends(dst.into(), src.into())?;
+        node.op = Op::Memcpy(new);
+        Ok(())
     }
 
     /// Replaces a host node's closure.
@@ -869,41 +930,112 @@ impl Dag {
         Ok(())
     }
 
-    /// The nodes in an order where every node comes after its dependencies.
+    /// The nodes in an order where every node comes after its dependencies: the canonical
+    /// order, which depends only on the nodes and edges, not on the order edges were added in
+    /// (among the nodes whose dependencies are all placed, the one added first comes first).
+    /// Lowering creates CUDA nodes in this order.
     pub fn topological_order(&self) -> Vec<NodeId> {
-        petgraph::algo::toposort(&self.graph, None)
-            .expect("a Dag has no cycles: add_dependency rejects them")
-            .into_iter()
-            .map(NodeId)
-            .collect()
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let bound = self.graph.node_bound();
+        let mut waiting = vec![0usize; bound];
+        let mut ready = BinaryHeap::new();
+        for i in self.graph.node_indices() {
+            waiting[i.index()] = self
+                .graph
+                .neighbors_directed(i, Direction::Incoming)
+                .count();
+            if waiting[i.index()] == 0 {
+                ready.push(Reverse((self.graph[i].serial, i)));
+            }
+        }
+        let mut order = Vec::with_capacity(self.graph.node_count());
+        while let Some(Reverse((_, i))) = ready.pop() {
+            order.push(self.id_at(i));
+            for m in self.graph.neighbors_directed(i, Direction::Outgoing) {
+                waiting[m.index()] -= 1;
+                if waiting[m.index()] == 0 {
+                    ready.push(Reverse((self.graph[m].serial, m)));
+                }
+            }
+        }
+        assert_eq!(
+            order.len(),
+            self.graph.node_count(),
+            "a Dag has no cycles: add_dependency rejects them"
+        );
+        order
+    }
+
+    /// The dependencies of `id` in canonical order (by when they were added to the DAG).
+    pub(crate) fn sorted_dependencies(&self, id: NodeId, out: &mut Vec<NodeIndex>) {
+        out.clear();
+        out.extend(self.graph.neighbors_directed(id.idx, Direction::Incoming));
+        out.sort_unstable_by_key(|&i| self.graph[i].serial);
     }
 
     /// Every edge as (before, after).
     pub fn edges(&self) -> impl Iterator<Item = (NodeId, NodeId)> + '_ {
         self.graph
             .edge_references()
-            .map(|e| (NodeId(e.source()), NodeId(e.target())))
+            .map(|e| (self.id_at(e.source()), self.id_at(e.target())))
+    }
+
+    /// Every edge as a pair of serial numbers, sorted: equal for two DAGs exactly when they
+    /// have the same dependencies between the same nodes.
+    pub(crate) fn edge_serials(&self) -> Vec<(u64, u64)> {
+        let mut e: Vec<(u64, u64)> = self
+            .graph
+            .edge_references()
+            .map(|e| (self.graph[e.source()].serial, self.graph[e.target()].serial))
+            .collect();
+        e.sort_unstable();
+        e
+    }
+}
+
+impl Dag {
+    /// Calls `f` for every allocation a node of the DAG (or of its child DAGs) refers to, once
+    /// per reference.
+    pub(crate) fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<crate::memory::Allocation>)) {
+        for n in self.graph.node_weights() {
+            n.for_each_allocation(f);
+        }
+    }
+
+    /// Every host closure of the DAG and its child DAGs, with its node's path of names.
+    pub(crate) fn host_fns(&self, prefix: &str, out: &mut Vec<(String, Arc<HostFn>)>) {
+        for n in self.graph.node_weights() {
+            match &n.op {
+                Op::Host(h) => out.push((format!("{prefix}{}", n.name), h.f.clone())),
+                Op::Child(c) => c.dag.host_fns(&format!("{prefix}{}/", n.name), out),
+                _ => {}
+            }
+        }
     }
 }
 
 impl Node {
+    /// Calls `f` for every allocation the node refers to.
+    pub(crate) fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<crate::memory::Allocation>)) {
+        match &self.op {
+            Op::Kernel(k) => k.args.buffers.iter().flatten().for_each(f),
+            Op::Memcpy(m) => {
+                f(&m.dst.alloc);
+                f(&m.src.alloc);
+            }
+            Op::Memset(m) => f(&m.dst.alloc),
+            Op::Host(_) | Op::Empty => {}
+            Op::Child(c) => c.dag.for_each_allocation(f),
+            Op::Fft(x) => x.for_each_allocation(f),
+        }
+    }
+
     fn wrong_kind(&self, wanted: &str) -> Error {
         Error::Dag(DagError::WrongKind {
             node: self.name.clone(),
             problem: format!("is a {} node, not {wanted}", self.kind().as_str()),
         })
-    }
-
-    /// The name and the kernel node, borrowed apart (no allocation on the update path).
-    pub(crate) fn kernel_parts(&mut self) -> Result<(&str, &mut KernelNode)> {
-        if !matches!(self.op, Op::Kernel(_)) {
-            return Err(self.wrong_kind("a kernel node"));
-        }
-        let Node { name, op, .. } = self;
-        match op {
-            Op::Kernel(k) => Ok((name.as_str(), k)),
-            _ => unreachable!(),
-        }
     }
 
     pub(crate) fn kernel_mut(&mut self) -> Result<&mut KernelNode> {
@@ -916,40 +1048,44 @@ impl Node {
         }
     }
 
-    /// Checks and writes kernel arguments; `retire` receives each buffer replaced.
-    pub(crate) fn apply_kernel_args(
-        &mut self,
-        args: &[KernelArg],
-        retire: &mut dyn FnMut(Arc<crate::memory::Allocation>),
-    ) -> Result<()> {
-        let name = &self.name;
-        let Op::Kernel(k) = &mut self.op else {
+    /// What is wrong with `args` for this kernel node, as an error naming it.
+    pub(crate) fn check_kernel_args(&self, args: &[KernelArg]) -> Result<()> {
+        let Op::Kernel(k) = &self.op else {
             return Err(self.wrong_kind("a kernel node"));
         };
-        if let Some(problem) = k.kernel.args_problem(args) {
-            return Err(Error::Dag(DagError::KernelArgs {
-                node: name.clone(),
-                kernel: k.kernel.name().to_string(),
-                problem,
-            }));
+        match k.kernel.args_problem(args) {
+            None => Ok(()),
+            Some(problem) => Err(self.kernel_args_error(k, problem)),
         }
-        for (i, a) in args.iter().enumerate() {
-            if let Some(old) = k.args.set(i, a) {
-                retire(old);
-            }
-        }
-        Ok(())
     }
 
-    pub(crate) fn apply_memset_value(&mut self, value: MemsetValue) -> Result<()> {
-        if !matches!(self.op, Op::Memset(_)) {
-            return Err(self.wrong_kind("a memset node"));
+    /// What is wrong with `arg` as argument `index` of this kernel node.
+    pub(crate) fn check_kernel_arg(&self, index: usize, arg: &KernelArg) -> Result<()> {
+        let Op::Kernel(k) = &self.op else {
+            return Err(self.wrong_kind("a kernel node"));
+        };
+        match k.kernel.arg_problem(index, arg) {
+            None => Ok(()),
+            Some(problem) => Err(self.kernel_args_error(k, problem)),
         }
-        let Node { name, op, .. } = self;
-        let Op::Memset(m) = op else { unreachable!() };
+    }
+
+    fn kernel_args_error(&self, k: &KernelNode, problem: String) -> Error {
+        Error::Dag(DagError::KernelArgs {
+            node: self.name.clone(),
+            kernel: k.kernel.name().to_string(),
+            problem,
+        })
+    }
+
+    /// The memset node with `value` instead of its value (same size), checked.
+    pub(crate) fn memset_with_value(&self, value: MemsetValue) -> Result<MemsetNode> {
+        let Op::Memset(m) = &self.op else {
+            return Err(self.wrong_kind("a memset node"));
+        };
         if value.size() != m.value.size() {
             return Err(oob(
-                name,
+                &self.name,
                 format!(
                     "the node writes {}-byte values; a {}-byte value cannot replace them",
                     m.value.size(),
@@ -957,22 +1093,15 @@ impl Node {
                 ),
             ));
         }
-        m.value = value;
-        Ok(())
+        Ok(MemsetNode { value, ..m.clone() })
     }
 
-    pub(crate) fn apply_memcpy(
-        &mut self,
-        dst: Region,
-        src: Region,
-        retire: &mut dyn FnMut(Arc<crate::memory::Allocation>),
-    ) -> Result<()> {
-        if !matches!(self.op, Op::Memcpy(_)) {
+    /// The 1D memcpy node with new ends (same direction), checked like when added.
+    pub(crate) fn memcpy_with_ends(&self, dst: Region, src: Region) -> Result<MemcpyNode> {
+        let Op::Memcpy(m) = &self.op else {
             return Err(self.wrong_kind("a memcpy node"));
-        }
-        let Node { name, op, .. } = self;
-        let name = name.as_str();
-        let Op::Memcpy(m) = op else { unreachable!() };
+        };
+        let name = self.name.as_str();
         if m.height != 1 {
             return Err(oob(name, "set_memcpy replaces 1D copies; this one is 2D"));
         }
@@ -988,10 +1117,7 @@ impl Node {
                 ),
             ));
         }
-        let old = std::mem::replace(m, new);
-        retire(old.dst.alloc);
-        retire(old.src.alloc);
-        Ok(())
+        Ok(new)
     }
 
     fn validate(&self, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
@@ -1076,6 +1202,16 @@ fn check_memcpy(name: &str, m: &MemcpyNode) -> Result<()> {
             ),
         ));
     }
+    if rows_overlap(m) {
+        return Err(oob(
+            name,
+            format!(
+                "the source (bytes {}..) and the destination (bytes {}..) overlap in one buffer; \
+                 CUDA copies need distinct memory",
+                m.src.offset, m.dst.offset
+            ),
+        ));
+    }
     for (r, pitch, what) in [
         (&m.dst, m.dst_pitch, "destination"),
         (&m.src, m.src_pitch, "source"),
@@ -1093,6 +1229,43 @@ fn check_memcpy(name: &str, m: &MemcpyNode) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether a copy's source and destination rows share a byte (only possible in one buffer).
+fn rows_overlap(m: &MemcpyNode) -> bool {
+    if !Arc::ptr_eq(&m.dst.alloc, &m.src.alloc) || m.width == 0 || m.height == 0 {
+        return false;
+    }
+    let rows = |offset: usize, pitch: usize| {
+        (0..m.height).map(move |r| {
+            let start = offset.saturating_add(pitch.saturating_mul(r));
+            (start, start.saturating_add(m.width))
+        })
+    };
+    let (d0, s0) = (m.dst.offset, m.src.offset);
+    let (d_end, s_end) = (
+        d0.saturating_add(span(m.dst_pitch, m.width, m.height)),
+        s0.saturating_add(span(m.src_pitch, m.width, m.height)),
+    );
+    if d0 >= s_end || s0 >= d_end {
+        return false;
+    }
+    // Both row lists are sorted: walk them together.
+    let (mut d, mut s) = (
+        rows(d0, m.dst_pitch).peekable(),
+        rows(s0, m.src_pitch).peekable(),
+    );
+    while let (Some(&(da, db)), Some(&(sa, sb))) = (d.peek(), s.peek()) {
+        if da < sb && sa < db {
+            return true;
+        }
+        if db <= sb {
+            d.next();
+        } else {
+            s.next();
+        }
+    }
+    false
 }
 
 fn check_memset(name: &str, m: &MemsetNode) -> Result<()> {

@@ -42,9 +42,9 @@ fn lowering_order_dependencies_and_parameters() {
         &mut r,
         "
 0 cudaGraphAddMemcpyNode1D `upload` deps=[] dst=@0000 src=@0400 bytes=1024 kind=HostToDevice
-1 cudaGraphAddKernelNode `kernel#2` deps=[0] kernel=scale grid=(2,1,1) block=(128,1,1) smem=0 args=[0000000000700000,00004040]
-2 cudaGraphAddKernelNode `kernel#1` deps=[0] kernel=scale grid=(1,1,1) block=(256,1,1) smem=0 args=[0000000000700000,00000040]
-3 cudaGraphAddEmptyNode `empty#3` deps=[2, 1] 
+1 cudaGraphAddKernelNode `kernel#1` deps=[0] kernel=scale grid=(1,1,1) block=(256,1,1) smem=0 args=[0000000000700000,00000040]
+2 cudaGraphAddKernelNode `kernel#2` deps=[0] kernel=scale grid=(2,1,1) block=(128,1,1) smem=0 args=[0000000000700000,00004040]
+3 cudaGraphAddEmptyNode `empty#3` deps=[1, 2] 
 4 cudaGraphAddMemcpyNode1D `memcpy#4` deps=[3] dst=@0400 src=@0000 bytes=1024 kind=DeviceToHost",
     );
 }
@@ -410,7 +410,7 @@ fn ten_thousand_node_dag_builds_validates_and_lowers() {
         assert_eq!(c.deps, want);
     }
     // A cycle through the whole chain is found and listed.
-    let first = NodeId(petgraph::graph::NodeIndex::new(0));
+    let first = dag.node_ids().next().unwrap();
     let e = dag.add_dependency(prev.unwrap(), first).unwrap_err();
     match e {
         Error::Dag(DagError::Cycle { nodes }) => assert_eq!(nodes.len(), 10_001),

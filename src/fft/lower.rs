@@ -35,7 +35,7 @@ pub struct WorkShare {
 pub(crate) fn work_shares(dag: &Dag, order: &[crate::dag::NodeId]) -> Vec<Option<WorkShare>> {
     let ffts: Vec<_> = order
         .iter()
-        .filter(|id| matches!(dag.graph[id.0].op, Op::Fft(_)))
+        .filter(|id| matches!(dag.graph[id.idx].op, Op::Fft(_)))
         .copied()
         .collect();
     if ffts.is_empty() {
@@ -48,7 +48,7 @@ pub(crate) fn work_shares(dag: &Dag, order: &[crate::dag::NodeId]) -> Vec<Option
     for &id in &ffts {
         let slot = slots.iter().position(|members| {
             members.iter().all(|&m| {
-                petgraph::algo::has_path_connecting(&dag.graph, m.0, id.0, Some(&mut space))
+                petgraph::algo::has_path_connecting(&dag.graph, m.idx, id.idx, Some(&mut space))
             })
         });
         let slot = slot.unwrap_or_else(|| {
@@ -62,7 +62,7 @@ pub(crate) fn work_shares(dag: &Dag, order: &[crate::dag::NodeId]) -> Vec<Option
         let slot = slot_of[&id];
         let plans = slots[slot]
             .iter()
-            .map(|m| match &dag.graph[m.0].op {
+            .map(|m| match &dag.graph[m.idx].op {
                 Op::Fft(f) => f.plan.clone(),
                 _ => unreachable!(),
             })
@@ -131,6 +131,11 @@ pub(crate) struct Handle {
     callbacks: Vec<(CString, Arc<Vec<u8>>)>,
 }
 
+// SAFETY: a cuFFT handle is not bound to the thread that made it; a `Handle` is used only by
+// its owner (through `&mut` or ownership), never from two threads at once. The `caller_info`
+// pointers are device addresses cuFFT reads, never dereferenced on the host. Not `Sync`.
+unsafe impl Send for Handle {}
+
 impl Handle {
     pub(crate) fn raw(&self) -> sys::cufftHandle {
         self.raw
@@ -146,30 +151,85 @@ impl Drop for Handle {
     }
 }
 
+/// One FFT node's cuFFT state: its handle (plan made, callbacks attached), its parameter
+/// buffer and its work size. Kept across whole-graph updates while the plan does not change.
+struct FftState {
+    uid: u64,
+    desc: super::FftPlanDesc,
+    handle: Handle,
+    params: Option<Arc<Allocation>>,
+    /// Work-area bytes the plan needs.
+    need: usize,
+    /// Whether the plan was executed once outside capture (see [`LoweringContext::lower`]).
+    warmed: bool,
+    /// Whether it came from the context being reused (so a failed update gives it back).
+    reused: bool,
+}
+
+impl FftState {
+    fn new(device: &Device, f: &FftNode) -> Result<FftState> {
+        let param_bytes = f.param_buffer_bytes();
+        let params = if param_bytes > 0 {
+            Some(zeroed_device(device, param_bytes)?)
+        } else {
+            None
+        };
+        let handle = new_handle(
+            device,
+            &f.plan,
+            params.as_ref().map(|p| p.ptr),
+            f.store_offset(),
+        )?;
+        // The work area comes from the lowering context, shared by nodes the DAG orders.
+        // SAFETY: the handle is live and not made.
+        unsafe { cf::set_auto_allocation(handle.raw, false)? };
+        let need = make_plan(handle.raw, &f.plan)?;
+        Ok(FftState {
+            uid: f.uid,
+            desc: f.plan.inner.desc.clone(),
+            handle,
+            params,
+            need,
+            warmed: false,
+            reused: false,
+        })
+    }
+}
+
+/// A raw graph node handle, used only by the `Exec` owning the graph.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct NodeHandle(sys::cudaGraphNode_t);
+
+// SAFETY: a graph node handle names a node of a graph the owning `Exec` keeps alive; it is
+// only passed to CUDA calls made through that `Exec`'s `&mut self`. Not `Sync`.
+unsafe impl Send for NodeHandle {}
+
 /// One lowered FFT node.
 struct Lowered {
     uid: u64,
-    _handle: Handle,
-    _params: Option<Arc<Allocation>>,
+    /// `None` once a later lowering took it over.
+    state: Option<FftState>,
     /// The parameter-setting kernel node (in the graph the Exec was instantiated from) and its
     /// launch, whose argument 1 is the parameter blob.
-    setter: Option<(sys::cudaGraphNode_t, KernelNode)>,
+    setter: Option<(NodeHandle, KernelNode)>,
 }
 
 /// FFT state made while lowering one graph; an [`Exec`](crate::Exec) keeps it alive.
+///
+/// It is `Send` (an `Exec` may move between threads) but not `Sync`.
 #[derive(Default)]
 pub(crate) struct LoweringContext {
     stream: Option<Stream>,
     nodes: Vec<Lowered>,
     children: Vec<LoweringContext>,
     work: HashMap<usize, Arc<Allocation>>,
+    /// States made by [`LoweringContext::prepare`], taken by their node's lowering.
+    prepared: Vec<FftState>,
+    /// An earlier lowering's context, whose unchanged FFT states this one takes over.
+    reuse: Option<Box<LoweringContext>>,
+    /// Staging for parameter updates (no allocation per update).
+    scratch: crate::kernel::ArgScratch,
 }
-
-// SAFETY: the raw node handles are only used by the Exec that owns this context, through
-// `&mut`; everything else is Send.
-unsafe impl Send for LoweringContext {}
-// SAFETY: shared references only read plain handles.
-unsafe impl Sync for LoweringContext {}
 
 const SETTER_SRC: &str = r#"
 struct cg_blob { unsigned long long w[32]; };
@@ -396,70 +456,92 @@ pub(crate) fn make_plan(handle: sys::cufftHandle, plan: &FftPlan) -> Result<usiz
     }
 }
 
-/// The work size of `plan` (without callbacks), cached per plan and device.
-fn work_size(device: &Device, plan: &FftPlan) -> Result<usize> {
-    type Key = (usize, usize);
-    static CACHE: OnceLock<Mutex<HashMap<Key, usize>>> = OnceLock::new();
-    let key = (Arc::as_ptr(&plan.inner) as usize, device.ordinal());
-    let cache = CACHE.get_or_init(Default::default);
-    if let Some(&w) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
-        return Ok(w);
-    }
-    device.bind()?;
-    // SAFETY: a temporary handle, destroyed by `Handle`'s Drop.
-    let h = Handle {
-        raw: unsafe { cf::create()? },
-        device: device.clone(),
-        caller_info: Box::new([std::ptr::null_mut(); 2]),
-        callbacks: Vec::new(),
-    };
-    // SAFETY: the handle is live and not made.
-    unsafe { cf::set_auto_allocation(h.raw, false)? };
-    let w = make_plan(h.raw, plan)?;
-    cache
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key, w);
-    Ok(w)
-}
-
+/// A zeroed device allocation, the zeroing completed on return (so work on any stream sees
+/// it).
 pub(crate) fn zeroed_device(device: &Device, bytes: usize) -> Result<Arc<Allocation>> {
     let a = Allocation::new(device, bytes.max(16), MemorySpace::Device)?;
-    // SAFETY: the allocation is live and `a.bytes` long.
-    unsafe { rt::memset(a.ptr as *mut c_void, 0, a.bytes)? };
+    // SAFETY: the allocation is live, `a.bytes` long and not shared yet; the null stream is
+    // the legacy default stream, on which `cudaMemset` runs.
+    unsafe {
+        rt::memset(a.ptr as *mut c_void, 0, a.bytes)?;
+        rt::stream_synchronize(std::ptr::null_mut())?;
+    }
     Ok(a)
 }
 
 impl LoweringContext {
-    /// Gives `handle` the work area of `work`'s slot, allocated at the largest size any plan
-    /// of the slot needs.
-    fn shared_work_area(
+    /// Lowers with the unchanged FFT states of `old` (an earlier lowering of the same nodes).
+    pub(crate) fn set_reuse(&mut self, old: LoweringContext) {
+        self.reuse = Some(Box::new(old));
+    }
+
+    /// The reused context, with the states this lowering did not take.
+    pub(crate) fn take_reuse(&mut self) -> Option<LoweringContext> {
+        self.reuse.take().map(|b| *b)
+    }
+
+    /// Gives back to this (older) context the states `newer` took from it.
+    pub(crate) fn reclaim(&mut self, newer: &mut LoweringContext) {
+        let taken = newer
+            .nodes
+            .iter_mut()
+            .filter_map(|n| n.state.take_if(|s| s.reused))
+            .chain(newer.prepared.extract_if(.., |s| s.reused));
+        for mut st in taken.collect::<Vec<_>>() {
+            st.reused = false;
+            if let Some(n) = self.nodes.iter_mut().find(|n| n.uid == st.uid) {
+                n.state = Some(st);
+            }
+        }
+    }
+
+    /// Makes (or takes over from the reused context) the cuFFT state of every FFT node of
+    /// `dag`, then sizes each shared work area for the plans actually made and attaches it.
+    pub(crate) fn prepare(
         &mut self,
         device: &Device,
-        handle: sys::cufftHandle,
-        need: usize,
-        work: &WorkShare,
+        dag: &Dag,
+        shares: &[Option<WorkShare>],
     ) -> Result<()> {
-        let area = match self.work.get(&work.slot) {
-            Some(a) => a.clone(),
-            None => {
-                let mut size = need;
-                for p in &work.plans {
-                    size = size.max(work_size(device, p)?);
+        let mut slot_need: HashMap<usize, usize> = HashMap::new();
+        let mut slots = Vec::new();
+        for (i, share) in shares.iter().enumerate() {
+            let Some(share) = share else { continue };
+            let Op::Fft(f) = &dag.graph[petgraph::graph::NodeIndex::new(i)].op else {
+                unreachable!("shares are given to FFT nodes only")
+            };
+            let reused = self.reuse.as_mut().and_then(|r| {
+                r.nodes
+                    .iter_mut()
+                    .find(|n| n.uid == f.uid)
+                    .and_then(|n| n.state.take_if(|s| s.desc == f.plan.inner.desc))
+            });
+            let state = match reused {
+                Some(mut s) => {
+                    s.reused = true;
+                    s
                 }
-                let a = Allocation::new(device, size.max(16), MemorySpace::Device)?;
-                self.work.insert(work.slot, a.clone());
-                a
-            }
-        };
-        if area.bytes < need {
-            return Err(Error::Invalid(format!(
-                "FFT work area of {} bytes is smaller than the {need} the plan needs",
-                area.bytes
-            )));
+                None => FftState::new(device, f)?,
+            };
+            let need = slot_need.entry(share.slot).or_insert(0);
+            *need = (*need).max(state.need);
+            slots.push(share.slot);
+            self.prepared.push(state);
         }
-        // SAFETY: the area is large enough and kept alive by this context.
-        unsafe { cf::set_work_area(handle, area.ptr as *mut c_void) }
+        for (state, slot) in self.prepared.iter().zip(slots) {
+            let area = match self.work.get(&slot) {
+                Some(a) => a.clone(),
+                None => {
+                    let a = Allocation::new(device, slot_need[&slot].max(16), MemorySpace::Device)?;
+                    self.work.insert(slot, a.clone());
+                    a
+                }
+            };
+            // SAFETY: the area is at least as large as every plan of its slot needs, and kept
+            // alive by this context (and by an earlier one for launches captured with it).
+            unsafe { cf::set_work_area(state.handle.raw, area.ptr as *mut c_void)? };
+        }
+        Ok(())
     }
 
     fn stream(&mut self, device: &Device) -> Result<Stream> {
@@ -469,62 +551,57 @@ impl LoweringContext {
         Ok(self.stream.clone().expect("just set"))
     }
 
-    /// Lowers one FFT node into `graph` after `deps`; returns the node later nodes depend on.
+    /// Lowers one FFT node (prepared by [`LoweringContext::prepare`]) into `graph` after
+    /// `deps`; returns the node later nodes depend on.
     pub(crate) fn lower(
         &mut self,
         device: &Device,
         graph: sys::cudaGraph_t,
         deps: &[sys::cudaGraphNode_t],
         f: &FftNode,
-        work: &WorkShare,
     ) -> Result<sys::cudaGraphNode_t> {
         device.bind()?;
         let d = &f.plan.inner.desc;
         let stream = self.stream(device)?;
-        let param_bytes = f.param_buffer_bytes();
-        let params = if param_bytes > 0 {
-            Some(zeroed_device(device, param_bytes)?)
-        } else {
-            None
-        };
-        let handle = new_handle(
-            device,
-            &f.plan,
-            params.as_ref().map(|p| p.ptr),
-            f.store_offset(),
-        )?;
-        // The work area comes from this context, shared by nodes the DAG orders.
-        // SAFETY: the handle is live and not made.
-        unsafe { cf::set_auto_allocation(handle.raw, false)? };
-        let need = make_plan(handle.raw, &f.plan)?;
-        self.shared_work_area(device, handle.raw, need, work)?;
+        let at = self
+            .prepared
+            .iter()
+            .position(|s| s.uid == f.uid)
+            .expect("every FFT node is prepared before lowering");
+        let mut state = self.prepared.swap_remove(at);
+        let handle = &state.handle;
         // SAFETY: the handle and the stream are live.
         unsafe { cf::set_stream(handle.raw, stream.raw())? };
 
-        // Execute once outside capture, on scratch buffers, so nothing lazy happens inside it.
-        let scratch_bytes = (f.plan.inner.in_elems.max(f.plan.inner.out_elems) as usize) * 16;
-        let s_in = zeroed_device(device, scratch_bytes)?;
-        let s_out = zeroed_device(device, scratch_bytes)?;
-        // SAFETY: the scratch buffers are large enough for any element type of the plan.
-        unsafe {
-            cf::exec(
-                handle.raw,
-                d.kind.raw(),
-                s_in.ptr as *mut c_void,
-                s_out.ptr as *mut c_void,
-                f.direction.raw(),
-            )?;
-            rt::stream_synchronize(stream.raw())?;
+        if !state.warmed {
+            // Execute once outside capture, on scratch buffers, so nothing lazy happens
+            // inside it.
+            let scratch_bytes = (f.plan.inner.in_elems.max(f.plan.inner.out_elems) as usize) * 16;
+            let s_in = zeroed_device(device, scratch_bytes)?;
+            let s_out = zeroed_device(device, scratch_bytes)?;
+            // SAFETY: the scratch buffers are large enough for any element type of the plan;
+            // the parameter buffer is zeroed (and complete: `zeroed_device` waits).
+            unsafe {
+                cf::exec(
+                    handle.raw,
+                    d.kind.raw(),
+                    s_in.ptr as *mut c_void,
+                    s_out.ptr as *mut c_void,
+                    f.direction.raw(),
+                )?;
+                rt::stream_synchronize(stream.raw())?;
+            }
+            drop((s_in, s_out));
+            state.warmed = true;
         }
-        drop((s_in, s_out));
 
         // The parameter-setting kernel node.
         let mut capture_deps: Vec<sys::cudaGraphNode_t> = deps.to_vec();
-        let setter = match &params {
+        let setter = match &state.params {
             Some(p) => {
                 let k = setter_kernel(device)?;
                 let blob = f.param_blob(&f.params);
-                let words = (param_bytes.div_ceil(8)) as i32;
+                let words = (f.param_buffer_bytes().div_ceil(8)) as i32;
                 let args = [
                     KernelArg::from(p.ptr),
                     KernelArg::from(blob),
@@ -535,6 +612,7 @@ impl LoweringContext {
                     args: PackedArgs::new(&k, &args),
                     kernel: k,
                     config: LaunchConfig::new(1, 32),
+                    priority: None,
                 };
                 // SAFETY: validated arguments for a live kernel of this device.
                 let h = unsafe {
@@ -545,7 +623,7 @@ impl LoweringContext {
                     )?
                 };
                 capture_deps = vec![h];
-                Some((h, node))
+                Some((NodeHandle(h), node))
             }
             None => None,
         };
@@ -566,8 +644,8 @@ impl LoweringContext {
             cf::exec(
                 handle.raw,
                 d.kind.raw(),
-                f.input.addr() as *mut c_void,
-                f.output.addr() as *mut c_void,
+                f.input.raw_addr() as *mut c_void,
+                f.output.raw_addr() as *mut c_void,
                 f.direction.raw(),
             )
         };
@@ -597,8 +675,7 @@ impl LoweringContext {
         };
         self.nodes.push(Lowered {
             uid: f.uid,
-            _handle: handle,
-            _params: params,
+            state: Some(state),
             setter,
         });
         Ok(out)
@@ -647,11 +724,15 @@ impl LoweringContext {
                 "this FFT node has no callback parameters to update".into(),
             ));
         };
-        node.args.set_bytes(1, blob);
+        let mut params = crate::dag::lower::kernel_params(node);
+        params.kernelParams = node
+            .args
+            .staged(&mut self.scratch, &|i| (i == 1).then_some(&blob[..]));
         // SAFETY: `h` is the setter kernel node of the graph `exec` was instantiated from; the
-        // arguments keep the validated layout.
-        unsafe {
-            rt::graph_exec_kernel_node_set_params(exec, *h, &crate::dag::lower::kernel_params(node))
-        }
+        // staged arguments keep the validated layout.
+        unsafe { rt::graph_exec_kernel_node_set_params(exec, h.0, &params)? };
+        // Accepted: now the node's own copy changes.
+        node.args.set_bytes(1, blob);
+        Ok(())
     }
 }

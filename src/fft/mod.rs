@@ -271,13 +271,26 @@ fn plan_err(problem: String) -> Error {
 
 /// Elements spanned by `batch` transforms with logical sizes `n` in storage `embed` with
 /// `stride` and `dist`.
-fn span(n: &[i64], embed: &[i64], stride: i64, dist: i64, batch: i64) -> u64 {
+/// `None` when the span does not fit in an `i64`.
+fn span(n: &[i64], embed: &[i64], stride: i64, dist: i64, batch: i64) -> Option<u64> {
     let mut lin = 0i64;
     for (i, &ni) in n.iter().enumerate() {
-        let inner: i64 = embed[i + 1..].iter().product();
-        lin += (ni - 1) * inner;
+        let inner = embed[i + 1..]
+            .iter()
+            .try_fold(1i64, |acc, &e| acc.checked_mul(e))?;
+        lin = lin.checked_add((ni - 1).checked_mul(inner)?)?;
     }
-    ((batch - 1) * dist + stride * lin + 1) as u64
+    let total = (batch - 1)
+        .checked_mul(dist)?
+        .checked_add(stride.checked_mul(lin)?)?
+        .checked_add(1)?;
+    u64::try_from(total).ok()
+}
+
+/// `batch` times the product of `n`, `None` on overflow.
+fn elems(n: &[i64], batch: i64) -> Option<u64> {
+    let p = n.iter().try_fold(batch, |acc, &x| acc.checked_mul(x))?;
+    u64::try_from(p).ok()
 }
 
 impl FftPlan {
@@ -310,10 +323,16 @@ impl FftPlan {
         if kind.real_output() {
             n_in[rank - 1] = half;
         }
+        let overflow = || {
+            plan_err(format!(
+                "sizes {:?} with batch {} (and this layout) span more elements than fit in 64 bits",
+                desc.sizes, desc.batch
+            ))
+        };
         let (in_elems, out_elems) = match &desc.layout {
             None => (
-                (n_in.iter().product::<i64>() * desc.batch) as u64,
-                (n_out.iter().product::<i64>() * desc.batch) as u64,
+                elems(&n_in, desc.batch).ok_or_else(overflow)?,
+                elems(&n_out, desc.batch).ok_or_else(overflow)?,
             ),
             Some(l) => {
                 if l.inembed.len() != rank || l.onembed.len() != rank {
@@ -340,8 +359,9 @@ impl FftPlan {
                     return Err(plan_err("strides and distances must be positive".into()));
                 }
                 (
-                    span(&n_in, &l.inembed, l.istride, l.idist, desc.batch),
-                    span(&n_out, &l.onembed, l.ostride, l.odist, desc.batch),
+                    span(&n_in, &l.inembed, l.istride, l.idist, desc.batch).ok_or_else(overflow)?,
+                    span(&n_out, &l.onembed, l.ostride, l.odist, desc.batch)
+                        .ok_or_else(overflow)?,
                 )
             }
         };
@@ -381,6 +401,15 @@ impl FftPlan {
                 )));
             }
         }
+        // Element sizes are at most 16 bytes (and custom callbacks' are checked by
+        // `input_bytes`): the byte counts must fit too.
+        let fits = |e: u64| {
+            e.checked_mul(16)
+                .is_some_and(|b| usize::try_from(b).is_ok() && i64::try_from(b).is_ok())
+        };
+        if !fits(in_elems) || !fits(out_elems) {
+            return Err(overflow());
+        }
         Ok(FftPlan {
             inner: Arc::new(PlanInner {
                 desc,
@@ -397,12 +426,12 @@ impl FftPlan {
 
     /// Bytes a node's input must hold.
     pub fn input_bytes(&self) -> usize {
-        self.inner.in_elems as usize * self.input_elem_bytes()
+        (self.inner.in_elems as usize).saturating_mul(self.input_elem_bytes())
     }
 
     /// Bytes a node's output must hold.
     pub fn output_bytes(&self) -> usize {
-        self.inner.out_elems as usize * self.output_elem_bytes()
+        (self.inner.out_elems as usize).saturating_mul(self.output_elem_bytes())
     }
 
     /// Size of the load part of the parameter buffer, padded to 16 bytes (0 without one).
@@ -436,7 +465,7 @@ impl FftPlan {
         let mut blob = [0u8; PARAM_BLOB];
         let put = |blob: &mut [u8; PARAM_BLOB], at: usize, p: &CallbackParams| match p {
             CallbackParams::Load { scale, input } => blob[at..at + 16].copy_from_slice(
-                &builtin_bytes(*scale, 0, input.as_ref().map_or(0, |r| r.addr())),
+                &builtin_bytes(*scale, 0, input.as_ref().map_or(0, |r| r.raw_addr())),
             ),
             CallbackParams::Store {
                 scale,
@@ -445,7 +474,7 @@ impl FftPlan {
             } => blob[at..at + 16].copy_from_slice(&builtin_bytes(
                 *scale,
                 *accumulate as u32,
-                output.as_ref().map_or(0, |r| r.addr()),
+                output.as_ref().map_or(0, |r| r.raw_addr()),
             )),
             CallbackParams::Custom(b) => blob[at..at + b.len()].copy_from_slice(b),
         };
@@ -530,10 +559,8 @@ impl CallbackParams {
     }
     /// A custom callback's parameter struct.
     pub fn custom<T: DeviceRepr>(value: T) -> Self {
-        let size = std::mem::size_of::<T>();
-        // SAFETY: `value` is `size` bytes of plain data.
-        let bytes = unsafe { std::slice::from_raw_parts((&value as *const T).cast::<u8>(), size) };
-        CallbackParams::Custom(bytes.to_vec())
+        // `Pod`: no padding, every byte initialised.
+        CallbackParams::Custom(bytemuck::bytes_of(&value).to_vec())
     }
     fn region(&self) -> Option<&Region> {
         match self {
@@ -557,6 +584,18 @@ impl FftParams {
     /// No callback parameters (a plan without callbacks).
     pub fn none() -> Self {
         FftParams::default()
+    }
+
+    /// Calls `f` for the allocation of every override region.
+    pub(crate) fn for_each_allocation(
+        &self,
+        f: &mut dyn FnMut(&std::sync::Arc<crate::memory::Allocation>),
+    ) {
+        for p in [&self.load, &self.store].into_iter().flatten() {
+            if let Some(r) = p.region() {
+                f(&r.alloc);
+            }
+        }
     }
 }
 
@@ -656,7 +695,7 @@ impl FftNode {
                 .or_else(|| {
                     let r = p.region()?;
                     (r.alloc.space != MemorySpace::Device).then(|| format!("the {what} override region is not device memory"))
-                        .or_else(|| (r.offset + r.len > r.alloc.bytes).then(|| format!("the {what} override region is outside its buffer")))
+                        .or_else(|| (r.offset.saturating_add(r.len) > r.alloc.bytes).then(|| format!("the {what} override region is outside its buffer")))
                         .or_else(|| (r.len < region_bytes).then(|| format!("the {what} override region has {} bytes; the plan needs {region_bytes}", r.len)))
                 }),
             }
@@ -734,7 +773,7 @@ impl FftNode {
                     if what == "input" { "reads" } else { "writes" }
                 ));
             }
-            if r.offset + r.len > r.alloc.bytes {
+            if r.offset.saturating_add(r.len) > r.alloc.bytes {
                 return fail(format!("the {what} region is outside its buffer"));
             }
             if r.len < need {
@@ -743,7 +782,7 @@ impl FftNode {
                     r.len, kind, plan.inner.desc.sizes, plan.inner.desc.batch
                 ));
             }
-            if r.addr() % elem.min(16) as u64 != 0 {
+            if r.raw_addr() % elem.min(16) as u64 != 0 {
                 return fail(format!(
                     "the {what} is not aligned to its {elem}-byte elements"
                 ));
@@ -753,6 +792,16 @@ impl FftNode {
             return fail(problem);
         }
         Ok(())
+    }
+
+    /// Calls `f` for the input, the output and every override region's allocation.
+    pub(crate) fn for_each_allocation(
+        &self,
+        f: &mut dyn FnMut(&std::sync::Arc<crate::memory::Allocation>),
+    ) {
+        f(&self.input.alloc);
+        f(&self.output.alloc);
+        self.params.for_each_allocation(f);
     }
 
     pub(crate) fn validate(&self, name: &str, key: DeviceKey) -> Result<()> {
@@ -774,14 +823,20 @@ impl FftNode {
         l
     }
 
-    /// Replaces the parameters (checked). Returns the old ones.
-    pub(crate) fn apply_params(&mut self, name: &str, params: FftParams) -> Result<FftParams> {
-        if let Some(problem) = Self::params_problem(&self.plan, &params) {
-            return Err(Error::Dag(DagError::Fft {
+    /// Checks `params` for this node's plan.
+    pub(crate) fn check_params(&self, name: &str, params: &FftParams) -> Result<()> {
+        match Self::params_problem(&self.plan, params) {
+            None => Ok(()),
+            Some(problem) => Err(Error::Dag(DagError::Fft {
                 node: name.to_string(),
                 problem,
-            }));
+            })),
         }
+    }
+
+    /// Replaces the parameters (checked). Returns the old ones.
+    pub(crate) fn apply_params(&mut self, name: &str, params: FftParams) -> Result<FftParams> {
+        self.check_params(name, &params)?;
         Ok(std::mem::replace(&mut self.params, params))
     }
 }

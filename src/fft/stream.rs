@@ -18,8 +18,8 @@ use crate::stream::Stream;
 ///
 /// It owns its cuFFT handle, work area and callback-parameter buffer. [`StreamFft::exec`]
 /// queues a parameter write (a kernel launch, whose arguments CUDA copies at launch, so each
-/// call's parameters stay with it) followed by the transform. Buffers are not kept alive by
-/// the call: keep them until the stream has run it. Dropping a `StreamFft` waits for the work
+/// call's parameters stay with it) followed by the transform. The regions may be dropped at
+/// once: their memory is freed only after the transform has run. Dropping a `StreamFft` waits for the work
 /// it queued; moving to another stream waits for the work queued on the previous one.
 pub struct StreamFft {
     plan: FftPlan,
@@ -99,6 +99,7 @@ impl StreamFft {
             params,
             DeviceKey::Cuda(self.device.ordinal() as i32),
         )?;
+        stream.check_device(&self.device, "the StreamFft")?;
         if self.bound.as_ref().map(Stream::raw) != Some(stream.raw()) {
             // Work queued on the previous stream may still use the work area and parameters.
             if let Some(prev) = &self.bound {
@@ -123,16 +124,23 @@ impl StreamFft {
                 )?
             };
         }
-        // SAFETY: the regions were checked against the plan; the handle is bound to `stream`.
+        // SAFETY: the regions were checked against the plan; the handle is bound to `stream`;
+        // the marker noted below keeps the regions from being freed, and their host access
+        // waiting, until the transform has run.
         unsafe {
             cf::exec(
                 self.handle.raw(),
                 self.plan.inner.desc.kind.raw(),
-                input.addr() as *mut c_void,
-                output.addr() as *mut c_void,
+                input.raw_addr() as *mut c_void,
+                output.raw_addr() as *mut c_void,
                 direction.raw(),
-            )
-        }
+            )?
+        };
+        let m = stream.mark()?;
+        input.alloc.uses.add_marker(&m);
+        output.alloc.uses.add_marker(&m);
+        params.for_each_allocation(&mut |a| a.uses.add_marker(&m));
+        Ok(())
     }
 }
 

@@ -194,6 +194,7 @@ fn lowering_gives_each_node_its_own_handle_and_parameter_buffer() {
     let a = r.device_buffer::<[f32; 2]>(256);
     let b = r.device_buffer::<[f32; 2]>(256);
     let c = r.device_buffer::<[f32; 2]>(256);
+    let d = r.device_buffer::<[f32; 2]>(256);
     let node = |dir,
                 input: &crate::DeviceBuffer<[f32; 2]>,
                 output: &crate::DeviceBuffer<[f32; 2]>,
@@ -212,18 +213,19 @@ fn lowering_gives_each_node_its_own_handle_and_parameter_buffer() {
     let inv = dag
         .add_fft(node(Direction::Inverse, &b, &a, 1.0 / 256.0))
         .unwrap();
-    let side = dag.add_fft(node(Direction::Forward, &a, &c, 2.0)).unwrap();
+    // The parallel branch touches neither `a` nor `b`, which the ordered pair writes.
+    let side = dag.add_fft(node(Direction::Forward, &c, &d, 2.0)).unwrap();
     dag.add_dependency(fwd, inv).unwrap();
     dag.set_name(side, "parallel");
     dag.lower(&mut r).unwrap();
     let t = r.transcript().replace("0x70000000", "@");
     let expect = "\
-0 cudaGraphAddKernelNode `parallel` deps=[] kernel=cudagraph_fft_set_params handle=#1 param_buffer=@1800 bytes=16 params=00000040000000000000000000000000
-1 cudaStreamBeginCaptureToGraph+cufftExec `parallel` deps=[0] handle=#1 plan=C2C[256]x1 dir=Forward in=@0000 out=@1000 work_slot=0
-2 cudaGraphAddKernelNode `fft#0` deps=[] kernel=cudagraph_fft_set_params handle=#2 param_buffer=@1900 bytes=16 params=0000803f000000000000000000000000
-3 cudaStreamBeginCaptureToGraph+cufftExec `fft#0` deps=[2] handle=#2 plan=C2C[256]x1 dir=Forward in=@0000 out=@0800 work_slot=1
-4 cudaGraphAddKernelNode `fft#1` deps=[3] kernel=cudagraph_fft_set_params handle=#3 param_buffer=@1a00 bytes=16 params=0000803b000000000000000000000000
-5 cudaStreamBeginCaptureToGraph+cufftExec `fft#1` deps=[4] handle=#3 plan=C2C[256]x1 dir=Inverse in=@0800 out=@0000 work_slot=1
+0 cudaGraphAddKernelNode `fft#0` deps=[] kernel=cudagraph_fft_set_params handle=#1 param_buffer=@2000 bytes=16 params=0000803f000000000000000000000000
+1 cudaStreamBeginCaptureToGraph+cufftExec `fft#0` deps=[0] handle=#1 plan=C2C[256]x1 dir=Forward in=@0000 out=@0800 work_slot=0
+2 cudaGraphAddKernelNode `fft#1` deps=[1] kernel=cudagraph_fft_set_params handle=#2 param_buffer=@2100 bytes=16 params=0000803b000000000000000000000000
+3 cudaStreamBeginCaptureToGraph+cufftExec `fft#1` deps=[2] handle=#2 plan=C2C[256]x1 dir=Inverse in=@0800 out=@0000 work_slot=0
+4 cudaGraphAddKernelNode `parallel` deps=[] kernel=cudagraph_fft_set_params handle=#3 param_buffer=@2200 bytes=16 params=00000040000000000000000000000000
+5 cudaStreamBeginCaptureToGraph+cufftExec `parallel` deps=[4] handle=#3 plan=C2C[256]x1 dir=Forward in=@1000 out=@1800 work_slot=1
 ";
     assert_eq!(t, expect, "{t}");
 }

@@ -255,6 +255,19 @@ pub unsafe fn stream_destroy(stream: sys::cudaStream_t) -> Result<()> {
     rt!(cudaStreamDestroy(stream))
 }
 
+/// `cudaStreamQuery`: `Ok(true)` when all work queued on `stream` has completed.
+///
+/// # Safety
+/// `stream` is a live stream.
+pub unsafe fn stream_query(stream: sys::cudaStream_t) -> Result<bool> {
+    let lib = load::cudart()?;
+    let status = ffi!(lib, LIB, cudaStreamQuery(stream));
+    if status == sys::cudaError::cudaErrorNotReady {
+        return Ok(false);
+    }
+    check("cudaStreamQuery", status).map(|()| true)
+}
+
 /// `cudaStreamSynchronize`.
 ///
 /// # Safety
@@ -357,6 +370,20 @@ pub unsafe fn event_record(event: sys::cudaEvent_t, stream: sys::cudaStream_t) -
 /// `event` is live.
 pub unsafe fn event_synchronize(event: sys::cudaEvent_t) -> Result<()> {
     rt!(cudaEventSynchronize(event))
+}
+
+/// `cudaEventQuery`: `Ok(true)` when the work the event marks has completed, `Ok(false)` while
+/// it has not (`cudaErrorNotReady`), and an error otherwise.
+///
+/// # Safety
+/// `event` is live.
+pub unsafe fn event_query(event: sys::cudaEvent_t) -> Result<bool> {
+    let lib = load::cudart()?;
+    let status = ffi!(lib, LIB, cudaEventQuery(event));
+    if status == sys::cudaError::cudaErrorNotReady {
+        return Ok(false);
+    }
+    check("cudaEventQuery", status).map(|()| true)
 }
 
 /// `cudaEventElapsedTime`, in milliseconds.
@@ -676,6 +703,88 @@ pub unsafe fn graph_instantiate(
 ) -> Result<sys::cudaGraphExec_t> {
     let mut e = ptr::null_mut();
     rt!(cudaGraphInstantiate(&mut e, graph, flags as _))?;
+    Ok(e)
+}
+
+/// `cudaGraphExecGetFlags`: the flags `exec` was instantiated with.
+///
+/// # Safety
+/// `exec` is live.
+pub unsafe fn graph_exec_flags(exec: sys::cudaGraphExec_t) -> Result<u64> {
+    let mut f: std::os::raw::c_ulonglong = 0;
+    rt!(cudaGraphExecGetFlags(exec, &mut f))?;
+    Ok(f as u64)
+}
+
+/// `cudaGraphKernelNodeSetAttribute` with `cudaLaunchAttributePriority`.
+///
+/// # Safety
+/// `node` is a live kernel node.
+pub unsafe fn graph_kernel_node_set_priority(
+    node: sys::cudaGraphNode_t,
+    priority: i32,
+) -> Result<()> {
+    // SAFETY of the union write: `priority` is a plain `int` member.
+    let mut v: sys::cudaLaunchAttributeValue = unsafe { std::mem::zeroed() };
+    v.priority = priority;
+    rt!(cudaGraphKernelNodeSetAttribute(
+        node,
+        sys::cudaLaunchAttributeID::cudaLaunchAttributePriority,
+        &v
+    ))
+}
+
+/// `cudaGraphKernelNodeGetAttribute` with `cudaLaunchAttributePriority`.
+///
+/// # Safety
+/// `node` is a live kernel node.
+pub unsafe fn graph_kernel_node_priority(node: sys::cudaGraphNode_t) -> Result<i32> {
+    // SAFETY: an all-zero union is a valid value of every member.
+    let mut v: sys::cudaLaunchAttributeValue = unsafe { std::mem::zeroed() };
+    rt!(cudaGraphKernelNodeGetAttribute(
+        node,
+        sys::cudaLaunchAttributeID::cudaLaunchAttributePriority,
+        &mut v
+    ))?;
+    // SAFETY: CUDA wrote the `priority` member for this attribute.
+    Ok(unsafe { v.priority })
+}
+
+/// `cudaGraphInstantiateWithParams` with `cudaGraphInstantiateFlagUpload` and `flags`, uploading
+/// on `upload_stream`.
+///
+/// # Safety
+/// `graph` and `upload_stream` are live; the result must be destroyed with
+/// [`graph_exec_destroy`].
+pub unsafe fn graph_instantiate_upload(
+    graph: sys::cudaGraph_t,
+    flags: u64,
+    upload_stream: sys::cudaStream_t,
+) -> Result<sys::cudaGraphExec_t> {
+    // `cudaGraphInstantiateParams` with the result CUDA writes back read as an integer: a value
+    // a newer CUDA adds must not become an invalid Rust enum.
+    #[repr(C)]
+    struct Params {
+        flags: u64,
+        upload_stream: sys::cudaStream_t,
+        err_node: sys::cudaGraphNode_t,
+        result: u32,
+    }
+    const _: () = assert!(
+        std::mem::size_of::<Params>() == std::mem::size_of::<sys::cudaGraphInstantiateParams>()
+    );
+    let mut params = Params {
+        flags: flags | sys::cudaGraphInstantiateFlagUpload as u64,
+        upload_stream,
+        err_node: ptr::null_mut(),
+        result: 0,
+    };
+    let mut e = ptr::null_mut();
+    rt!(cudaGraphInstantiateWithParams(
+        &mut e,
+        graph,
+        (&mut params as *mut Params).cast::<sys::cudaGraphInstantiateParams>()
+    ))?;
     Ok(e)
 }
 

@@ -517,14 +517,12 @@ __device__ float2 window_load(void* dataIn, unsigned long long offset, void* inf
     let x = signal(2 * n, 7);
     let xd = DeviceBuffer::from_slice(d, &x)?;
     let yd = DeviceBuffer::<C32>::zeros(d, 2 * n)?;
-    #[derive(Clone, Copy)]
+    #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
     #[repr(C)]
     struct WindowParams {
         gain: f32,
         n: i32,
     }
-    // SAFETY: two plain 4-byte fields, valid for any bits.
-    unsafe impl cudagraph::DeviceRepr for WindowParams {}
     let mut dag = Dag::new();
     let node = dag.add_fft(spec(
         &plan,

@@ -171,10 +171,22 @@ fn wrong_arguments_rejected(gpu: &Gpu) -> anyhow::Result<()> {
             .contains("argument 1 is 8 bytes (f64, 8 bytes) but parameter 1 is 4 bytes"),
         "{e}"
     );
+    // Pointers go through tracked types: a region of device memory is accepted (and kept
+    // alive), a region of pinned host memory is not (raw addresses need `unsafe`).
     let pinned = HostBuffer::<f32>::zeros(&gpu.device, 16)?;
-    let host_ptr = KernelArg::from(pinned.as_raw_ptr());
-    // A raw address is just a u64 value: accepted by size (the caller's responsibility).
-    scale.check_args(&[host_ptr, 1.0f32.into(), 0i32.into()])?;
+    let e = scale
+        .check_args(&[
+            KernelArg::from(&pinned.region(..)),
+            1.0f32.into(),
+            0i32.into(),
+        ])
+        .unwrap_err();
+    ensure!(e.to_string().contains("pinned host buffer"), "{e}");
+    let tail = x.region(8..);
+    scale.launch(&gpu.stream, cfg, &args![&tail, 2.0f32, 8i32])?;
+    drop(tail);
+    drop(x); // freed only after the launch has run
+    gpu.stream.synchronize()?;
     Ok(())
 }
 

@@ -1,0 +1,293 @@
+//! Which queued GPU work uses an object, so that nothing is freed, overwritten or read by the
+//! host while that work may still use it.
+//!
+//! - A [`Marker`] is a CUDA event recorded on a stream right after some work: it completes when
+//!   that work has. Markers come from a [`MarkerPool`] (one per stream, one per `Exec`), which
+//!   re-records a marker only when nobody else holds it, so steady-state launches and updates
+//!   create no event and allocate nothing.
+//! - Every allocation and module has a [`Uses`] list: the markers of stream operations that used
+//!   it (at most one per stream: a newer marker on a stream implies the older ones), and the
+//!   [`LaunchLog`] of every executable graph that refers to it now.
+//! - Waiting for an object ([`Uses::wait_locked`]) waits for those markers and for the latest
+//!   launch of those graphs on each stream. `Drop` of an allocation or module waits before
+//!   freeing; host reads and writes of pinned memory wait before touching it, and synchronous
+//!   device helpers wait before running.
+//!
+//! Lock order: an object's `Uses` before a `LaunchLog` (every path takes them in that order).
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::device::Device;
+use crate::error::Result;
+use crate::result::runtime as rt;
+use crate::stream::Stream;
+use crate::sys;
+
+/// A CUDA event recorded after some work on one stream.
+pub(crate) struct Marker {
+    raw: sys::cudaEvent_t,
+    device: Device,
+    /// The stream it was last recorded on ([`Stream::id`]), 0 before the first record.
+    stream: u64,
+}
+
+// SAFETY: CUDA event handles may be used from any thread; a marker is re-recorded only through
+// `&mut` (so by one thread), and shared references only query or wait, which CUDA allows
+// concurrently.
+unsafe impl Send for Marker {}
+// SAFETY: as above.
+unsafe impl Sync for Marker {}
+
+impl Marker {
+    fn new(device: &Device) -> Result<Marker> {
+        device.bind()?;
+        // SAFETY: the event is owned by the marker and destroyed in its Drop.
+        let raw = unsafe { rt::event_create(sys::cudaEventDisableTiming)? };
+        Ok(Marker {
+            raw,
+            device: device.clone(),
+            stream: 0,
+        })
+    }
+
+    fn record(&mut self, stream: &Stream) -> Result<()> {
+        // SAFETY: both handles are live and of one device (the pool's owner checks it).
+        unsafe { rt::event_record(self.raw, stream.raw())? };
+        self.stream = stream.id();
+        Ok(())
+    }
+
+    /// Waits until the marked work has completed.
+    pub(crate) fn wait(&self) -> Result<()> {
+        if self.stream == 0 {
+            return Ok(());
+        }
+        // SAFETY: the event is live.
+        unsafe { rt::event_synchronize(self.raw) }
+    }
+
+    /// Whether the marked work has completed.
+    pub(crate) fn done(&self) -> Result<bool> {
+        if self.stream == 0 {
+            return Ok(true);
+        }
+        // SAFETY: the event is live.
+        unsafe { rt::event_query(self.raw) }
+    }
+
+    /// The stream it marks work on.
+    pub(crate) fn stream(&self) -> u64 {
+        self.stream
+    }
+}
+
+impl Drop for Marker {
+    fn drop(&mut self) {
+        // SAFETY: the event is owned; destroying an event whose work is pending is allowed
+        // (CUDA releases it when the work completes).
+        if let Err(e) = unsafe { rt::event_destroy(self.raw) } {
+            self.device.defer("an event", e);
+        }
+    }
+}
+
+/// Markers owned by one stream or one executable graph, reused once nobody else holds them.
+pub(crate) struct MarkerPool {
+    device: Device,
+    markers: Vec<Arc<Marker>>,
+}
+
+/// Above this many markers, the pool stops keeping markers others still hold.
+const POOL_KEEP: usize = 64;
+
+impl MarkerPool {
+    pub(crate) fn new(device: &Device) -> Self {
+        MarkerPool {
+            device: device.clone(),
+            markers: Vec::new(),
+        }
+    }
+
+    /// A marker recorded on `stream` now (after the work queued so far).
+    pub(crate) fn record(&mut self, stream: &Stream) -> Result<Arc<Marker>> {
+        let free = self
+            .markers
+            .iter()
+            .position(|m| Arc::strong_count(m) == 1 && Arc::weak_count(m) == 0);
+        let i = match free {
+            Some(i) => i,
+            None => {
+                if self.markers.len() >= POOL_KEEP {
+                    // Those still held elsewhere are released by their holders.
+                    self.markers.retain(|m| Arc::strong_count(m) == 1);
+                }
+                self.markers.push(Arc::new(Marker::new(&self.device)?));
+                self.markers.len() - 1
+            }
+        };
+        let m = &mut self.markers[i];
+        Arc::get_mut(m)
+            .expect("a free marker is held by the pool only")
+            .record(stream)?;
+        Ok(m.clone())
+    }
+}
+
+/// The latest launch of one executable graph on each stream it was launched on.
+pub(crate) struct LaunchLog {
+    latest: Mutex<Vec<Arc<Marker>>>,
+}
+
+impl LaunchLog {
+    pub(crate) fn new() -> Arc<LaunchLog> {
+        Arc::new(LaunchLog {
+            latest: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Arc<Marker>>> {
+        self.latest.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes `marker` as the latest launch on its stream. Allocates only for a stream not seen
+    /// before (and then first drops the entries of streams whose launches have completed).
+    pub(crate) fn set_latest(&self, marker: Arc<Marker>) -> Result<()> {
+        let mut latest = self.lock();
+        if let Some(slot) = latest.iter_mut().find(|m| m.stream() == marker.stream()) {
+            *slot = marker;
+            return Ok(());
+        }
+        let mut i = 0;
+        while i < latest.len() {
+            if latest[i].done()? {
+                latest.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        latest.push(marker);
+        Ok(())
+    }
+
+    /// Waits for the latest launch on every stream (so for every launch), then forgets them.
+    pub(crate) fn wait(&self) -> Result<()> {
+        let mut latest = self.lock();
+        for m in latest.iter() {
+            m.wait()?;
+        }
+        latest.clear();
+        Ok(())
+    }
+
+    /// Calls `f` with the marker of the latest launch on each stream.
+    pub(crate) fn for_each_latest(&self, mut f: impl FnMut(&Arc<Marker>)) {
+        for m in self.lock().iter() {
+            f(m);
+        }
+    }
+}
+
+/// Something queued GPU work uses an object through.
+pub(crate) enum User {
+    /// A stream operation (or the last launches of a graph that no longer refers to it).
+    Marker(Arc<Marker>),
+    /// An executable graph that refers to the object now: every launch of it may use it.
+    Graph(Weak<LaunchLog>),
+}
+
+/// The GPU work that may still use one object.
+#[derive(Default)]
+pub(crate) struct Uses {
+    list: Mutex<Vec<User>>,
+}
+
+impl Uses {
+    /// Locks the list. While it is held, no executable graph that refers to the object can be
+    /// launched (the launch of a graph using pinned memory takes this lock) and no stream
+    /// operation on it can be noted.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Vec<User>> {
+        self.list.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes a stream operation's marker (replacing an older marker of the same stream).
+    pub(crate) fn add_marker(&self, marker: &Arc<Marker>) {
+        add_marker_locked(&mut self.lock(), marker);
+    }
+
+    /// Notes that the graph of `log` refers to the object now.
+    pub(crate) fn add_graph(&self, log: &Arc<LaunchLog>) {
+        let mut list = self.lock();
+        list.retain(|u| !matches!(u, User::Graph(w) if w.strong_count() == 0));
+        let present = list
+            .iter()
+            .any(|u| matches!(u, User::Graph(w) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(log))));
+        if !present {
+            list.push(User::Graph(Arc::downgrade(log)));
+        }
+    }
+
+    /// Notes that the graph of `log` no longer refers to the object: its launches so far still
+    /// may, so their markers replace the graph entry.
+    pub(crate) fn end_graph(&self, log: &Arc<LaunchLog>) {
+        let mut list = self.lock();
+        list.retain(|u| !matches!(u, User::Graph(w) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(log))));
+        log.for_each_latest(|m| add_marker_locked(&mut list, m));
+    }
+
+    /// Waits for every use, with the list locked.
+    pub(crate) fn wait(&self) -> Result<()> {
+        wait_locked(&mut self.lock())
+    }
+}
+
+fn add_marker_locked(list: &mut Vec<User>, marker: &Arc<Marker>) {
+    for u in list.iter_mut() {
+        if let User::Marker(m) = u {
+            if m.stream() == marker.stream() {
+                *m = marker.clone();
+                return;
+            }
+        }
+    }
+    list.push(User::Marker(marker.clone()));
+}
+
+/// Waits for every use in a locked list; completed markers and graphs that are gone are
+/// dropped from it.
+pub(crate) fn wait_locked(list: &mut Vec<User>) -> Result<()> {
+    for u in list.iter() {
+        match u {
+            User::Marker(m) => m.wait()?,
+            User::Graph(w) => {
+                if let Some(log) = w.upgrade() {
+                    log.wait()?;
+                }
+            }
+        }
+    }
+    list.retain(|u| matches!(u, User::Graph(w) if w.strong_count() > 0));
+    Ok(())
+}
+
+thread_local! {
+    static IN_HOST_NODE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` marked as running inside a host node (CUDA's callback thread), where waiting for
+/// GPU work would deadlock.
+pub(crate) fn as_host_node(f: impl FnOnce()) {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            IN_HOST_NODE.with(|c| c.set(false));
+        }
+    }
+    IN_HOST_NODE.with(|c| c.set(true));
+    let _reset = Reset;
+    f();
+}
+
+/// Whether the calling thread is running a host node.
+pub(crate) fn in_host_node() -> bool {
+    IN_HOST_NODE.try_with(|c| c.get()).unwrap_or(false)
+}
