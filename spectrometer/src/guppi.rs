@@ -638,6 +638,7 @@ mod tests {
         h.set_str("SRC_NAME", "it's");
         h.set_int("BLOCSIZE", 1024);
         h.set_float("OBSBW", -187.5);
+        h.set_int("DIRECTIO", 1);
         let bytes = h.to_bytes(true);
         assert_eq!(bytes.len(), 512);
         let HeaderRead::Complete { header, len } = read_header(&mut &bytes[..], &loc).unwrap()

@@ -133,8 +133,8 @@ impl std::fmt::Display for StemReport {
         )?;
         writeln!(
             f,
-            "  input: {:.3} GB in {:.3} s = {:.3} GB/s, real-time factor {:.3}",
-            self.bytes_read as f64 / 1e9,
+            "  input: {} in {:.3} s = {:.4} GB/s, real-time factor {:.3}",
+            human_bytes(self.bytes_read),
             wall,
             self.input_rate() / 1e9,
             self.realtime_factor()
@@ -180,6 +180,17 @@ impl std::fmt::Display for StemReport {
             writeln!(f, "  wrote {}", o.display())?;
         }
         Ok(())
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.3} GB", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.3} MB", n / 1e6)
+    } else {
+        format!("{:.3} kB", n / 1e3)
     }
 }
 

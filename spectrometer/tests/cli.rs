@@ -1,0 +1,96 @@
+//! The command line end to end: generate, run (with PNGs), header, and its errors.
+
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cudagraph-spectrometer"))
+}
+
+#[test]
+fn generate_run_header_png() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let g = bin()
+        .args(["generate", "-o"])
+        .arg(d.join("raw"))
+        .args([
+            "--stem",
+            "cli",
+            "--nchan",
+            "2",
+            "--ntime",
+            "512",
+            "--blocks-per-file",
+            "3",
+            "--files",
+            "2",
+        ])
+        .args([
+            "--obsbw",
+            "-6.25",
+            "--tone",
+            "1418.0:20",
+            "--drop-block",
+            "3",
+            "--truncate-bytes",
+            "7",
+        ])
+        .output()
+        .unwrap();
+    assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
+    let r = bin()
+        .arg("run")
+        .arg(d.join("raw/cli.0000.raw"))
+        .args(["-p", "256x2", "-p", "2^4x8:iquv", "--png", "-o"])
+        .arg(d.join("out"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("gap:") && stderr.contains("warning:"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("real-time factor"), "{stdout}");
+    assert!(stdout.contains("read") && stdout.contains("compute") && stdout.contains("write"));
+    for f in ["cli.0.fil", "cli.1.fil", "cli.0.png", "cli.1.png"] {
+        let p = d.join("out").join(f);
+        assert!(p.is_file(), "{f} missing");
+    }
+    let png = std::fs::read(d.join("out/cli.0.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    // 5 blocks on the time axis (6 − 1 truncated, the dropped one zero-filled): 5 × 512 / 512.
+    let h = bin()
+        .arg("header")
+        .arg(d.join("out/cli.0.fil"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&h.stdout);
+    assert!(text.contains("nchans       512"), "{text}");
+    assert!(text.contains("spectra      5"), "{text}");
+    // Nothing else (no temporaries) in the output directory.
+    assert_eq!(std::fs::read_dir(d.join("out")).unwrap().count(), 4);
+}
+
+#[test]
+fn gpu_and_too_many_products_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = bin()
+        .args(["run", "x", "-p", "8x1", "--device", "gpu", "-o"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("GPU engine not built yet"));
+    let mut cmd = bin();
+    cmd.args(["run", "x", "-o"]).arg(dir.path());
+    for _ in 0..5 {
+        cmd.args(["-p", "8x1"]);
+    }
+    let r = cmd.output().unwrap();
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("at most 4"));
+    let r = bin().args(["run", "x", "-p", "8y1"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&r.stderr).contains("NFFTxNINT"));
+}
