@@ -212,6 +212,13 @@ impl Device {
         unsafe { rt::set_device(self.inner.ordinal) }
     }
 
+    /// Free and total device memory, bytes (`cudaMemGetInfo`).
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        self.bind()?;
+        // SAFETY: the device is current.
+        unsafe { rt::mem_get_info() }
+    }
+
     /// Waits for all work on the device, then reports the first error kept from a `Drop`.
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;

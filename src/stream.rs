@@ -142,6 +142,13 @@ impl Event {
         unsafe { rt::event_record(self.raw, stream.raw()) }
     }
 
+    /// Whether the work before the event's last record has completed (`cudaEventQuery`);
+    /// `true` for an event never recorded.
+    pub fn query(&self) -> Result<bool> {
+        // SAFETY: the event is live.
+        unsafe { rt::event_query(self.raw) }
+    }
+
     /// Waits until the event has completed.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the event is live.

@@ -187,6 +187,16 @@ pub unsafe fn free_host(ptr: *mut c_void) -> Result<()> {
     rt!(cudaFreeHost(ptr))
 }
 
+/// `cudaMemGetInfo`: free and total device memory of the current device, bytes.
+///
+/// # Safety
+/// No preconditions beyond a current device.
+pub unsafe fn mem_get_info() -> Result<(usize, usize)> {
+    let (mut free, mut total) = (0usize, 0usize);
+    rt!(cudaMemGetInfo(&mut free, &mut total))?;
+    Ok((free, total))
+}
+
 /// `cudaMemcpy` (synchronous with respect to the host).
 ///
 /// # Safety

@@ -257,18 +257,45 @@ fn parallel_nodes(gpu: &Gpu) -> anyhow::Result<()> {
         .map(|c| c * 2.0)
         .collect();
     check(&yb.to_vec()?, &want, "branch b")?;
-    // Two Execs of the same DAG do not share parameter buffers either.
+    // Two Execs of the same DAG do not share parameter buffers either. They run at the same
+    // time on two streams, with different scales and outputs: were the parameter buffer (or
+    // the cuFFT handle's caller info) shared, one exec's setter kernel would overwrite the
+    // other's parameters while its transform runs, and an output would get the other's scale
+    // or stay unwritten.
     let mut other = dag.instantiate(d)?;
     let ids: Vec<_> = dag.node_ids().collect();
-    other.set_fft_params(ids[0], ld_st(None, Some(CallbackParams::store(3.0))))?;
-    other.launch(&gpu.stream)?;
-    exec.launch(&gpu.stream)?;
+    let yc = DeviceBuffer::<C32>::zeros(d, n * batch)?;
+    other.set_fft_params(
+        ids[0],
+        ld_st(
+            None,
+            Some(CallbackParams::Store {
+                scale: 3.0,
+                output: Some((&yc).into()),
+                accumulate: false,
+            }),
+        ),
+    )?;
+    let s2 = cudagraph::Stream::new(d)?;
+    for _ in 0..100 {
+        exec.launch(&gpu.stream)?;
+        other.launch(&s2)?;
+    }
     exec.synchronize()?;
     other.synchronize()?;
     check(
         &ya.to_vec()?,
         &reference(&to64(&x1), n, false),
-        "first exec kept scale 1",
+        "first exec kept scale 1 and its output",
+    )?;
+    let want3: Vec<C64> = reference(&to64(&x1), n, false)
+        .into_iter()
+        .map(|c| c * 3.0)
+        .collect();
+    check(
+        &yc.to_vec()?,
+        &want3,
+        "second exec: scale 3 into its override output",
     )
 }
 

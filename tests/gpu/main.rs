@@ -8,6 +8,7 @@ mod common;
 mod dag;
 mod fft;
 mod foundation;
+mod soundness;
 
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
@@ -15,5 +16,6 @@ fn main() {
     trials.extend(foundation::tests());
     trials.extend(dag::tests());
     trials.extend(fft::tests());
+    trials.extend(soundness::tests());
     libtest_mimic::run(&args, trials).exit();
 }

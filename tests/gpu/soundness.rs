@@ -1,0 +1,288 @@
+//! GPU tests of the soundness guarantees: nothing queued GPU work uses is freed, overwritten or
+//! read by the host before that work has run; updates pair nodes by id; replaced resources are
+//! released while a pipeline runs; instantiate flags and priorities reach CUDA.
+//!
+//! Each test is built so that it fails when the property is broken: a long `spin` kernel in
+//! front of the work keeps it queued while the host does the thing that must wait.
+
+use anyhow::ensure;
+use cudagraph::{
+    args, Dag, DeviceBuffer, Error, Event, HostBuffer, InstantiateFlags, LaunchConfig, Stream,
+};
+use libtest_mimic::Trial;
+
+use crate::common::{gpu_test, Gpu, KERNELS};
+
+pub fn tests() -> Vec<Trial> {
+    vec![
+        gpu_test(
+            "soundness::dropping_a_buffer_waits_for_a_stream_launch",
+            drop_waits_for_stream_launch,
+        ),
+        gpu_test(
+            "soundness::host_write_waits_for_an_async_copy",
+            host_write_waits_for_async_copy,
+        ),
+        gpu_test(
+            "soundness::host_reads_wait_for_graph_launches",
+            host_reads_wait_for_graph_launches,
+        ),
+        gpu_test(
+            "soundness::swapped_fan_out_update_pairs_nodes_by_id",
+            swapped_fan_out_update,
+        ),
+        gpu_test(
+            "soundness::replaced_buffers_are_released_while_running",
+            replaced_buffers_released,
+        ),
+        gpu_test("soundness::child_host_panic_is_reported", child_host_panic),
+        gpu_test(
+            "soundness::instantiate_flags_and_priorities_reach_cuda",
+            flags_and_priorities,
+        ),
+    ]
+}
+
+/// About 50–100 ms of GPU time on one thread.
+const SPIN: i64 = 100_000_000;
+
+/// A kernel launched behind a long spin, whose buffer is dropped at once: the drop returns only
+/// after the launch has run (else the memory would be freed under it).
+fn drop_waits_for_stream_launch(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let (spin, scale) = (m.kernel("spin")?, m.kernel("scale")?);
+    let s = Stream::new(d)?;
+    let x = DeviceBuffer::from_slice(d, &vec![1.0f32; 1 << 16])?;
+    let after = Event::new(d)?;
+    spin.launch(&s, LaunchConfig::new(1, 1), &args![SPIN])?;
+    scale.launch(
+        &s,
+        LaunchConfig::for_elements(1 << 16, 256),
+        &args![&x, 2.0f32, 1i32 << 16],
+    )?;
+    after.record(&s)?;
+    ensure!(!after.query()?, "the spin should still be running");
+    drop(x);
+    ensure!(
+        after.query()?,
+        "dropping the buffer returned before the launch using it had run"
+    );
+    // The module, dropped while a launch of its kernel is queued, waits the same way.
+    spin.launch(&s, LaunchConfig::new(1, 1), &args![SPIN])?;
+    after.record(&s)?;
+    drop((spin, scale, m));
+    ensure!(after.query()?, "dropping the module returned too early");
+    Ok(())
+}
+
+/// A copy from pinned memory queued behind a spin, then a host write of that memory: the write
+/// waits, so the copy sees the old contents.
+fn host_write_waits_for_async_copy(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let spin = m.kernel("spin")?;
+    let s = Stream::new(d)?;
+    let n = 1 << 16;
+    let mut host = HostBuffer::from_slice(d, &vec![1u32; n])?;
+    let dev = DeviceBuffer::<u32>::zeros(d, n)?;
+    spin.launch(&s, LaunchConfig::new(1, 1), &args![SPIN])?;
+    dev.copy_from_host_async(&host, &s)?;
+    host.copy_from_slice(&vec![2u32; n])?; // must wait for the copy
+    s.synchronize()?;
+    ensure!(
+        dev.to_vec()?.iter().all(|&v| v == 1),
+        "the queued copy read memory the host overwrote"
+    );
+    ensure!(host.to_vec()?.iter().all(|&v| v == 2));
+    Ok(())
+}
+
+/// Launches queued behind a slow kernel keep the parameters they were launched with, and a host
+/// read of the pinned ring they write waits for them (no synchronisation before the reads).
+fn host_reads_wait_for_graph_launches(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let (write, spin) = (m.kernel("write_slot")?, m.kernel("spin")?);
+    let slots = 64u32;
+    let out = DeviceBuffer::<u32>::zeros(d, slots as usize)?;
+    let ring = HostBuffer::<u32>::zeros(d, slots as usize)?;
+    let mut dag = Dag::new();
+    let w = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 0u32, 0u32])?;
+    let down = dag.add_memcpy(&ring, &out)?;
+    dag.add_dependency(w, down)?;
+    let mut exec = dag.instantiate(d)?;
+    let s = Stream::new(d)?;
+    spin.launch(&s, LaunchConfig::new(1, 1), &args![2 * SPIN])?;
+    for i in 0..slots {
+        exec.set_kernel_args(w, &args![&out, i, 1000 + i])?;
+        exec.launch(&s)?;
+    }
+    let queued = Event::new(d)?;
+    queued.record(&s)?;
+    ensure!(!queued.query()?, "the launches should still be queued");
+    let want: Vec<u32> = (0..slots).map(|i| 1000 + i).collect();
+    let got = ring.to_vec()?; // waits for every launch of `exec`
+    ensure!(got == want, "host read of the ring: {got:?}");
+    ensure!(out.to_vec()? == want, "device read");
+    Ok(())
+}
+
+/// The same fork/join DAG built with the fan-out edges in the other order: the whole-graph
+/// update pairs the nodes by id, and per-node updates afterwards reach the right node.
+fn swapped_fan_out_update(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let write = m.kernel("write_slot")?;
+    let out = DeviceBuffer::<u32>::zeros(d, 2)?;
+    let build = |swap: bool, va: u32, vb: u32| -> anyhow::Result<(Dag, [cudagraph::NodeId; 4])> {
+        let mut dag = Dag::new();
+        let r = dag.add_memset(&out, 0u32)?;
+        let a = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 0u32, va])?;
+        let b = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 1u32, vb])?;
+        let j = dag.add_empty();
+        if swap {
+            dag.fan_out(r, &[b, a])?;
+            dag.fan_in(&[b, a], j)?;
+        } else {
+            dag.fan_out(r, &[a, b])?;
+            dag.fan_in(&[a, b], j)?;
+        }
+        Ok((dag, [r, a, b, j]))
+    };
+    let (first, _) = build(false, 1, 2)?;
+    let (second, [_, a, b, _]) = build(true, 10, 20)?;
+    let mut exec = first.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(out.to_vec()? == [1, 2]);
+    exec.update(&second)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(
+        out.to_vec()? == [10, 20],
+        "after the update: {:?}",
+        out.to_vec()?
+    );
+    exec.set_kernel_args(a, &args![&out, 0u32, 100u32])?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(
+        out.to_vec()? == [100, 20],
+        "a per-node update of `a` reached {:?}",
+        out.to_vec()?
+    );
+    exec.set_kernel_args(b, &args![&out, 1u32, 200u32])?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(out.to_vec()? == [100, 200], "{:?}", out.to_vec()?);
+    // Different dependencies are refused by the crate, naming why.
+    let mut other = Dag::new();
+    let r = other.add_memset(&out, 0u32)?;
+    let a2 = other.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 0u32, 1u32])?;
+    let b2 = other.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 1u32, 1u32])?;
+    let j = other.add_empty();
+    other.chain(&[r, a2, b2, j])?;
+    let e = exec.update(&other).unwrap_err();
+    ensure!(e.to_string().contains("dependencies differ"), "{e}");
+    Ok(())
+}
+
+/// A pipeline that swaps in a fresh 64 MiB buffer before every launch and synchronises through
+/// its stream only: the replaced buffers are released as their launches complete, so device
+/// memory stays flat (it would grow by ~6 GiB if they were kept until `Exec::synchronize`).
+fn replaced_buffers_released(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let scale = m.kernel("scale")?;
+    let n = 16 << 20; // 64 MiB of f32
+    let first = DeviceBuffer::<f32>::zeros(d, n)?;
+    let mut dag = Dag::new();
+    let k = dag.add_kernel(
+        &scale,
+        LaunchConfig::for_elements(n as u32, 256),
+        &args![&first, 2.0f32, n as i32],
+    )?;
+    drop(first);
+    let mut exec = dag.into_exec(d)?;
+    exec.launch(&gpu.stream)?;
+    gpu.stream.synchronize()?;
+    let (free_before, _) = d.memory_info()?;
+    for _ in 0..100 {
+        let x = DeviceBuffer::<f32>::zeros(d, n)?;
+        exec.set_kernel_arg(k, 0, &x)?;
+        drop(x); // the graph holds it now
+        exec.launch(&gpu.stream)?;
+        gpu.stream.synchronize()?; // not exec.synchronize()
+    }
+    let (free_after, _) = d.memory_info()?;
+    let grown = free_before.saturating_sub(free_after);
+    ensure!(
+        grown < 512 << 20,
+        "device memory in use grew by {} MiB over 100 buffer swaps",
+        grown >> 20
+    );
+    Ok(())
+}
+
+/// A panic in a host node of a child DAG is reported, naming the path to it.
+fn child_host_panic(gpu: &Gpu) -> anyhow::Result<()> {
+    let mut child = Dag::new();
+    let h = child.add_host(|| panic!("inner failure"));
+    child.set_name(h, "inner");
+    let mut dag = Dag::new();
+    let c = dag.add_child(&child);
+    dag.set_name(c, "stage");
+    let mut exec = dag.instantiate(&gpu.device)?;
+    exec.launch(&gpu.stream)?;
+    match exec.synchronize() {
+        Err(Error::HostNodePanicked { node, message }) => {
+            ensure!(node == "stage/inner", "{node}");
+            ensure!(message.contains("inner failure"), "{message}");
+        }
+        other => anyhow::bail!("expected the child's panic, got {other:?}"),
+    }
+    Ok(())
+}
+
+/// The flags CUDA reports for the executable graph, and the priority it has for a node, are
+/// the ones asked for (each check fails if the crate ignored the setting).
+fn flags_and_priorities(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let inc = m.kernel("inc")?;
+    let c = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let mut dag = Dag::new();
+    let k = dag.add_kernel(&inc, LaunchConfig::new(1, 5), &args![&c])?;
+    dag.set_priority(k, -1)?;
+    let plain = dag.instantiate(d)?;
+    let (prio_flag, upload_flag) = (
+        cudagraph::sys::cudaGraphInstantiateFlagUseNodePriority as u64,
+        cudagraph::sys::cudaGraphInstantiateFlagUpload as u64,
+    );
+    let f = plain.cuda_flags()?;
+    ensure!(f & (prio_flag | upload_flag) == 0, "flags {f:#x}");
+    let flags = InstantiateFlags {
+        upload: true,
+        use_node_priority: true,
+    };
+    let e = dag
+        .instantiate_with(d, flags, None)
+        .err()
+        .expect("needs a stream");
+    ensure!(e.to_string().contains("upload stream"), "{e}");
+    let mut exec = dag.instantiate_with(d, flags, Some(&gpu.stream))?;
+    let f = exec.cuda_flags()?;
+    ensure!(f & prio_flag != 0, "use_node_priority ignored: {f:#x}");
+    ensure!(f & upload_flag != 0, "upload ignored: {f:#x}");
+    ensure!(
+        exec.cuda_priority(k)? == -1,
+        "priority {}",
+        exec.cuda_priority(k)?
+    );
+    ensure!(plain.cuda_priority(k)? == -1);
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    ensure!(c.to_vec()? == [5]);
+    Ok(())
+}
