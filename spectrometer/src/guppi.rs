@@ -156,7 +156,17 @@ impl Header {
                 Value::Str(s) => format!("'{:<8}'", s.replace('\'', "''")),
                 Value::Raw(s) => format!("{s:>20}"),
             };
-            let mut card = format!("{k:<8}= {value}");
+            // Cards are ASCII: anything else becomes '?' (and truncation stays on a char boundary).
+            let mut card: String = format!("{k:<8}= {value}")
+                .chars()
+                .map(|c| {
+                    if c.is_ascii() && !c.is_ascii_control() {
+                        c
+                    } else {
+                        '?'
+                    }
+                })
+                .collect();
             card.truncate(CARD_LEN);
             out.extend_from_slice(format!("{card:<80}").as_bytes());
         }
@@ -649,6 +659,10 @@ mod tests {
         assert_eq!(header.opt_str("SRC_NAME").unwrap(), "it's");
         assert_eq!(header.int("BLOCSIZE", &loc).unwrap(), 1024);
         assert_eq!(header.float("OBSBW", &loc).unwrap(), -187.5);
+        let mut h2 = Header::default();
+        h2.set_str("SRC_NAME", "Ω Cen");
+        let b2 = h2.to_bytes(false);
+        assert!(b2.is_ascii() && b2.len() == 160);
         assert!(matches!(
             header.int("NPOL", &loc),
             Err(Error::MissingKey { key, .. }) if key == "NPOL"
