@@ -492,6 +492,22 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 /// the host never touches memory the GPU may be writing. Inside a host node, where waiting
 /// would deadlock, [`as_slice`](HostBuffer::as_slice) / [`as_mut_slice`](HostBuffer::as_mut_slice)
 /// give direct (unsafe) access.
+///
+/// Writes need `&mut`, so two threads cannot write at once:
+///
+/// ```compile_fail
+/// # fn f(h: &cudagraph::HostBuffer<f32>) {
+/// h.copy_from_slice(&[1.0]); // error: `h` is a `&` reference
+/// # }
+/// ```
+///
+/// and a raw address, which keeps nothing alive, needs `unsafe`:
+///
+/// ```compile_fail
+/// # fn f(x: &cudagraph::DeviceBuffer<f32>) -> cudagraph::KernelArg {
+/// cudagraph::KernelArg::from(x.region(..).addr()) // error: `addr` is an unsafe fn
+/// # }
+/// ```
 pub struct HostBuffer<T> {
     pub(crate) alloc: Arc<Allocation>,
     len: usize,

@@ -121,6 +121,9 @@ impl MarkerPool {
                     // Those still held elsewhere are released by their holders.
                     self.markers.retain(|m| Arc::strong_count(m) == 1);
                 }
+                // Two at a time: a stream's latest marker is held while the next one is
+                // recorded, so steady state alternates between two.
+                self.markers.push(Arc::new(Marker::new(&self.device)?));
                 self.markers.push(Arc::new(Marker::new(&self.device)?));
                 self.markers.len() - 1
             }

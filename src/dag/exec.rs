@@ -240,12 +240,6 @@ impl Exec {
         &self.device
     }
 
-    /// The flags CUDA reports the graph was instantiated with (`cudaGraphExecGetFlags`).
-    pub fn cuda_flags(&self) -> Result<u64> {
-        // SAFETY: the exec is live.
-        unsafe { rt::graph_exec_flags(self.raw) }
-    }
-
     /// The launch priority CUDA has for kernel node `id` (`cudaGraphKernelNodeGetAttribute`).
     pub fn cuda_priority(&self, id: NodeId) -> Result<i32> {
         let h = self.handle(id)?;

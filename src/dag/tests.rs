@@ -143,6 +143,105 @@ fn unknown_nodes_are_errors() {
     dag.remove(b).unwrap();
     let e = dag.add_dependency(a, b).unwrap_err();
     assert!(matches!(e, Error::Dag(DagError::UnknownNode(1))), "{e}");
+    // The next node takes b's slot in the petgraph graph, but b's id stays dead.
+    let c = dag.add_empty();
+    assert_eq!(c.index(), b.index(), "petgraph reuses the slot");
+    assert_ne!(c, b);
+    assert!(dag.node(b).is_err());
+    assert!(dag.set_kernel_args(b, &[]).is_err());
+    assert!(dag.remove(b).is_err());
+    assert_eq!(
+        dag.node(c).unwrap().name(),
+        "empty#2",
+        "named by serial, not slot"
+    );
+    dag.add_dependency(a, c).unwrap();
+    // Errors for a node not yet added name it as it would have been named.
+    let r = rec();
+    let x = r.kernel("k", &[4]);
+    let e = dag
+        .add_kernel(&x, LaunchConfig::new(1, 1), &args![])
+        .unwrap_err();
+    assert!(e.to_string().starts_with("node `kernel#3`"), "{e}");
+}
+
+#[test]
+fn lowering_order_does_not_depend_on_edge_insertion_order() {
+    let mut r = rec();
+    let x = r.device_buffer::<u32>(4);
+    let k = r.kernel("w", &[8, 4, 4]);
+    let build = |swap: bool| {
+        let mut dag = Dag::new();
+        let root = dag.add_memset(&x, 0u32).unwrap();
+        let a = dag
+            .add_kernel(&k, LaunchConfig::new(1, 1), &args![&x, 0u32, 1u32])
+            .unwrap();
+        let b = dag
+            .add_kernel(&k, LaunchConfig::new(1, 1), &args![&x, 1u32, 2u32])
+            .unwrap();
+        let c = dag
+            .add_kernel(&k, LaunchConfig::new(1, 1), &args![&x, 2u32, 3u32])
+            .unwrap();
+        let join = dag.add_empty();
+        if swap {
+            dag.fan_out(root, &[c, b, a]).unwrap();
+            dag.fan_in(&[b, c, a], join).unwrap();
+        } else {
+            dag.fan_out(root, &[a, b, c]).unwrap();
+            dag.fan_in(&[a, b, c], join).unwrap();
+        }
+        dag
+    };
+    let (one, two) = (build(false), build(true));
+    one.lower(&mut r).unwrap();
+    let first = r.transcript();
+    r.calls.clear();
+    two.lower(&mut r).unwrap();
+    assert_eq!(first, r.transcript());
+    assert_eq!(one.edge_serials(), two.edge_serials());
+    assert!(first.contains("`empty#4` deps=[1, 2, 3]"), "{first}");
+}
+
+#[test]
+fn overlapping_copies_are_rejected() {
+    let mut r = rec();
+    let x = r.device_buffer::<u8>(1024);
+    let mut dag = Dag::new();
+    let e = dag
+        .add_memcpy(x.region(100..200), x.region(150..250))
+        .unwrap_err();
+    assert!(e.to_string().contains("overlap"), "{e}");
+    dag.add_memcpy(x.region(0..100), x.region(100..200))
+        .unwrap();
+    // 2D: even rows into odd rows of one buffer do not overlap; the same rows do.
+    let rows = |dst: usize, src: usize| Copy2d {
+        dst: x.region(dst..),
+        dst_pitch: 64,
+        src: x.region(src..),
+        src_pitch: 64,
+        width: 32,
+        height: 8,
+    };
+    dag.add_memcpy_2d(rows(32, 0)).unwrap();
+    let e = dag.add_memcpy_2d(rows(16, 0)).unwrap_err();
+    assert!(e.to_string().contains("overlap"), "{e}");
+}
+
+#[test]
+fn kernel_priorities_are_lowered() {
+    let mut r = rec();
+    let k = r.kernel("k", &[]);
+    let mut dag = Dag::new();
+    let a = dag.add_kernel(&k, LaunchConfig::new(1, 1), &[]).unwrap();
+    let e = dag.add_empty();
+    dag.set_priority(a, -2).unwrap();
+    assert!(dag.set_priority(e, 1).is_err(), "only kernel nodes");
+    dag.lower(&mut r).unwrap();
+    assert!(
+        r.calls[0].params.ends_with("priority=-2"),
+        "{:?}",
+        r.calls[0]
+    );
 }
 
 #[test]

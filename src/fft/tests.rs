@@ -267,3 +267,21 @@ fn params_update_in_the_dag_is_checked() {
     assert!(dag.set_fft_params(k, FftParams::none()).is_err());
     assert!(dag.to_dot().contains("load ComplexI8"));
 }
+
+#[test]
+fn sizes_that_overflow_are_errors() {
+    let huge = FftPlanDesc::new(FftType::C2C, &[1 << 40, 1 << 30], 1 << 20);
+    let e = FftPlan::new(huge).unwrap_err().to_string();
+    assert!(e.contains("more elements than fit in 64 bits"), "{e}");
+    let bytes_overflow = FftPlanDesc::new(FftType::C2C, &[1 << 31], 1 << 30);
+    assert!(FftPlan::new(bytes_overflow).is_err());
+    let layout = FftPlanDesc::new(FftType::C2C, &[16], 4).with_layout(Layout {
+        inembed: vec![16],
+        istride: i64::MAX / 2,
+        idist: 1,
+        onembed: vec![16],
+        ostride: 1,
+        odist: 16,
+    });
+    assert!(FftPlan::new(layout).is_err());
+}

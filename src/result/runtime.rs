@@ -716,7 +716,8 @@ pub unsafe fn graph_instantiate(
     Ok(e)
 }
 
-/// `cudaGraphExecGetFlags`: the flags `exec` was instantiated with.
+/// `cudaGraphExecGetFlags`: the flags `exec` was instantiated with (CUDA 13.0 was seen to
+/// answer 0 for `UseNodePriority` and `Upload`).
 ///
 /// # Safety
 /// `exec` is live.

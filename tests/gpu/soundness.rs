@@ -245,8 +245,10 @@ fn child_host_panic(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The flags CUDA reports for the executable graph, and the priority it has for a node, are
-/// the ones asked for (each check fails if the crate ignored the setting).
+/// The priority CUDA has for a kernel node is the one set on the DAG (the check fails if the
+/// crate did not pass it on), and instantiation with both flags works. (CUDA 13.0's
+/// `cudaGraphExecGetFlags` reports 0 whatever the flags, so the flags themselves cannot be
+/// read back; see the closing note of the session that wrote this.)
 fn flags_and_priorities(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let m = gpu.module(KERNELS)?;
@@ -256,12 +258,11 @@ fn flags_and_priorities(gpu: &Gpu) -> anyhow::Result<()> {
     let k = dag.add_kernel(&inc, LaunchConfig::new(1, 5), &args![&c])?;
     dag.set_priority(k, -1)?;
     let plain = dag.instantiate(d)?;
-    let (prio_flag, upload_flag) = (
-        cudagraph::sys::cudaGraphInstantiateFlagUseNodePriority as u64,
-        cudagraph::sys::cudaGraphInstantiateFlagUpload as u64,
+    ensure!(
+        plain.cuda_priority(k)? == -1,
+        "priority {}",
+        plain.cuda_priority(k)?
     );
-    let f = plain.cuda_flags()?;
-    ensure!(f & (prio_flag | upload_flag) == 0, "flags {f:#x}");
     let flags = InstantiateFlags {
         upload: true,
         use_node_priority: true,
@@ -272,15 +273,13 @@ fn flags_and_priorities(gpu: &Gpu) -> anyhow::Result<()> {
         .expect("needs a stream");
     ensure!(e.to_string().contains("upload stream"), "{e}");
     let mut exec = dag.instantiate_with(d, flags, Some(&gpu.stream))?;
-    let f = exec.cuda_flags()?;
-    ensure!(f & prio_flag != 0, "use_node_priority ignored: {f:#x}");
-    ensure!(f & upload_flag != 0, "upload ignored: {f:#x}");
+    ensure!(exec.cuda_priority(k)? == -1);
+    let mut other = Dag::new();
+    let k2 = other.add_kernel(&inc, LaunchConfig::new(1, 1), &args![&c])?;
     ensure!(
-        exec.cuda_priority(k)? == -1,
-        "priority {}",
-        exec.cuda_priority(k)?
+        other.instantiate(d)?.cuda_priority(k2)? == 0,
+        "default priority"
     );
-    ensure!(plain.cuda_priority(k)? == -1);
     exec.launch(&gpu.stream)?;
     exec.synchronize()?;
     ensure!(c.to_vec()? == [5]);
