@@ -87,6 +87,15 @@ enum Retiree {
 /// Above this many retired entries, an update waits for the oldest launch holding them.
 const MAX_RETIRED: usize = 4096;
 
+/// `Exec` is `Send` but not `Sync` (updates and launches need `&mut`):
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<cudagraph::Exec>();
+/// ```
+#[allow(dead_code)] // reason: carries the doctest above
+struct ExecIsNotSync;
+
 // SAFETY: the raw handles (exec, graphs, nodes, the staging pointers) are used only through
 // `&mut self` (launch, updates) or for reads CUDA allows from any thread; everything else is
 // Send. `Exec` is not `Sync`.

@@ -391,10 +391,20 @@ fn store_cb(cb: &StoreCallback, kind: super::FftType) -> (String, String) {
     }
 }
 
+static PLANS_MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many cuFFT plans (`cufftMakePlan*`) this process has made, for FFT nodes and
+/// [`StreamFft`](super::StreamFft)s: a diagnostic (e.g. to see that a whole-graph update kept
+/// the plans of unchanged FFT nodes).
+pub fn plans_made() -> u64 {
+    PLANS_MADE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Makes a cuFFT plan for `plan` on `handle` (advanced layout if any); returns the work size.
 /// Uses the 32-bit `cufftMakePlanMany` when every value fits (LTO callbacks need it; the 64-bit
 /// call answers `CUFFT_INVALID_SIZE` for them), else `cufftMakePlanMany64`.
 pub(crate) fn make_plan(handle: sys::cufftHandle, plan: &FftPlan) -> Result<usize> {
+    PLANS_MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let d = &plan.inner.desc;
     let (mut inembed, istride, idist, mut onembed, ostride, odist) = match &d.layout {
         None => (None, 1, 0, None, 1, 0),

@@ -46,7 +46,7 @@ use crate::error::{Error, Result};
 use crate::memory::{DeviceRepr, MemorySpace, Region};
 
 pub(crate) use lower::LoweringContext;
-pub use lower::WorkShare;
+pub use lower::{plans_made, WorkShare};
 pub use stream::StreamFft;
 
 /// The transform type.

@@ -285,3 +285,10 @@ fn sizes_that_overflow_are_errors() {
     });
     assert!(FftPlan::new(layout).is_err());
 }
+
+#[test]
+fn lowering_state_is_send() {
+    fn send<T: Send>() {}
+    send::<super::lower::LoweringContext>();
+    send::<crate::Exec>();
+}

@@ -37,6 +37,14 @@ pub fn tests() -> Vec<Trial> {
         ),
         gpu_test("soundness::child_host_panic_is_reported", child_host_panic),
         gpu_test(
+            "soundness::device_helpers_wait_for_queued_work",
+            device_helpers_wait,
+        ),
+        gpu_test(
+            "soundness::refused_update_changes_nothing",
+            refused_update_changes_nothing,
+        ),
+        gpu_test(
             "soundness::instantiate_flags_and_priorities_reach_cuda",
             flags_and_priorities,
         ),
@@ -283,5 +291,60 @@ fn flags_and_priorities(gpu: &Gpu) -> anyhow::Result<()> {
     exec.launch(&gpu.stream)?;
     exec.synchronize()?;
     ensure!(c.to_vec()? == [5]);
+    Ok(())
+}
+
+/// The synchronous device helpers wait for queued work on the buffer: a read right after a
+/// queued kernel sees its result, and a memset right after it is not overtaken by it.
+fn device_helpers_wait(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(KERNELS)?;
+    let (spin, scale) = (m.kernel("spin")?, m.kernel("scale")?);
+    let s = Stream::new(d)?;
+    let n = 1 << 16;
+    let x = DeviceBuffer::from_slice(d, &vec![1.0f32; n])?;
+    let cfg = LaunchConfig::for_elements(n as u32, 256);
+    spin.launch(&s, LaunchConfig::new(1, 1), &args![SPIN])?;
+    scale.launch(&s, cfg, &args![&x, 3.0f32, n as i32])?;
+    ensure!(
+        x.to_vec()?.iter().all(|&v| v == 3.0),
+        "to_vec did not wait for the queued kernel"
+    );
+    spin.launch(&s, LaunchConfig::new(1, 1), &args![SPIN])?;
+    scale.launch(&s, cfg, &args![&x, 3.0f32, n as i32])?;
+    x.memset_bytes(0)?; // after the kernel: the result is zero, not 0 * 3 overtaken
+    s.synchronize()?;
+    ensure!(x.to_vec()?.iter().all(|&v| v == 0.0), "memset overtaken");
+    Ok(())
+}
+
+/// An update CUDA refuses (a zero-byte copy, which CUDA does not support) leaves the node as
+/// it was: the DAG still shows the old ends, the old buffers are still held (the user's
+/// handles are gone), and launches still copy them.
+fn refused_update_changes_nothing(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let out = HostBuffer::<u32>::zeros(d, 4)?;
+    let src = DeviceBuffer::from_slice(d, &[7u32, 8, 9, 10])?;
+    let mut dag = Dag::new();
+    let c = dag.add_memcpy(&out, &src)?;
+    let mut exec = dag.instantiate(d)?;
+    drop(src); // held by the graph only
+    let (e1, e2) = (
+        DeviceBuffer::<u32>::zeros(d, 4)?,
+        HostBuffer::<u32>::zeros(d, 4)?,
+    );
+    let r = exec.set_memcpy(c, e2.region(0..0), e1.region(0..0));
+    ensure!(r.is_err(), "CUDA accepted a zero-byte copy: {r:?}");
+    println!("refused as expected: {}", r.unwrap_err());
+    let cudagraph::dag::Op::Memcpy(mc) = exec.dag().node(c)?.op() else {
+        anyhow::bail!("not a memcpy")
+    };
+    ensure!(
+        mc.bytes() == 16,
+        "the DAG's copy changed to {} bytes",
+        mc.bytes()
+    );
+    exec.launch(&gpu.stream)?;
+    ensure!(out.to_vec()? == [7, 8, 9, 10], "{:?}", out.to_vec()?);
     Ok(())
 }
