@@ -752,6 +752,11 @@ impl Dag {
         self.push(op)
     }
 
+    /// The serial number the next node added gets.
+    pub(crate) fn next_serial(&self) -> u64 {
+        self.next_serial
+    }
+
     /// The default name the next node of `kind` gets (for errors before it is added).
     pub(crate) fn next_default_name(&self, kind: NodeKind) -> String {
         format!("{}#{}", kind.as_str(), self.next_serial)

@@ -38,7 +38,6 @@
 pub(crate) mod lower;
 mod stream;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::dag::{Dag, DagError, DeviceKey, NodeId, Op};
@@ -614,11 +613,12 @@ pub struct FftSpec {
     pub params: FftParams,
 }
 
-static NEXT_FFT_NODE: AtomicU64 = AtomicU64::new(1);
-
 /// A cuFFT transform in a DAG.
 #[derive(Clone)]
 pub struct FftNode {
+    /// The serial number of the node in its DAG (see [`NodeId::serial`]): what the lowering
+    /// state of the node is found by, in this DAG, its clones, and a DAG built the same way
+    /// for a whole-graph update.
     pub(crate) uid: u64,
     pub(crate) plan: FftPlan,
     pub(crate) direction: Direction,
@@ -897,7 +897,7 @@ impl Dag {
             &spec.params,
         )?;
         Ok(self.add_op(Op::Fft(FftNode {
-            uid: NEXT_FFT_NODE.fetch_add(1, Ordering::Relaxed),
+            uid: self.next_serial(),
             plan: spec.plan,
             direction: spec.direction,
             input: spec.input,
