@@ -481,6 +481,40 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     }
 }
 
+impl<T: DeviceRepr> DeviceBuffer<T> {
+    /// Queues a copy of this buffer into the pinned `dst` (same length) on `stream`. Host
+    /// access to `dst` (which needs it not borrowed) waits for the copy; either buffer may be
+    /// dropped at once. The copy is ordered with the work on `stream` only.
+    pub fn copy_to_host_async(&self, dst: &mut HostBuffer<T>, stream: &Stream) -> Result<()> {
+        self.check_len(dst.len, "copy_to_host_async")?;
+        stream.check_device(self.alloc.real_device()?, "the source buffer")?;
+        dst.alloc.real_device()?;
+        if self.len == 0 {
+            return Ok(());
+        }
+        // Host access to `dst` is excluded while the copy is issued (`&mut`) and waits for the
+        // marker noted below afterwards; graphs that use `dst` are excluded by its lock.
+        let _host = dst.alloc.uses.lock();
+        // SAFETY: both ranges are `size_bytes` long and live; the marker noted below keeps
+        // them from being freed, and `dst` from being read or written by the host, until the
+        // copy has run.
+        unsafe {
+            rt::memcpy_async(
+                dst.alloc.ptr as *mut c_void,
+                self.alloc.ptr as *const c_void,
+                self.size_bytes(),
+                sys::cudaMemcpyKind::cudaMemcpyDeviceToHost,
+                stream.raw(),
+            )?
+        };
+        let m = stream.mark()?;
+        drop(_host);
+        self.alloc.uses.add_marker(&m);
+        dst.alloc.uses.add_marker(&m);
+        Ok(())
+    }
+}
+
 /// A typed array in page-locked (pinned) host memory.
 ///
 /// Graph memcpy nodes to or from the host use these: the graph reads and writes them when it

@@ -197,9 +197,6 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
-    /// `--device gpu` was asked for.
-    #[error("GPU engine not built yet: use --device cpu")]
-    GpuNotBuilt,
     /// An engine reported an error.
     #[error("engine: {0}")]
     Engine(String),

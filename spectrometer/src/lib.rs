@@ -8,6 +8,7 @@
 //! - [`plan`]: the products (Nfft, Nint, detection), the selection, the output axes;
 //! - [`engine`]: the [`engine::Engine`] trait and the output layout every engine produces;
 //! - [`cpu`]: the CPU reference engine;
+//! - [`gpu`]: the GPU engine (one cudagraph DAG, launched once per block);
 //! - [`filterbank`]: the SIGPROC writer and reader;
 //! - [`plot`]: the PNG plots;
 //! - [`pipeline`]: a run (reader thread → engine → writer thread, temporary outputs renamed at
@@ -24,6 +25,7 @@ pub mod engine;
 pub mod error;
 pub mod filterbank;
 pub mod generate;
+pub mod gpu;
 pub mod guppi;
 pub mod pipeline;
 pub mod plan;

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use spectrometer::cpu::CpuEngine;
 use spectrometer::filterbank::Filterbank;
 use spectrometer::generate::{generate, GenerateSpec, Tone};
+use spectrometer::gpu::{GpuEngine, GpuMode};
 use spectrometer::pipeline::{run_stem, Device, RunConfig};
 use spectrometer::plan::{AntennaMode, Plan, ProductSpec, Selection, MAX_PRODUCTS};
 use spectrometer::scan::Scan;
@@ -45,6 +46,14 @@ enum DeviceArg {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum GpuModeArg {
+    /// One cudagraph DAG launched per block.
+    Graph,
+    /// The same operations issued one by one on a stream (the baseline).
+    Stream,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum AntModeArg {
     Separate,
     Sum,
@@ -65,6 +74,13 @@ struct RunArgs {
     /// Engine.
     #[arg(long, value_enum, default_value = "cpu")]
     device: DeviceArg,
+    /// With `--device gpu`: which GPU.
+    #[arg(long, default_value_t = 0)]
+    gpu: usize,
+    /// With `--device gpu`: issue each block's work as one graph launch or as stream
+    /// operations.
+    #[arg(long, value_enum, default_value = "graph")]
+    gpu_mode: GpuModeArg,
     /// First coarse channel (per antenna, 0-based).
     #[arg(long, default_value_t = 0)]
     chan_start: usize,
@@ -216,9 +232,6 @@ fn parse_tone(s: &str) -> anyhow::Result<Tone> {
 }
 
 fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
-    if matches!(a.device, DeviceArg::Gpu) {
-        return Err(Error::GpuNotBuilt.into());
-    }
     if a.products.len() > MAX_PRODUCTS {
         return Err(Error::TooManyProducts {
             count: a.products.len(),
@@ -252,7 +265,16 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
             weights: a.weights.clone(),
             skip_blocks: a.skip_blocks,
         },
-        device: Device::Cpu,
+        device: match a.device {
+            DeviceArg::Cpu => Device::Cpu,
+            DeviceArg::Gpu => Device::Gpu {
+                ordinal: a.gpu,
+                mode: match a.gpu_mode {
+                    GpuModeArg::Graph => GpuMode::Graph,
+                    GpuModeArg::Stream => GpuMode::Stream,
+                },
+            },
+        },
         ring: a.ring.max(1),
         png: a.png,
         progress: !a.quiet && std::io::stderr().is_terminal(),
@@ -265,9 +287,19 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
             eprintln!("{line}");
         }
         let plan = Plan::new(&scan, &cfg.products, &cfg.selection)?;
-        let mut engine = CpuEngine::new(&plan)?;
-        let report = run_stem(&scan, &plan, &mut engine, &cfg)
-            .with_context(|| format!("processing {}", scan.stem.display()))?;
+        let report = match cfg.device {
+            Device::Cpu => run_stem(&scan, &plan, &mut CpuEngine::new(&plan)?, &cfg),
+            Device::Gpu { ordinal, mode } => {
+                let mut engine = GpuEngine::new(&plan, ordinal, mode)?;
+                eprintln!(
+                    "GPU engine ({:?}): {} MiB of device memory",
+                    mode,
+                    engine.device_bytes() >> 20
+                );
+                run_stem(&scan, &plan, &mut engine, &cfg)
+            }
+        }
+        .with_context(|| format!("processing {}", scan.stem.display()))?;
         if !a.quiet {
             print!("{report}");
         }

@@ -25,8 +25,14 @@ pub enum Device {
     /// [`CpuEngine`].
     #[default]
     Cpu,
-    /// The GPU engine (not built yet: [`Error::GpuNotBuilt`]).
-    Gpu,
+    /// [`GpuEngine`](crate::gpu::GpuEngine) on a GPU, with the work issued as a graph or on a
+    /// stream.
+    Gpu {
+        /// The GPU's ordinal.
+        ordinal: usize,
+        /// Graph (one launch per block) or plain stream operations.
+        mode: crate::gpu::GpuMode,
+    },
 }
 
 /// Options of a run.
@@ -197,9 +203,6 @@ fn human_bytes(n: u64) -> String {
 /// Runs every input of `cfg` in turn; stops at the first error (outputs of stems already done
 /// stay, the failing stem leaves none).
 pub fn run(cfg: &RunConfig) -> Result<Vec<StemReport>> {
-    if cfg.device == Device::Gpu {
-        return Err(Error::GpuNotBuilt);
-    }
     if cfg.products.len() > crate::plan::MAX_PRODUCTS {
         return Err(Error::TooManyProducts {
             count: cfg.products.len(),
@@ -210,8 +213,16 @@ pub fn run(cfg: &RunConfig) -> Result<Vec<StemReport>> {
     for input in &cfg.inputs {
         let scan = Scan::open(input)?;
         let plan = Plan::new(&scan, &cfg.products, &cfg.selection)?;
-        let mut engine = CpuEngine::new(&plan)?;
-        reports.push(run_stem(&scan, &plan, &mut engine, cfg)?);
+        let report = match cfg.device {
+            Device::Cpu => run_stem(&scan, &plan, &mut CpuEngine::new(&plan)?, cfg)?,
+            Device::Gpu { ordinal, mode } => run_stem(
+                &scan,
+                &plan,
+                &mut crate::gpu::GpuEngine::new(&plan, ordinal, mode)?,
+                cfg,
+            )?,
+        };
+        reports.push(report);
     }
     Ok(reports)
 }

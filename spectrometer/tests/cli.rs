@@ -74,7 +74,7 @@ fn generate_run_header_png() {
 }
 
 #[test]
-fn gpu_and_too_many_products_are_clear_errors() {
+fn missing_input_and_too_many_products_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let r = bin()
         .args(["run", "x", "-p", "8x1", "--device", "gpu", "-o"])
@@ -82,7 +82,8 @@ fn gpu_and_too_many_products_are_clear_errors() {
         .output()
         .unwrap();
     assert!(!r.status.success());
-    assert!(String::from_utf8_lossy(&r.stderr).contains("GPU engine not built yet"));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("x"), "names the missing input: {err}");
     let mut cmd = bin();
     cmd.args(["run", "x", "-o"]).arg(dir.path());
     for _ in 0..5 {

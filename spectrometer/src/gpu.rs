@@ -1,0 +1,607 @@
+//! The GPU engine: every product is a branch of **one** cudagraph DAG, instantiated once and
+//! launched once per block.
+//!
+//! ```text
+//!                  ┌─> FFT (load callback decodes the packed integers) ─> detect+integrate ─> D2H (product 0)
+//! H2D (block) ─────┼─> FFT ─> detect+integrate ─> D2H                                      (product 1)
+//!                  └─> …
+//! ```
+//!
+//! - **H2D**: the block, copied by the host into one of two pinned staging buffers, goes to one
+//!   device input buffer. Which staging buffer is the source changes per block with
+//!   `Exec::set_memcpy`.
+//! - **FFT node** per product: C2C, `nfft` points, one transform per (coarse channel, antenna,
+//!   polarisation, spectrum of the block). A custom cuFFT LTO load callback reads the recorder's
+//!   `[channel][time][pol][re, im]` integers (4, 8 or 16 bits) straight from the device input:
+//!   there is no separate conversion pass.
+//! - **detect+integrate kernel** per product: fft shift, detection (total power, full
+//!   polarisation or Stokes), the antenna sum with weights, and integration over `nint`
+//!   spectra into a small ring of integration slots on the device. An integration that spans
+//!   blocks carries over (the kernel overwrites a slot only at an integration's first
+//!   spectrum). The global index of the block's first spectrum is a kernel argument updated per
+//!   block (`Exec::set_kernel_arg`).
+//! - **D2H** per product: the slot ring into one of two pinned output buffers (switched per
+//!   block). After launching block `k`, the engine reads the integrations that block `k − 1`
+//!   completed from the other buffer, which waits only for launch `k − 1` (cudagraph tracks
+//!   which launches may still use a buffer), so reading overlaps the GPU work of block `k`.
+//!
+//! The same work can be issued with plain stream operations instead ([`GpuMode::Stream`]) to
+//! measure what the graph gains.
+//!
+//! Limits of this engine (checked when it is made, with an error naming the product): `nfft`
+//! must divide the block's new samples (`ntime − OVERLAP`), so FFTs do not span blocks.
+
+use std::time::{Duration, Instant};
+
+use cudagraph::{
+    args, CallbackParams, CustomCallback, Dag, Device, DeviceBuffer, Direction, Exec, FftParams,
+    FftPlan, FftPlanDesc, FftSpec, FftType, HostBuffer, Kernel, LaunchConfig, LoadCallback, Module,
+    NodeId, Stream, StreamFft,
+};
+use num_complex::Complex32;
+
+use crate::engine::{BlockView, Engine, Integration};
+use crate::error::{Error, Result};
+use crate::plan::{AntennaMode, Detection, Plan, ProductPlan};
+
+/// How the GPU work of a block is issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GpuMode {
+    /// One cudagraph `Exec` launched per block (the default).
+    #[default]
+    Graph,
+    /// The same operations issued one by one on a stream (the baseline).
+    Stream,
+}
+
+fn gpu_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Engine(format!("GPU engine: {what}: {e}"))
+}
+
+/// The load callbacks' parameter struct (must match `sp_params` in [`CALLBACK_SRC`]).
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct LoadParams {
+    /// Device address to read instead of `dataIn` (0: read `dataIn`, the whole input block).
+    ptr: u64,
+    nfft: u32,
+    spb: u32,
+    npol: u32,
+    nant_sel: u32,
+    ant0: u32,
+    chan_start: u32,
+    nchan_per_ant: u32,
+    ntime: u32,
+}
+
+const CALLBACK_SRC: &str = r#"
+struct sp_params {
+    unsigned long long ptr;
+    unsigned int nfft, spb, npol, nant_sel, ant0, chan_start, nchan_per_ant, ntime;
+};
+// Element `offset` of the batched FFT input: transform b = offset / nfft, sample t; transforms
+// are ordered [coarse channel][antenna][pol][spectrum]. Returns the index of that complex
+// sample in the recorder's [channel][time][pol] layout.
+__device__ unsigned long long sp_index(const sp_params* p, unsigned long long offset) {
+    unsigned long long b = offset / p->nfft;
+    unsigned long long t = offset % p->nfft;
+    unsigned long long q = b % p->spb;
+    unsigned long long s = b / p->spb;
+    unsigned long long pol = s % p->npol;
+    unsigned long long r = s / p->npol;
+    unsigned long long a = r % p->nant_sel;
+    unsigned long long c = r / p->nant_sel;
+    unsigned long long gch = (p->ant0 + a) * p->nchan_per_ant + p->chan_start + c;
+    return (gch * p->ntime + q * p->nfft + t) * p->npol + pol;
+}
+__device__ float2 sp_load_8(void* dataIn, unsigned long long offset, void* info, void* smem) {
+    const sp_params* p = (const sp_params*)info;
+    if (p->nfft == 0 || p->spb == 0 || p->npol == 0 || p->nant_sel == 0) return make_float2(0.f, 0.f);
+    const char2* in = (const char2*)(p->ptr ? p->ptr : (unsigned long long)dataIn);
+    char2 v = in[sp_index(p, offset)];
+    return make_float2((float)v.x, (float)v.y);
+}
+__device__ float2 sp_load_16(void* dataIn, unsigned long long offset, void* info, void* smem) {
+    const sp_params* p = (const sp_params*)info;
+    if (p->nfft == 0 || p->spb == 0 || p->npol == 0 || p->nant_sel == 0) return make_float2(0.f, 0.f);
+    const short2* in = (const short2*)(p->ptr ? p->ptr : (unsigned long long)dataIn);
+    short2 v = in[sp_index(p, offset)];
+    return make_float2((float)v.x, (float)v.y);
+}
+__device__ float2 sp_load_4(void* dataIn, unsigned long long offset, void* info, void* smem) {
+    const sp_params* p = (const sp_params*)info;
+    if (p->nfft == 0 || p->spb == 0 || p->npol == 0 || p->nant_sel == 0) return make_float2(0.f, 0.f);
+    const signed char* in = (const signed char*)(p->ptr ? p->ptr : (unsigned long long)dataIn);
+    signed char v = in[sp_index(p, offset)];
+    // High nibble real, low nibble imaginary, two's complement.
+    signed char re = (signed char)(v >> 4);
+    signed char im = (signed char)((signed char)(v << 4) >> 4);
+    return make_float2((float)re, (float)im);
+}
+"#;
+
+const DETECT_SRC: &str = r#"
+// One thread per (fine channel k, coarse channel c); loops over outputs and the block's spectra.
+// spec: [c][antenna][pol][q][bin] complex; acc: [slot][output][if][c * nfft + k].
+extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float* weights,
+        unsigned nfft, unsigned spb, unsigned npol, unsigned nchan, unsigned nant,
+        unsigned sum, unsigned mode, unsigned nint, unsigned nslots, unsigned long long g0) {
+    unsigned k = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned c = blockIdx.y;
+    if (k >= nfft) return;
+    unsigned h = (nfft + 1) / 2;
+    unsigned j = k + h; if (j >= nfft) j -= nfft;
+    unsigned nifs = mode == 0 ? 1 : 4;
+    unsigned nout = sum ? 1 : nant;
+    unsigned long long nchans = (unsigned long long)nchan * nfft;
+    unsigned long long stream_len = (unsigned long long)spb * nfft;
+    for (unsigned o = 0; o < nout; o++) {
+        float v[4] = {0.f, 0.f, 0.f, 0.f};
+        unsigned long long run_start = g0;
+        for (unsigned q = 0; q < spb; q++) {
+            unsigned long long g = g0 + q;
+            for (unsigned a = (sum ? 0 : o); a < (sum ? nant : o + 1); a++) {
+                float w = weights[a];
+                unsigned long long sx = ((unsigned long long)(c * nant + a) * npol) * stream_len + (unsigned long long)q * nfft + j;
+                float2 x = spec[sx];
+                float xx = x.x * x.x + x.y * x.y;
+                if (npol == 1) { v[0] += w * xx; continue; }
+                float2 y = spec[sx + stream_len];
+                float yy = y.x * y.x + y.y * y.y;
+                float re = x.x * y.x + x.y * y.y;   // Re(x conj(y))
+                float im = x.y * y.x - x.x * y.y;   // Im(x conj(y))
+                if (mode == 0) { v[0] += w * (xx + yy); }
+                else if (mode == 1) { v[0] += w * xx; v[1] += w * yy; v[2] += w * re; v[3] += w * im; }
+                else { v[0] += w * (xx + yy); v[1] += w * (xx - yy); v[2] += w * 2.f * re; v[3] += w * -2.f * im; }
+            }
+            bool last = (q + 1 == spb) || ((g + 1) % nint == 0);
+            if (last) {
+                unsigned long long integ = g / nint;
+                unsigned long long slot = integ % nslots;
+                bool fresh = (run_start % nint) == 0;
+                for (unsigned f = 0; f < nifs; f++) {
+                    unsigned long long at = ((slot * nout + o) * nifs + f) * nchans + (unsigned long long)c * nfft + k;
+                    acc[at] = fresh ? v[f] : acc[at] + v[f];
+                    v[f] = 0.f;
+                }
+                run_start = g + 1;
+            }
+        }
+    }
+}
+"#;
+
+/// Argument index of `g0` in `sp_detect`.
+const G0_ARG: usize = 12;
+
+/// One product's device state.
+struct GpuProduct {
+    p: ProductPlan,
+    /// Spectra per stream per block.
+    spb: usize,
+    /// Integration slots on the device.
+    nslots: usize,
+    /// Values per slot: outputs × IFs × channels.
+    slot_len: usize,
+    spectra: DeviceBuffer<Complex32>,
+    acc: DeviceBuffer<f32>,
+    out: [HostBuffer<f32>; 2],
+    weights: DeviceBuffer<f32>,
+    plan: FftPlan,
+    params: LoadParams,
+    detect_args: (LaunchConfig, [u32; 9]),
+    /// Node ids in the graph.
+    nodes: Option<(NodeId, NodeId, NodeId)>,
+    /// Stream mode: the plan on a stream.
+    stream_fft: Option<StreamFft>,
+    /// Integrations emitted so far.
+    emitted: u64,
+}
+
+/// The GPU engine (see the module docs).
+pub struct GpuEngine {
+    plan: Plan,
+    device: Device,
+    stream: Stream,
+    mode: GpuMode,
+    staging: [HostBuffer<u8>; 2],
+    d_in: DeviceBuffer<u8>,
+    detect: Kernel,
+    _module: Module,
+    products: Vec<GpuProduct>,
+    exec: Option<Exec>,
+    h2d: Option<NodeId>,
+    /// Blocks launched.
+    launched: u64,
+    stage_time: Duration,
+    submit_time: Duration,
+    collect_time: Duration,
+}
+
+impl GpuEngine {
+    /// Makes the engine for `plan` on GPU `ordinal`: compiles the kernels and callbacks,
+    /// allocates the device and pinned buffers, and (in graph mode) builds and instantiates
+    /// the DAG.
+    pub fn new(plan: &Plan, ordinal: usize, mode: GpuMode) -> Result<GpuEngine> {
+        let g = &plan.geometry;
+        let device = Device::get(ordinal).map_err(|e| gpu_err("opening the GPU", e))?;
+        let stream = Stream::new(&device).map_err(|e| gpu_err("creating a stream", e))?;
+        let module =
+            Module::from_source(&device, DETECT_SRC).map_err(|e| gpu_err("compiling", e))?;
+        let detect = module
+            .kernel("sp_detect")
+            .map_err(|e| gpu_err("detect kernel", e))?;
+        let new = g.new_samples();
+        let ants: Vec<usize> = plan.antennas.clone();
+        if ants.windows(2).any(|w| w[1] != w[0] + 1) {
+            return Err(gpu_err(
+                "antenna selection",
+                "the selected antennas must be consecutive",
+            ));
+        }
+        let nant = ants.len();
+        let (cb_fn, _) = match g.nbits {
+            4 => ("sp_load_4", 1),
+            8 => ("sp_load_8", 2),
+            16 => ("sp_load_16", 4),
+            n => return Err(gpu_err("NBITS", format!("{n} is not supported"))),
+        };
+        let alloc = |what: &str, e: cudagraph::Error| gpu_err(what, e);
+        let d_in = DeviceBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("input", e))?;
+        let staging = [
+            HostBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))?,
+            HostBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))?,
+        ];
+        let mut products = Vec::new();
+        for p in &plan.products {
+            if !new.is_multiple_of(p.nfft) {
+                return Err(Error::Engine(format!(
+                    "GPU engine: product {} (nfft {}): nfft must divide the {} new samples per \
+                     block (FFTs spanning blocks run on the CPU engine: --device cpu)",
+                    p.index, p.nfft, new
+                )));
+            }
+            let spb = new / p.nfft;
+            let nstreams = plan.nchan * nant * g.npol;
+            let batch = nstreams * spb;
+            let nout = plan.outputs.len();
+            let slot_len = nout * p.nifs * p.nchans;
+            let nslots = spb / p.nint + 2;
+            let desc = FftPlanDesc::new(FftType::C2C, &[p.nfft as i64], batch as i64).with_load(
+                LoadCallback::Custom(CustomCallback {
+                    source: CALLBACK_SRC.to_string(),
+                    function: cb_fn.to_string(),
+                    params_size: std::mem::size_of::<LoadParams>(),
+                    elem_bytes: 1,
+                }),
+            );
+            let fft = FftPlan::new(desc).map_err(|e| gpu_err("FFT plan", e))?;
+            let weights = match plan.mode {
+                AntennaMode::Sum => plan.weights.clone(),
+                AntennaMode::Separate => vec![1.0; nant],
+            };
+            let mode_code = match p.detection {
+                Detection::TotalPower => 0u32,
+                Detection::FullPol => 1,
+                Detection::Stokes => 2,
+            };
+            let params = LoadParams {
+                ptr: 0,
+                nfft: p.nfft as u32,
+                spb: spb as u32,
+                npol: g.npol as u32,
+                nant_sel: nant as u32,
+                ant0: ants[0] as u32,
+                chan_start: plan.chan_start as u32,
+                nchan_per_ant: g.nchan_per_ant as u32,
+                ntime: g.ntime as u32,
+            };
+            let cfg = LaunchConfig::new(
+                (p.nfft.div_ceil(256) as u32, plan.nchan as u32),
+                p.nfft.min(256) as u32,
+            );
+            products.push(GpuProduct {
+                spb,
+                nslots,
+                slot_len,
+                spectra: DeviceBuffer::zeros(&device, batch * p.nfft)
+                    .map_err(|e| alloc("spectra", e))?,
+                acc: DeviceBuffer::zeros(&device, nslots * slot_len)
+                    .map_err(|e| alloc("accumulator", e))?,
+                out: [
+                    HostBuffer::zeros(&device, nslots * slot_len)
+                        .map_err(|e| alloc("output", e))?,
+                    HostBuffer::zeros(&device, nslots * slot_len)
+                        .map_err(|e| alloc("output", e))?,
+                ],
+                weights: DeviceBuffer::from_slice(&device, &weights)
+                    .map_err(|e| alloc("weights", e))?,
+                plan: fft,
+                params,
+                detect_args: (
+                    cfg,
+                    [
+                        p.nfft as u32,
+                        spb as u32,
+                        g.npol as u32,
+                        plan.nchan as u32,
+                        nant as u32,
+                        (plan.mode == AntennaMode::Sum) as u32,
+                        mode_code,
+                        p.nint as u32,
+                        nslots as u32,
+                    ],
+                ),
+                nodes: None,
+                stream_fft: None,
+                emitted: 0,
+                p: p.clone(),
+            });
+        }
+        let mut engine = GpuEngine {
+            plan: plan.clone(),
+            device,
+            stream,
+            mode,
+            staging,
+            d_in,
+            detect,
+            _module: module,
+            products,
+            exec: None,
+            h2d: None,
+            launched: 0,
+            stage_time: Duration::ZERO,
+            submit_time: Duration::ZERO,
+            collect_time: Duration::ZERO,
+        };
+        match mode {
+            GpuMode::Graph => engine.build_graph()?,
+            GpuMode::Stream => {
+                for gp in &mut engine.products {
+                    gp.stream_fft = Some(
+                        StreamFft::new(&engine.device, &gp.plan)
+                            .map_err(|e| gpu_err("FFT plan on a stream", e))?,
+                    );
+                }
+            }
+        }
+        Ok(engine)
+    }
+
+    /// The load callback's parameters. The callback reads the block through `dataIn`, the
+    /// FFT's input region, which is the whole device input buffer (its `ptr` stays 0).
+    fn load_params(&self, gp: &GpuProduct) -> FftParams {
+        FftParams {
+            load: Some(CallbackParams::custom(gp.params)),
+            store: None,
+        }
+    }
+
+    fn fft_spec(&self, gp: &GpuProduct) -> FftSpec {
+        let in_bytes = gp.plan.input_bytes();
+        FftSpec {
+            plan: gp.plan.clone(),
+            direction: Direction::Forward,
+            input: self.d_in.region(..in_bytes),
+            output: (&gp.spectra).into(),
+            params: self.load_params(gp),
+        }
+    }
+
+    fn detect_args(&self, gp: &GpuProduct, g0: u64) -> [cudagraph::KernelArg; 13] {
+        let a = gp.detect_args.1;
+        args![
+            &gp.spectra,
+            &gp.acc,
+            &gp.weights,
+            a[0],
+            a[1],
+            a[2],
+            a[3],
+            a[4],
+            a[5],
+            a[6],
+            a[7],
+            a[8],
+            g0
+        ]
+    }
+
+    fn build_graph(&mut self) -> Result<()> {
+        let mut dag = Dag::new();
+        let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
+        let h2d = dag
+            .add_memcpy(&self.d_in, &self.staging[0])
+            .map_err(|x| e("H2D node", x))?;
+        dag.set_name(h2d, "H2D block");
+        let mut nodes = Vec::new();
+        for (i, gp) in self.products.iter().enumerate() {
+            let f = dag
+                .add_fft(self.fft_spec(gp))
+                .map_err(|x| e("FFT node", x))?;
+            dag.set_name(f, format!("FFT {} x{} (product {i})", gp.p.nfft, gp.spb));
+            let d = dag
+                .add_kernel(&self.detect, gp.detect_args.0, &self.detect_args(gp, 0))
+                .map_err(|x| e("detect node", x))?;
+            dag.set_name(d, format!("detect+integrate (product {i})"));
+            let c = dag
+                .add_memcpy(&gp.out[0], &gp.acc)
+                .map_err(|x| e("D2H node", x))?;
+            dag.set_name(c, format!("D2H integrations (product {i})"));
+            dag.chain(&[h2d, f, d, c]).map_err(|x| e("edges", x))?;
+            nodes.push((f, d, c));
+        }
+        for (gp, n) in self.products.iter_mut().zip(nodes) {
+            gp.nodes = Some(n);
+        }
+        let exec = dag
+            .into_exec(&self.device)
+            .map_err(|x| e("instantiating", x))?;
+        self.exec = Some(exec);
+        self.h2d = Some(h2d);
+        Ok(())
+    }
+
+    /// The DOT text of the graph (graph mode).
+    pub fn to_dot(&self) -> Option<String> {
+        self.exec.as_ref().map(|x| x.to_dot())
+    }
+
+    /// Device memory the engine allocated, bytes.
+    pub fn device_bytes(&self) -> usize {
+        self.d_in.size_bytes()
+            + self
+                .products
+                .iter()
+                .map(|p| p.spectra.size_bytes() + p.acc.size_bytes() + p.weights.size_bytes())
+                .sum::<usize>()
+    }
+
+    /// Queues block `launched` from staging buffer `j`.
+    fn submit(&mut self, j: usize) -> Result<()> {
+        let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
+        let k = self.launched;
+        match self.mode {
+            GpuMode::Graph => {
+                let exec = self.exec.as_mut().expect("graph mode has an exec");
+                exec.set_memcpy(self.h2d.expect("built"), &self.d_in, &self.staging[j])
+                    .map_err(|x| e("switching the staging buffer", x))?;
+                for gp in &self.products {
+                    let (_, d, c) = gp.nodes.expect("built");
+                    exec.set_kernel_arg(d, G0_ARG, k * gp.spb as u64)
+                        .map_err(|x| e("block index", x))?;
+                    exec.set_memcpy(c, &gp.out[j], &gp.acc)
+                        .map_err(|x| e("switching the output buffer", x))?;
+                }
+                exec.launch(&self.stream).map_err(|x| e("launch", x))?;
+            }
+            GpuMode::Stream => {
+                self.d_in
+                    .copy_from_host_async(&self.staging[j], &self.stream)
+                    .map_err(|x| e("H2D", x))?;
+                for i in 0..self.products.len() {
+                    let spec = self.fft_spec(&self.products[i]);
+                    let args = self.detect_args(&self.products[i], k * self.products[i].spb as u64);
+                    let gp = &mut self.products[i];
+                    gp.stream_fft
+                        .as_mut()
+                        .expect("stream mode has plans")
+                        .exec(
+                            &self.stream,
+                            Direction::Forward,
+                            &spec.input,
+                            &spec.output,
+                            &spec.params,
+                        )
+                        .map_err(|x| e("FFT", x))?;
+                    self.detect
+                        .launch(&self.stream, gp.detect_args.0, &args)
+                        .map_err(|x| e("detect", x))?;
+                    gp.acc
+                        .copy_to_host_async(&mut gp.out[j], &self.stream)
+                        .map_err(|x| e("D2H", x))?;
+                }
+            }
+        }
+        self.launched += 1;
+        Ok(())
+    }
+
+    /// Emits the integrations block `k` (copied into output buffer `j`) completed.
+    fn collect(&mut self, k: u64, j: usize, out: &mut Vec<Integration>) -> Result<()> {
+        for gp in &mut self.products {
+            let end_g = (k + 1) * gp.spb as u64;
+            let done = (end_g / gp.p.nint as u64).min(gp.p.integrations);
+            if done <= gp.emitted {
+                continue;
+            }
+            // Waits for the launch (or stream work) that wrote it, and no later one.
+            let host = gp.out[j]
+                .to_vec()
+                .map_err(|x| gpu_err("reading integrations", x))?;
+            let nout = self.plan.outputs.len();
+            let per_out = gp.p.nifs * gp.p.nchans;
+            for idx in gp.emitted..done {
+                let slot = (idx % gp.nslots as u64) as usize;
+                for o in 0..nout {
+                    let at = slot * gp.slot_len + o * per_out;
+                    out.push(Integration {
+                        product: gp.p.index,
+                        output: o,
+                        index: idx,
+                        data: host[at..at + per_out].to_vec(),
+                    });
+                }
+            }
+            gp.emitted = done;
+        }
+        Ok(())
+    }
+}
+
+impl Engine for GpuEngine {
+    type Buffer = Vec<u8>;
+
+    fn name(&self) -> &'static str {
+        match self.mode {
+            GpuMode::Graph => "gpu (graph)",
+            GpuMode::Stream => "gpu (stream)",
+        }
+    }
+
+    fn alloc_buffer(&mut self, len: usize) -> Result<Vec<u8>> {
+        Ok(vec![0; len])
+    }
+
+    fn process_block(&mut self, block: &BlockView<'_>, out: &mut Vec<Integration>) -> Result<()> {
+        if block.data.len() != self.plan.geometry.blocsize {
+            return Err(Error::Engine(format!(
+                "block {} has {} bytes, expected BLOCSIZE {}",
+                block.seq,
+                block.data.len(),
+                self.plan.geometry.blocsize
+            )));
+        }
+        let j = (self.launched % 2) as usize;
+        let t = Instant::now();
+        // Waits only for the launch two blocks back, the last one that read this buffer.
+        self.staging[j]
+            .copy_from_slice(block.data)
+            .map_err(|x| gpu_err("staging the block", x))?;
+        self.stage_time += t.elapsed();
+        let t = Instant::now();
+        self.submit(j)?;
+        self.submit_time += t.elapsed();
+        let t = Instant::now();
+        if self.launched >= 2 {
+            self.collect(self.launched - 2, 1 - j, out)?;
+        }
+        self.collect_time += t.elapsed();
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Vec<Integration>) -> Result<()> {
+        let t = Instant::now();
+        if self.launched >= 1 {
+            let k = self.launched - 1;
+            self.collect(k, (k % 2) as usize, out)?;
+        }
+        if let Some(exec) = &mut self.exec {
+            exec.synchronize().map_err(|x| gpu_err("finishing", x))?;
+        }
+        self.stream
+            .synchronize()
+            .map_err(|x| gpu_err("finishing", x))?;
+        self.collect_time += t.elapsed();
+        Ok(())
+    }
+
+    fn timings(&self) -> Vec<(&'static str, Duration)> {
+        vec![
+            ("stage (host copy to pinned)", self.stage_time),
+            ("submit (H2D, GPU, D2H queued)", self.submit_time),
+            ("wait + collect", self.collect_time),
+        ]
+    }
+}

@@ -1,0 +1,233 @@
+//! The GPU engine against the CPU reference engine, end to end (generate a scan, run both,
+//! compare the filterbank files), for every detection mode, NBITS, polarisation count, OVERLAP,
+//! antenna mode, several products in one DAG, negative OBSBW, a dropped block, and both ways of
+//! issuing the work (graph and stream).
+//!
+//! These tests need a GPU: they are `#[ignore]`d (with the reason) in a plain `cargo test`. Run
+//! them with `--include-ignored` on a machine with a GPU (the project's `.gpu/run` does, with
+//! `CUDAGRAPH_REQUIRE_GPU=1`); there a missing GPU is a failure, not a skip.
+
+use std::path::Path;
+
+use spectrometer::filterbank::Filterbank;
+use spectrometer::generate::{generate, GenerateSpec, Tone};
+use spectrometer::gpu::GpuMode;
+use spectrometer::pipeline::{run, Device, RunConfig};
+use spectrometer::plan::{AntennaMode, Detection, ProductSpec, Selection};
+
+/// Relative tolerance of a GPU value against the CPU's, scaled by the largest value of the
+/// integration (both sum the same f32 powers; the FFTs differ in rounding only).
+const TOL: f64 = 2e-4;
+
+fn gpu_or_fail() {
+    if let Err(e) = cudagraph::Device::get(0) {
+        panic!("this test needs a GPU and none is usable: {e}");
+    }
+}
+
+fn p(nfft: usize, nint: usize, detection: Detection) -> ProductSpec {
+    ProductSpec {
+        nfft,
+        nint,
+        detection,
+    }
+}
+
+fn scan(dir: &Path, stem: &str) -> GenerateSpec {
+    GenerateSpec {
+        dir: dir.to_path_buf(),
+        stem: stem.to_string(),
+        nchan: 4,
+        nants: 1,
+        npol: 4,
+        nbits: 8,
+        ntime: 512,
+        overlap: 0,
+        blocks_per_file: 3,
+        files: 2,
+        obsfreq: 1400.0,
+        obsbw: 12.0,
+        noise: 6.0,
+        tones: vec![Tone {
+            freq_mhz: 1401.3,
+            amp_x: 20.0,
+            amp_y: 12.0,
+            phase_y_deg: 30.0,
+        }],
+        ..GenerateSpec::default()
+    }
+}
+
+/// Runs `products` with the CPU engine and with the GPU engine in `mode`, and compares every
+/// output file value by value.
+fn compare(spec: &GenerateSpec, products: &[ProductSpec], sel: Selection, mode: GpuMode) {
+    generate(spec).expect("generate");
+    let out = spec.dir.join("out");
+    let run_on = |device: Device, sub: &str| {
+        let cfg = RunConfig {
+            inputs: vec![spec.dir.join(&spec.stem)],
+            out_dir: out.join(sub),
+            products: products.to_vec(),
+            selection: sel.clone(),
+            device,
+            ..RunConfig::default()
+        };
+        run(&cfg).expect("run").remove(0)
+    };
+    let cpu = run_on(Device::Cpu, "cpu");
+    let gpu = run_on(Device::Gpu { ordinal: 0, mode }, "gpu");
+    let fils = |r: &spectrometer::pipeline::StemReport| -> Vec<_> {
+        r.outputs
+            .iter()
+            .filter(|f| f.extension().is_some_and(|e| e == "fil"))
+            .cloned()
+            .collect()
+    };
+    let (cf, gf) = (fils(&cpu), fils(&gpu));
+    assert_eq!(cf.len(), gf.len(), "output files");
+    assert!(!cf.is_empty());
+    for (c, g) in cf.iter().zip(&gf) {
+        assert_eq!(c.file_name(), g.file_name());
+        let (a, b) = (Filterbank::read(c).unwrap(), Filterbank::read(g).unwrap());
+        assert_eq!(a.header, b.header, "{}: headers", c.display());
+        assert_eq!(a.data.len(), b.data.len(), "{}: lengths", c.display());
+        assert!(a.nsamples() > 0, "{}: no spectra", c.display());
+        let per = a.data.len() / a.nsamples();
+        for (t, (x, y)) in a.data.chunks(per).zip(b.data.chunks(per)).enumerate() {
+            let scale = x.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-30);
+            for (i, (u, v)) in x.iter().zip(y).enumerate() {
+                let err = (*u as f64 - *v as f64).abs() / scale;
+                assert!(
+                    err <= TOL,
+                    "{}: spectrum {t}, value {i}: CPU {u}, GPU {v} (error {err:.2e} of the \
+                     spectrum's largest value {scale})",
+                    c.display()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
+fn three_products_one_dag_all_detections() {
+    gpu_or_fail();
+    let dir = tempfile::tempdir().unwrap();
+    let products = [
+        p(8, 4, Detection::TotalPower),
+        p(64, 3, Detection::FullPol),
+        p(128, 5, Detection::Stokes),
+    ];
+    compare(
+        &scan(dir.path(), "three"),
+        &products,
+        Selection::default(),
+        GpuMode::Graph,
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
+fn stream_mode_matches_too() {
+    gpu_or_fail();
+    let dir = tempfile::tempdir().unwrap();
+    let products = [
+        p(16, 7, Detection::Stokes),
+        p(256, 2, Detection::TotalPower),
+    ];
+    compare(
+        &scan(dir.path(), "stream"),
+        &products,
+        Selection::default(),
+        GpuMode::Stream,
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
+fn every_nbits_and_single_pol() {
+    gpu_or_fail();
+    for (nbits, npol) in [(4, 4), (16, 2), (8, 1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = scan(dir.path(), &format!("b{nbits}p{npol}"));
+        s.nbits = nbits;
+        s.npol = npol;
+        s.noise = if nbits == 4 { 2.0 } else { 6.0 };
+        s.tones[0].amp_x = if nbits == 4 { 3.0 } else { 20.0 };
+        s.tones[0].amp_y = if nbits == 4 { 2.0 } else { 12.0 };
+        let det = if npol == 1 {
+            Detection::TotalPower
+        } else {
+            Detection::FullPol
+        };
+        compare(&s, &[p(32, 6, det)], Selection::default(), GpuMode::Graph);
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
+fn overlap_negative_bandwidth_gap_and_channel_selection() {
+    gpu_or_fail();
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = scan(dir.path(), "ovl");
+    s.ntime = 512 + 64;
+    s.overlap = 64;
+    s.obsbw = -12.0;
+    s.drop_blocks = vec![2];
+    let sel = Selection {
+        chan_start: 1,
+        nchan: Some(2),
+        ..Selection::default()
+    };
+    compare(
+        &s,
+        &[p(64, 3, Detection::Stokes), p(8, 32, Detection::TotalPower)],
+        sel,
+        GpuMode::Graph,
+    );
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
+fn antennas_separate_and_summed_with_weights() {
+    gpu_or_fail();
+    for mode in [AntennaMode::Separate, AntennaMode::Sum] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = scan(dir.path(), "ants");
+        s.nants = 3;
+        s.antenna_gains = vec![1.0, 0.5, 2.0];
+        let sel = Selection {
+            mode,
+            weights: (mode == AntennaMode::Sum).then(|| vec![1.0, 3.0, 0.25]),
+            ..Selection::default()
+        };
+        compare(&s, &[p(32, 4, Detection::FullPol)], sel, GpuMode::Graph);
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
+fn fft_longer_than_a_block_is_a_clear_error() {
+    gpu_or_fail();
+    let dir = tempfile::tempdir().unwrap();
+    let s = scan(dir.path(), "long");
+    generate(&s).unwrap();
+    let cfg = RunConfig {
+        inputs: vec![s.dir.join(&s.stem)],
+        out_dir: s.dir.join("out"),
+        products: vec![p(1024, 1, Detection::TotalPower)],
+        device: Device::Gpu {
+            ordinal: 0,
+            mode: GpuMode::Graph,
+        },
+        ..RunConfig::default()
+    };
+    let e = run(&cfg).unwrap_err().to_string();
+    assert!(e.contains("nfft must divide"), "{e}");
+    assert!(
+        std::fs::read_dir(s.dir.join("out"))
+            .map(|d| d.count() == 0)
+            .unwrap_or(true),
+        "nothing written"
+    );
+}
