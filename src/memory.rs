@@ -630,6 +630,44 @@ impl<T: DeviceRepr> HostBuffer<T> {
         Ok(v)
     }
 
+    /// Runs `f` on the contents, after the queued GPU work that uses the buffer has completed,
+    /// with the buffer's use list locked: no graph that refers to the buffer can be launched,
+    /// and no stream operation on it noted, until `f` returns. For reading in place (e.g. in
+    /// parallel) without a copy. `f` must not launch GPU work that uses this buffer from the
+    /// same thread (the launch would wait for the lock).
+    pub fn read_with<R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+        let (ptr, n) = (self.alloc.ptr as *const T, self.len);
+        self.with_gpu_idle("HostBuffer::read_with", || {
+            let s: &[T] = if n == 0 {
+                &[]
+            } else {
+                // SAFETY: the allocation is real memory (checked by `with_gpu_idle`) holding
+                // `n` initialised elements; no GPU work uses it (waited for, none can start
+                // while the lock is held); host writes need `&mut self`, so none runs now; the
+                // slice does not outlive the call.
+                unsafe { std::slice::from_raw_parts(ptr, n) }
+            };
+            f(s)
+        })
+    }
+
+    /// Runs `f` on the contents, writable, after the queued GPU work that uses the buffer has
+    /// completed, with the use list locked (as for [`HostBuffer::read_with`]). For filling the
+    /// buffer in place (e.g. in parallel, or straight from a file) without a copy.
+    pub fn write_with<R>(&mut self, f: impl FnOnce(&mut [T]) -> R) -> Result<R> {
+        let (ptr, n) = (self.alloc.ptr as *mut T, self.len);
+        self.with_gpu_idle("HostBuffer::write_with", || {
+            let s: &mut [T] = if n == 0 {
+                &mut []
+            } else {
+                // SAFETY: as in `read_with`; `&mut self` makes this the only host access
+                // through the buffer, and every bit pattern written is a valid `T`.
+                unsafe { std::slice::from_raw_parts_mut(ptr, n) }
+            };
+            f(s)
+        })
+    }
+
     /// The contents as a slice, without waiting for the GPU.
     ///
     /// # Safety

@@ -106,6 +106,16 @@ fn host_write_waits_for_async_copy(gpu: &Gpu) -> anyhow::Result<()> {
         "the queued copy read memory the host overwrote"
     );
     ensure!(host.to_vec()?.iter().all(|&v| v == 2));
+    // The same with in-place access.
+    spin.launch(&s, LaunchConfig::new(1, 1), &args![SPIN])?;
+    dev.copy_from_host_async(&host, &s)?;
+    host.write_with(|h| h.fill(3))?;
+    s.synchronize()?;
+    ensure!(
+        dev.to_vec()?.iter().all(|&v| v == 2),
+        "the queued copy read memory write_with overwrote"
+    );
+    ensure!(host.read_with(|h| h.iter().all(|&v| v == 3))?);
     Ok(())
 }
 
