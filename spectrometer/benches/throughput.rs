@@ -160,9 +160,20 @@ fn run_once(
         ring: 4,
         ..RunConfig::default()
     };
+    let t = Instant::now();
     let mut engine = GpuEngine::new(&plan, 0, mode).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let setup = t.elapsed();
     let r = run_stem(&scan, &plan, &mut engine, &cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
     let _ = std::fs::remove_dir_all(base.join("out"));
+    let total = setup + r.wall;
+    println!(
+        "  ({:?}: engine set-up {:.2} s (compile, plans, instantiate); whole run {:.2} s = {:.2} GB/s; device memory {} MiB)",
+        mode,
+        setup.as_secs_f64(),
+        total.as_secs_f64(),
+        r.bytes_read as f64 / total.as_secs_f64() / 1e9,
+        engine.device_bytes() >> 20
+    );
     Ok(r)
 }
 

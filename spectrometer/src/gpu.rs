@@ -39,6 +39,7 @@ use cudagraph::{
     NodeId, Stream, StreamFft,
 };
 use num_complex::Complex32;
+use rayon::prelude::*;
 
 use crate::engine::{BlockView, Engine, Integration};
 use crate::error::{Error, Result};
@@ -121,7 +122,9 @@ __device__ float2 sp_load_4(void* dataIn, unsigned long long offset, void* info,
 "#;
 
 const DETECT_SRC: &str = r#"
-// One thread per (fine channel k, coarse channel c); loops over outputs and the block's spectra.
+// One thread per (fine channel k, coarse channel c, run of spectra): a run is the part of one
+// integration that falls in this block, so runs never share an output slot and no atomics are
+// needed. Loops over outputs and the run's spectra.
 // spec: [c][antenna][pol][q][bin] complex; acc: [slot][output][if][c * nfft + k].
 extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float* weights,
         unsigned nfft, unsigned spb, unsigned npol, unsigned nchan, unsigned nant,
@@ -135,36 +138,38 @@ extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float
     unsigned nout = sum ? 1 : nant;
     unsigned long long nchans = (unsigned long long)nchan * nfft;
     unsigned long long stream_len = (unsigned long long)spb * nfft;
-    for (unsigned o = 0; o < nout; o++) {
-        float v[4] = {0.f, 0.f, 0.f, 0.f};
-        unsigned long long run_start = g0;
-        for (unsigned q = 0; q < spb; q++) {
-            unsigned long long g = g0 + q;
-            for (unsigned a = (sum ? 0 : o); a < (sum ? nant : o + 1); a++) {
-                float w = weights[a];
-                unsigned long long sx = ((unsigned long long)(c * nant + a) * npol) * stream_len + (unsigned long long)q * nfft + j;
-                float2 x = spec[sx];
-                float xx = x.x * x.x + x.y * x.y;
-                if (npol == 1) { v[0] += w * xx; continue; }
-                float2 y = spec[sx + stream_len];
-                float yy = y.x * y.x + y.y * y.y;
-                float re = x.x * y.x + x.y * y.y;   // Re(x conj(y))
-                float im = x.y * y.x - x.x * y.y;   // Im(x conj(y))
-                if (mode == 0) { v[0] += w * (xx + yy); }
-                else if (mode == 1) { v[0] += w * xx; v[1] += w * yy; v[2] += w * re; v[3] += w * im; }
-                else { v[0] += w * (xx + yy); v[1] += w * (xx - yy); v[2] += w * 2.f * re; v[3] += w * -2.f * im; }
-            }
-            bool last = (q + 1 == spb) || ((g + 1) % nint == 0);
-            if (last) {
-                unsigned long long integ = g / nint;
-                unsigned long long slot = integ % nslots;
-                bool fresh = (run_start % nint) == 0;
-                for (unsigned f = 0; f < nifs; f++) {
-                    unsigned long long at = ((slot * nout + o) * nifs + f) * nchans + (unsigned long long)c * nfft + k;
-                    acc[at] = fresh ? v[f] : acc[at] + v[f];
-                    v[f] = 0.f;
+    // Runs: the first ends at the first integration boundary after g0, then one per nint.
+    unsigned long long first = nint - (g0 % nint);
+    if (first > spb) first = spb;
+    unsigned long long nruns = 1 + (spb - first + nint - 1) / nint;
+    for (unsigned long long r = blockIdx.z; r < nruns; r += gridDim.z) {
+        unsigned long long q0 = r == 0 ? 0 : first + (r - 1) * nint;
+        unsigned long long q1 = r == 0 ? first : q0 + nint;
+        if (q1 > spb) q1 = spb;
+        unsigned long long integ = (g0 + q0) / nint;
+        unsigned long long slot = integ % nslots;
+        bool fresh = ((g0 + q0) % nint) == 0;
+        for (unsigned o = 0; o < nout; o++) {
+            float v[4] = {0.f, 0.f, 0.f, 0.f};
+            for (unsigned long long q = q0; q < q1; q++) {
+                for (unsigned a = (sum ? 0 : o); a < (sum ? nant : o + 1); a++) {
+                    float w = weights[a];
+                    unsigned long long sx = ((unsigned long long)(c * nant + a) * npol) * stream_len + q * nfft + j;
+                    float2 x = spec[sx];
+                    float xx = x.x * x.x + x.y * x.y;
+                    if (npol == 1) { v[0] += w * xx; continue; }
+                    float2 y = spec[sx + stream_len];
+                    float yy = y.x * y.x + y.y * y.y;
+                    float re = x.x * y.x + x.y * y.y;   // Re(x conj(y))
+                    float im = x.y * y.x - x.x * y.y;   // Im(x conj(y))
+                    if (mode == 0) { v[0] += w * (xx + yy); }
+                    else if (mode == 1) { v[0] += w * xx; v[1] += w * yy; v[2] += w * re; v[3] += w * im; }
+                    else { v[0] += w * (xx + yy); v[1] += w * (xx - yy); v[2] += w * 2.f * re; v[3] += w * -2.f * im; }
                 }
-                run_start = g + 1;
+            }
+            for (unsigned f = 0; f < nifs; f++) {
+                unsigned long long at = ((slot * nout + o) * nifs + f) * nchans + (unsigned long long)c * nfft + k;
+                acc[at] = fresh ? v[f] : acc[at] + v[f];
             }
         }
     }
@@ -296,8 +301,11 @@ impl GpuEngine {
                 nchan_per_ant: g.nchan_per_ant as u32,
                 ntime: g.ntime as u32,
             };
+            // Runs of spectra per block: at most spb / nint + 2; grid.z covers them (each
+            // z-block loops over runs with a stride, so the limit of 65,535 is never hit).
+            let nruns = (spb / p.nint + 2).min(4096) as u32;
             let cfg = LaunchConfig::new(
-                (p.nfft.div_ceil(256) as u32, plan.nchan as u32),
+                (p.nfft.div_ceil(256) as u32, plan.nchan as u32, nruns),
                 p.nfft.min(256) as u32,
             );
             products.push(GpuProduct {
@@ -565,9 +573,15 @@ impl Engine for GpuEngine {
         }
         let j = (self.launched % 2) as usize;
         let t = Instant::now();
-        // Waits only for the launch two blocks back, the last one that read this buffer.
+        // Waits only for the launch two blocks back, the last one that read this buffer; the
+        // copy runs on every core.
         self.staging[j]
-            .copy_from_slice(block.data)
+            .write_with(|dst| {
+                const CHUNK: usize = 1 << 20;
+                dst.par_chunks_mut(CHUNK)
+                    .zip(block.data.par_chunks(CHUNK))
+                    .for_each(|(d, s)| d.copy_from_slice(s));
+            })
             .map_err(|x| gpu_err("staging the block", x))?;
         self.stage_time += t.elapsed();
         let t = Instant::now();
