@@ -104,6 +104,13 @@ impl Stream {
         Ok(())
     }
 
+    /// Makes the work queued on this stream from now on wait for `event` (the work before its
+    /// last record on another stream), without blocking the host (`cudaStreamWaitEvent`).
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        // SAFETY: both handles are live.
+        unsafe { rt::stream_wait_event(self.inner.raw, event.raw) }
+    }
+
     /// Waits until all work queued on the stream has finished, then reports the first error
     /// kept from a `Drop` on this device, if any.
     pub fn synchronize(&self) -> Result<()> {

@@ -358,6 +358,14 @@ pub unsafe fn event_create(flags: u32) -> Result<sys::cudaEvent_t> {
     Ok(e)
 }
 
+/// `cudaStreamWaitEvent`: work queued on `stream` after this call waits for `event`.
+///
+/// # Safety
+/// Both handles are live.
+pub unsafe fn stream_wait_event(stream: sys::cudaStream_t, event: sys::cudaEvent_t) -> Result<()> {
+    rt!(cudaStreamWaitEvent(stream, event, 0))
+}
+
 /// `cudaEventDestroy`.
 ///
 /// # Safety
