@@ -453,6 +453,38 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         finish_sync_helper()
     }
 
+    /// Queues a device-to-device copy of all of `src` (same length, another buffer) into this
+    /// buffer on `stream`. Either buffer may be dropped at once (freed after the copy ran). The
+    /// copy is ordered with the work on `stream` only.
+    pub fn copy_from_device_async(&self, src: &DeviceBuffer<T>, stream: &Stream) -> Result<()> {
+        self.check_len(src.len, "copy_from_device_async")?;
+        stream.check_device(self.alloc.real_device()?, "the destination buffer")?;
+        stream.check_device(src.alloc.real_device()?, "the source buffer")?;
+        if Arc::ptr_eq(&self.alloc, &src.alloc) {
+            return Err(Error::OutOfBounds(
+                "copy_from_device_async: source and destination are the same buffer".into(),
+            ));
+        }
+        if self.len == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges are `size_bytes` long, live and distinct; the marker noted below
+        // keeps them from being freed until the copy has run.
+        unsafe {
+            rt::memcpy_async(
+                self.alloc.ptr as *mut c_void,
+                src.alloc.ptr as *const c_void,
+                self.size_bytes(),
+                sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice,
+                stream.raw(),
+            )?
+        };
+        let m = stream.mark()?;
+        self.alloc.uses.add_marker(&m);
+        src.alloc.uses.add_marker(&m);
+        Ok(())
+    }
+
     /// Queues a copy from the pinned `src` (same length) on `stream`. Both buffers may be
     /// dropped at once: their memory is freed only after the copy has run, and a host write to
     /// `src` waits for it. The copy is ordered with the work on `stream` only.

@@ -7,8 +7,12 @@
 //!                  └─> …
 //! ```
 //!
-//! - **H2D**: the block, copied by the host into one of two pinned staging buffers, goes to one
-//!   device input buffer. Which staging buffer is the source changes per block with
+//! - **H2D**, outside the graph on a copy stream so that it overlaps the previous block's GPU
+//!   work: the block, copied by the host (on every core) into one of two pinned staging
+//!   buffers, goes to one of two device staging buffers; events order it after the launch that
+//!   last read that device buffer and before the launch that reads it.
+//! - **D2D** (the graph's first node): the device staging buffer into the one device input
+//!   buffer every FFT reads. Which staging buffer is the source changes per block with
 //!   `Exec::set_memcpy`.
 //! - **FFT node** per product: C2C, `nfft` points, one transform per (coarse channel, antenna,
 //!   polarisation, spectrum of the block). A custom cuFFT LTO load callback reads the recorder's
@@ -34,9 +38,9 @@
 use std::time::{Duration, Instant};
 
 use cudagraph::{
-    args, CallbackParams, CustomCallback, Dag, Device, DeviceBuffer, Direction, Exec, FftParams,
-    FftPlan, FftPlanDesc, FftSpec, FftType, HostBuffer, Kernel, LaunchConfig, LoadCallback, Module,
-    NodeId, Stream, StreamFft,
+    args, CallbackParams, CustomCallback, Dag, Device, DeviceBuffer, Direction, Event, Exec,
+    FftParams, FftPlan, FftPlanDesc, FftSpec, FftType, HostBuffer, Kernel, LaunchConfig,
+    LoadCallback, Module, NodeId, Stream, StreamFft,
 };
 use num_complex::Complex32;
 use rayon::prelude::*;
@@ -210,6 +214,13 @@ pub struct GpuEngine {
     stream: Stream,
     mode: GpuMode,
     staging: [HostBuffer<u8>; 2],
+    /// Device staging buffers the copy stream fills.
+    d_stage: [DeviceBuffer<u8>; 2],
+    copy_stream: Stream,
+    /// Recorded on the copy stream after the H2D into `d_stage[j]`.
+    h2d_done: [Event; 2],
+    /// Recorded on the compute stream after the launch that read `d_stage[j]`.
+    read_done: [Event; 2],
     d_in: DeviceBuffer<u8>,
     detect: Kernel,
     _module: Module,
@@ -257,6 +268,13 @@ impl GpuEngine {
             HostBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))?,
             HostBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))?,
         ];
+        let d_stage = [
+            DeviceBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))?,
+            DeviceBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))?,
+        ];
+        let copy_stream = Stream::new(&device).map_err(|e| gpu_err("creating a stream", e))?;
+        let event = || Event::new(&device).map_err(|e| gpu_err("creating an event", e));
+        let (h2d_done, read_done) = ([event()?, event()?], [event()?, event()?]);
         let mut products = Vec::new();
         for p in &plan.products {
             if !new.is_multiple_of(p.nfft) {
@@ -352,6 +370,10 @@ impl GpuEngine {
             stream,
             mode,
             staging,
+            d_stage,
+            copy_stream,
+            h2d_done,
+            read_done,
             d_in,
             detect,
             _module: module,
@@ -420,9 +442,9 @@ impl GpuEngine {
         let mut dag = Dag::new();
         let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
         let h2d = dag
-            .add_memcpy(&self.d_in, &self.staging[0])
-            .map_err(|x| e("H2D node", x))?;
-        dag.set_name(h2d, "H2D block");
+            .add_memcpy(&self.d_in, &self.d_stage[0])
+            .map_err(|x| e("D2D node", x))?;
+        dag.set_name(h2d, "D2D block");
         let mut nodes = Vec::new();
         for (i, gp) in self.products.iter().enumerate() {
             let f = dag
@@ -459,6 +481,7 @@ impl GpuEngine {
     /// Device memory the engine allocated, bytes.
     pub fn device_bytes(&self) -> usize {
         self.d_in.size_bytes()
+            + 2 * self.d_stage[0].size_bytes()
             + self
                 .products
                 .iter()
@@ -466,14 +489,30 @@ impl GpuEngine {
                 .sum::<usize>()
     }
 
-    /// Queues block `launched` from staging buffer `j`.
+    /// Queues block `launched` from staging buffer `j`: the H2D on the copy stream, then the
+    /// block's work (one graph launch, or the same operations on the stream) after it.
     fn submit(&mut self, j: usize) -> Result<()> {
         let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
         let k = self.launched;
+        if k >= 2 {
+            // The launch two blocks back read `d_stage[j]`.
+            self.copy_stream
+                .wait_event(&self.read_done[j])
+                .map_err(|x| e("ordering the H2D", x))?;
+        }
+        self.d_stage[j]
+            .copy_from_host_async(&self.staging[j], &self.copy_stream)
+            .map_err(|x| e("H2D", x))?;
+        self.h2d_done[j]
+            .record(&self.copy_stream)
+            .map_err(|x| e("H2D event", x))?;
+        self.stream
+            .wait_event(&self.h2d_done[j])
+            .map_err(|x| e("ordering the launch", x))?;
         match self.mode {
             GpuMode::Graph => {
                 let exec = self.exec.as_mut().expect("graph mode has an exec");
-                exec.set_memcpy(self.h2d.expect("built"), &self.d_in, &self.staging[j])
+                exec.set_memcpy(self.h2d.expect("built"), &self.d_in, &self.d_stage[j])
                     .map_err(|x| e("switching the staging buffer", x))?;
                 for gp in &self.products {
                     let (_, d, c) = gp.nodes.expect("built");
@@ -486,8 +525,8 @@ impl GpuEngine {
             }
             GpuMode::Stream => {
                 self.d_in
-                    .copy_from_host_async(&self.staging[j], &self.stream)
-                    .map_err(|x| e("H2D", x))?;
+                    .copy_from_device_async(&self.d_stage[j], &self.stream)
+                    .map_err(|x| e("D2D", x))?;
                 for i in 0..self.products.len() {
                     let spec = self.fft_spec(&self.products[i]);
                     let args = self.detect_args(&self.products[i], k * self.products[i].spb as u64);
@@ -512,8 +551,29 @@ impl GpuEngine {
                 }
             }
         }
+        self.read_done[j]
+            .record(&self.stream)
+            .map_err(|x| e("launch event", x))?;
         self.launched += 1;
         Ok(())
+    }
+
+    /// Runs `blocks` blocks from the pinned staging buffers as they are (no file reading, no
+    /// host copy): the throughput of the GPU stages fed from pinned memory. Returns the wall
+    /// time; the integrations are collected and dropped.
+    pub fn run_from_pinned(&mut self, blocks: u64) -> Result<Duration> {
+        let t = Instant::now();
+        let mut sink = Vec::new();
+        for _ in 0..blocks {
+            let j = (self.launched % 2) as usize;
+            self.submit(j)?;
+            if self.launched >= 2 {
+                self.collect(self.launched - 2, 1 - j, &mut sink)?;
+                sink.clear();
+            }
+        }
+        self.finish(&mut sink)?;
+        Ok(t.elapsed())
     }
 
     /// Emits the integrations block `k` (copied into output buffer `j`) completed.
