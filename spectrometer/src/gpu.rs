@@ -32,8 +32,14 @@
 //! The same work can be issued with plain stream operations instead ([`GpuMode::Stream`]) to
 //! measure what the graph gains.
 //!
+//! - **FFTs longer than a block** (e.g. 2^20 points from 131,072-sample blocks): a gather
+//!   kernel node copies each block's samples into its column of a long buffer (the column is a
+//!   kernel argument updated per block); the FFT reads the long buffer; the detect node is
+//!   enabled (`Exec::set_enabled`) only on the block that completes a spectrum. The FFT itself
+//!   runs every block (CUDA cannot disable a captured node), its result used only then.
+//!
 //! Limits of this engine (checked when it is made, with an error naming the product): `nfft`
-//! must divide the block's new samples (`ntime − OVERLAP`), so FFTs do not span blocks.
+//! must divide the block's new samples (`ntime − OVERLAP`) or be a multiple of them.
 
 use std::time::{Duration, Instant};
 
@@ -126,6 +132,18 @@ __device__ float2 sp_load_4(void* dataIn, unsigned long long offset, void* info,
 "#;
 
 const DETECT_SRC: &str = r#"
+// Copies the new samples of every channel of a block (rows of `row_bytes`, `in_pitch` apart)
+// into column `col` (bytes) of the long buffer (rows `out_pitch` apart), for FFTs longer than
+// a block.
+extern "C" __global__ void sp_gather(const unsigned char* in, unsigned char* out,
+        unsigned long long row_bytes, unsigned long long in_pitch, unsigned long long out_pitch,
+        unsigned long long col) {
+    unsigned long long row = blockIdx.y;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         i < row_bytes; i += (unsigned long long)gridDim.x * blockDim.x)
+        out[row * out_pitch + col + i] = in[row * in_pitch + i];
+}
+
 // One thread per (fine channel k, coarse channel c, run of spectra): a run is the part of one
 // integration that falls in this block, so runs never share an output slot and no atomics are
 // needed. Loops over outputs and the run's spectra.
@@ -182,6 +200,21 @@ extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float
 
 /// Argument index of `g0` in `sp_detect`.
 const G0_ARG: usize = 12;
+/// Argument index of `col` in `sp_gather`.
+const COL_ARG: usize = 5;
+
+/// The long buffer of a product whose FFT spans `blocks` blocks.
+struct Long {
+    blocks: usize,
+    buf: DeviceBuffer<u8>,
+    /// Launch shape and the first five arguments' values of `sp_gather` (all but `col`).
+    cfg: LaunchConfig,
+    row_bytes: u64,
+    in_pitch: u64,
+    out_pitch: u64,
+    /// The gather node in the graph.
+    node: Option<NodeId>,
+}
 
 /// One product's device state.
 struct GpuProduct {
@@ -203,6 +236,8 @@ struct GpuProduct {
     nodes: Option<(NodeId, NodeId, NodeId)>,
     /// Stream mode: the plan on a stream.
     stream_fft: Option<StreamFft>,
+    /// For an FFT longer than a block: where its samples are gathered.
+    long: Option<Long>,
     /// Integrations emitted so far.
     emitted: u64,
 }
@@ -223,6 +258,7 @@ pub struct GpuEngine {
     read_done: [Event; 2],
     d_in: DeviceBuffer<u8>,
     detect: Kernel,
+    gather: Kernel,
     _module: Module,
     products: Vec<GpuProduct>,
     exec: Option<Exec>,
@@ -247,6 +283,9 @@ impl GpuEngine {
         let detect = module
             .kernel("sp_detect")
             .map_err(|e| gpu_err("detect kernel", e))?;
+        let gather = module
+            .kernel("sp_gather")
+            .map_err(|e| gpu_err("gather kernel", e))?;
         let new = g.new_samples();
         let ants: Vec<usize> = plan.antennas.clone();
         if ants.windows(2).any(|w| w[1] != w[0] + 1) {
@@ -277,14 +316,37 @@ impl GpuEngine {
         let (h2d_done, read_done) = ([event()?, event()?], [event()?, event()?]);
         let mut products = Vec::new();
         for p in &plan.products {
-            if !new.is_multiple_of(p.nfft) {
+            // An FFT within a block: `spb` spectra per block. Longer: one spectrum every
+            // `blocks` blocks, its samples gathered in a long buffer.
+            let (spb, blocks) = if new.is_multiple_of(p.nfft) {
+                (new / p.nfft, 1)
+            } else if p.nfft.is_multiple_of(new) {
+                (1, p.nfft / new)
+            } else {
                 return Err(Error::Engine(format!(
-                    "GPU engine: product {} (nfft {}): nfft must divide the {} new samples per \
-                     block (FFTs spanning blocks run on the CPU engine: --device cpu)",
-                    p.index, p.nfft, new
+                    "GPU engine: product {} (nfft {}): nfft must divide the {new} new samples per \
+                     block, or be a multiple of them (other lengths run on the CPU engine: \
+                     --device cpu)",
+                    p.index, p.nfft
                 )));
-            }
-            let spb = new / p.nfft;
+            };
+            let long = if blocks > 1 {
+                let bpt = g.bytes_per_time();
+                let row_bytes = (new * bpt) as u64;
+                let out_pitch = (p.nfft * bpt) as u64;
+                Some(Long {
+                    blocks,
+                    buf: DeviceBuffer::zeros(&device, g.obsnchan * p.nfft * bpt)
+                        .map_err(|e| alloc("long-FFT buffer", e))?,
+                    cfg: LaunchConfig::new((256, g.obsnchan as u32), 256),
+                    row_bytes,
+                    in_pitch: (g.ntime * bpt) as u64,
+                    out_pitch,
+                    node: None,
+                })
+            } else {
+                None
+            };
             let nstreams = plan.nchan * nant * g.npol;
             let batch = nstreams * spb;
             let nout = plan.outputs.len();
@@ -317,7 +379,8 @@ impl GpuEngine {
                 ant0: ants[0] as u32,
                 chan_start: plan.chan_start as u32,
                 nchan_per_ant: g.nchan_per_ant as u32,
-                ntime: g.ntime as u32,
+                // The long buffer holds `nfft` samples per channel.
+                ntime: if blocks > 1 { p.nfft } else { g.ntime } as u32,
             };
             // Runs of spectra per block: at most spb / nint + 2; grid.z covers them (each
             // z-block loops over runs with a stride, so the limit of 65,535 is never hit).
@@ -360,6 +423,7 @@ impl GpuEngine {
                 ),
                 nodes: None,
                 stream_fft: None,
+                long,
                 emitted: 0,
                 p: p.clone(),
             });
@@ -376,6 +440,7 @@ impl GpuEngine {
             read_done,
             d_in,
             detect,
+            gather,
             _module: module,
             products,
             exec: None,
@@ -410,10 +475,14 @@ impl GpuEngine {
 
     fn fft_spec(&self, gp: &GpuProduct) -> FftSpec {
         let in_bytes = gp.plan.input_bytes();
+        let input = match &gp.long {
+            None => self.d_in.region(..in_bytes),
+            Some(l) => l.buf.region(..in_bytes),
+        };
         FftSpec {
             plan: gp.plan.clone(),
             direction: Direction::Forward,
-            input: self.d_in.region(..in_bytes),
+            input,
             output: (&gp.spectra).into(),
             params: self.load_params(gp),
         }
@@ -438,6 +507,20 @@ impl GpuEngine {
         ]
     }
 
+    fn gather_args(&self, l: &Long, block: u64) -> [cudagraph::KernelArg; 6] {
+        let col = (block % l.blocks as u64) * l.row_bytes;
+        args![&self.d_in, &l.buf, l.row_bytes, l.in_pitch, l.out_pitch, col]
+    }
+
+    /// Whether block `k` completes a spectrum of `gp`, and the global index of the block's
+    /// first (or only) spectrum.
+    fn block_spectra(gp: &GpuProduct, k: u64) -> (bool, u64) {
+        match &gp.long {
+            None => (true, k * gp.spb as u64),
+            Some(l) => ((k + 1) % l.blocks as u64 == 0, k / l.blocks as u64),
+        }
+    }
+
     fn build_graph(&mut self) -> Result<()> {
         let mut dag = Dag::new();
         let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
@@ -446,7 +529,20 @@ impl GpuEngine {
             .map_err(|x| e("D2D node", x))?;
         dag.set_name(h2d, "D2D block");
         let mut nodes = Vec::new();
+        let mut gathers = Vec::new();
         for (i, gp) in self.products.iter().enumerate() {
+            let gather = match &gp.long {
+                None => None,
+                Some(l) => {
+                    let n = dag
+                        .add_kernel(&self.gather, l.cfg, &self.gather_args(l, 0))
+                        .map_err(|x| e("gather node", x))?;
+                    dag.set_name(n, format!("gather {} blocks (product {i})", l.blocks));
+                    dag.add_dependency(h2d, n).map_err(|x| e("edges", x))?;
+                    Some(n)
+                }
+            };
+            gathers.push(gather);
             let f = dag
                 .add_fft(self.fft_spec(gp))
                 .map_err(|x| e("FFT node", x))?;
@@ -459,11 +555,15 @@ impl GpuEngine {
                 .add_memcpy(&gp.out[0], &gp.acc)
                 .map_err(|x| e("D2H node", x))?;
             dag.set_name(c, format!("D2H integrations (product {i})"));
-            dag.chain(&[h2d, f, d, c]).map_err(|x| e("edges", x))?;
+            dag.chain(&[gather.unwrap_or(h2d), f, d, c])
+                .map_err(|x| e("edges", x))?;
             nodes.push((f, d, c));
         }
-        for (gp, n) in self.products.iter_mut().zip(nodes) {
+        for ((gp, n), gather) in self.products.iter_mut().zip(nodes).zip(gathers) {
             gp.nodes = Some(n);
+            if let Some(l) = &mut gp.long {
+                l.node = gather;
+            }
         }
         let exec = dag
             .into_exec(&self.device)
@@ -485,7 +585,12 @@ impl GpuEngine {
             + self
                 .products
                 .iter()
-                .map(|p| p.spectra.size_bytes() + p.acc.size_bytes() + p.weights.size_bytes())
+                .map(|p| {
+                    p.spectra.size_bytes()
+                        + p.acc.size_bytes()
+                        + p.weights.size_bytes()
+                        + p.long.as_ref().map_or(0, |l| l.buf.size_bytes())
+                })
                 .sum::<usize>()
     }
 
@@ -516,7 +621,17 @@ impl GpuEngine {
                     .map_err(|x| e("switching the staging buffer", x))?;
                 for gp in &self.products {
                     let (_, d, c) = gp.nodes.expect("built");
-                    exec.set_kernel_arg(d, G0_ARG, k * gp.spb as u64)
+                    let (complete, g0) = Self::block_spectra(gp, k);
+                    if let Some(l) = &gp.long {
+                        let col = (k % l.blocks as u64) * l.row_bytes;
+                        exec.set_kernel_arg(l.node.expect("built"), COL_ARG, col)
+                            .map_err(|x| e("gather column", x))?;
+                        // Detection runs only on the block that completes a spectrum (the
+                        // FFT runs every block: CUDA cannot disable a captured node).
+                        exec.set_enabled(d, complete)
+                            .map_err(|x| e("enabling detection", x))?;
+                    }
+                    exec.set_kernel_arg(d, G0_ARG, g0)
                         .map_err(|x| e("block index", x))?;
                     exec.set_memcpy(c, &gp.out[j], &gp.acc)
                         .map_err(|x| e("switching the output buffer", x))?;
@@ -528,9 +643,22 @@ impl GpuEngine {
                     .copy_from_device_async(&self.d_stage[j], &self.stream)
                     .map_err(|x| e("D2D", x))?;
                 for i in 0..self.products.len() {
+                    let (complete, g0) = Self::block_spectra(&self.products[i], k);
+                    if let Some(l) = &self.products[i].long {
+                        let args = self.gather_args(l, k);
+                        self.gather
+                            .launch(&self.stream, l.cfg, &args)
+                            .map_err(|x| e("gather", x))?;
+                    }
                     let spec = self.fft_spec(&self.products[i]);
-                    let args = self.detect_args(&self.products[i], k * self.products[i].spb as u64);
+                    let args = self.detect_args(&self.products[i], g0);
                     let gp = &mut self.products[i];
+                    if !complete {
+                        gp.acc
+                            .copy_to_host_async(&mut gp.out[j], &self.stream)
+                            .map_err(|x| e("D2H", x))?;
+                        continue;
+                    }
                     gp.stream_fft
                         .as_mut()
                         .expect("stream mode has plans")
@@ -579,7 +707,10 @@ impl GpuEngine {
     /// Emits the integrations block `k` (copied into output buffer `j`) completed.
     fn collect(&mut self, k: u64, j: usize, out: &mut Vec<Integration>) -> Result<()> {
         for gp in &mut self.products {
-            let end_g = (k + 1) * gp.spb as u64;
+            let end_g = match &gp.long {
+                None => (k + 1) * gp.spb as u64,
+                Some(l) => (k + 1) / l.blocks as u64,
+            };
             let done = (end_g / gp.p.nint as u64).min(gp.p.integrations);
             if done <= gp.emitted {
                 continue;

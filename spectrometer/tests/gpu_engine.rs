@@ -207,7 +207,28 @@ fn antennas_separate_and_summed_with_weights() {
 
 #[test]
 #[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
-fn fft_longer_than_a_block_is_a_clear_error() {
+fn ffts_longer_than_a_block_gather_blocks() {
+    gpu_or_fail();
+    for mode in [GpuMode::Graph, GpuMode::Stream] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = scan(dir.path(), "long");
+        s.blocks_per_file = 4; // 8 blocks of 512 samples
+        compare(
+            &s,
+            &[
+                p(1024, 1, Detection::Stokes),
+                p(2048, 2, Detection::TotalPower),
+                p(64, 5, Detection::FullPol),
+            ],
+            Selection::default(),
+            mode,
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
+fn fft_lengths_the_engine_cannot_tile_are_a_clear_error() {
     gpu_or_fail();
     let dir = tempfile::tempdir().unwrap();
     let s = scan(dir.path(), "long");
@@ -215,7 +236,7 @@ fn fft_longer_than_a_block_is_a_clear_error() {
     let cfg = RunConfig {
         inputs: vec![s.dir.join(&s.stem)],
         out_dir: s.dir.join("out"),
-        products: vec![p(1024, 1, Detection::TotalPower)],
+        products: vec![p(768, 1, Detection::TotalPower)],
         device: Device::Gpu {
             ordinal: 0,
             mode: GpuMode::Graph,
