@@ -191,6 +191,11 @@ impl Device {
         })
     }
 
+    /// The key objects of this device carry (what validation compares).
+    pub fn key(&self) -> DeviceKey {
+        DeviceKey::Cuda(self.ordinal() as i32)
+    }
+
     /// The device's ordinal.
     pub fn ordinal(&self) -> usize {
         self.inner.ordinal as usize
@@ -268,4 +273,22 @@ pub fn versions() -> Result<(Version, Version)> {
     // SAFETY: plain version queries.
     let (rt_v, drv) = unsafe { (rt::runtime_version()?, rt::driver_version()?) };
     Ok((Version::from_cuda(rt_v), Version::from_cuda(drv)))
+}
+
+/// Which device (or recording backend) an object belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceKey {
+    /// A CUDA device, by ordinal.
+    Cuda(i32),
+    /// A recording backend, by its id.
+    Recording(u64),
+}
+
+impl std::fmt::Display for DeviceKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceKey::Cuda(o) => write!(f, "CUDA device {o}"),
+            DeviceKey::Recording(id) => write!(f, "recording backend {id}"),
+        }
+    }
 }

@@ -189,7 +189,7 @@ pub enum Error {
     WrongDevice(String),
     /// The DAG is invalid; the error names the node.
     #[error("{0}")]
-    Dag(#[from] crate::dag::DagError),
+    Dag(#[from] DagError),
     /// A host node's closure panicked while a graph ran.
     #[error("host node `{node}` panicked: {message}")]
     HostNodePanicked {
@@ -218,4 +218,72 @@ pub enum Error {
     /// Any other invalid use, described in words.
     #[error("{0}")]
     Invalid(String),
+}
+
+/// Why a DAG is invalid. Every variant names the node concerned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DagError {
+    /// An edge would close a cycle; the nodes are listed in cycle order, the first repeated at
+    /// the end.
+    #[error("dependency would create a cycle: {}", .nodes.join(" -> "))]
+    Cycle {
+        /// The nodes of the cycle.
+        nodes: Vec<String>,
+    },
+    /// A node id that is not (or no longer) in this DAG; the number is its serial.
+    #[error("node #{0} is not in this DAG (removed, or from another DAG)")]
+    UnknownNode(u64),
+    /// Kernel arguments do not match the kernel.
+    #[error("node `{node}`: kernel `{kernel}` {problem}")]
+    KernelArgs {
+        /// The node.
+        node: String,
+        /// The kernel.
+        kernel: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A launch shape the device or kernel cannot run.
+    #[error("node `{node}`: kernel `{kernel}` launch {problem}")]
+    LaunchShape {
+        /// The node.
+        node: String,
+        /// The kernel.
+        kernel: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A copy or memset outside its buffers, or of mismatched sizes.
+    #[error("node `{node}`: {problem}")]
+    OutOfBounds {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A buffer or kernel of another device (or of a recording backend).
+    #[error("node `{node}`: {problem}")]
+    WrongDevice {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A node used in a way its kind does not allow.
+    #[error("node `{node}`: {problem}")]
+    WrongKind {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// An FFT node's plan, buffers or callbacks do not fit together.
+    #[error("node `{node}`: {problem}")]
+    Fft {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        problem: String,
+    },
 }

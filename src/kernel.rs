@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::device::{Device, DeviceLimits};
+use crate::device::{Device, DeviceKey, DeviceLimits};
 use crate::error::{Error, Result};
 use crate::memory::Region;
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer};
@@ -456,6 +456,14 @@ impl Kernel {
     }
 
     /// The device of the kernel's module, or the recording backend's id.
+    /// The device (or recording backend) the kernel belongs to.
+    pub(crate) fn key(&self) -> DeviceKey {
+        match self.home() {
+            Ok(d) => d.key(),
+            Err(id) => DeviceKey::Recording(id),
+        }
+    }
+
     pub(crate) fn home(&self) -> std::result::Result<&Device, u64> {
         match &self.inner.origin {
             KernelOrigin::Module { module } => Ok(&module.device),

@@ -13,7 +13,7 @@
 //!
 //! ## Lifecycle
 //!
-//! 1. **Build**: [`Dag::add_kernel`], [`Dag::add_memcpy`], [`Dag::add_memset`], [`Dag::add_host`],
+//! 1. **Build**: [`Dag::add_kernel`], [`Dag::add_copy`], [`Dag::add_memset`], [`Dag::add_host`],
 //!    [`Dag::add_empty`], [`Dag::add_child`], [`Dag::add_fft`]; [`Dag::add_dependency`],
 //!    [`Dag::chain`], [`Dag::fan_out`], [`Dag::fan_in`]. Arguments, bounds and cycles are checked
 //!    here, and errors name the node.
@@ -24,7 +24,7 @@
 //! 4. **Instantiate**: [`Dag::instantiate`] gives an [`Exec`], which keeps alive every buffer,
 //!    kernel, closure and cuFFT state the graph uses.
 //! 5. **Launch and update**: [`Exec::launch`]; [`Exec::set_kernel_arg`],
-//!    [`Exec::set_kernel_args`], [`Exec::set_launch_config`], [`Exec::set_memcpy`],
+//!    [`Exec::set_kernel_args`], [`Exec::set_launch_config`], [`Exec::set_copy`],
 //!    [`Exec::set_memset_value`], [`Exec::set_host_fn`], [`Exec::set_enabled`],
 //!    [`Exec::set_fft_params`] per node; [`Exec::update`] / [`Exec::update_or_reinstantiate`]
 //!    for the whole graph. An update applies to launches issued after it; queued launches keep
@@ -32,15 +32,19 @@
 //!
 //! ## Node kinds and the CUDA calls they become
 //!
+//! Every node is lowered through one backend method with CUDA's generic node parameters
+//! (`cudaGraphNodeParams`, added with `cudaGraphAddNode`); the exceptions are named.
+//!
 //! | DAG node | builder | CUDA runtime call | per-node update on [`Exec`] |
 //! |---|---|---|---|
-//! | kernel | [`Dag::add_kernel`] | `cudaGraphAddKernelNode` | `cudaGraphExecKernelNodeSetParams` |
-//! | memcpy 1D / 2D | [`Dag::add_memcpy`], [`Dag::add_memcpy_2d`] | `cudaGraphAddMemcpyNode1D` / `cudaGraphAddMemcpyNode` | `cudaGraphExecMemcpyNodeSetParams1D` |
-//! | memset 1D / 2D | [`Dag::add_memset`], [`Dag::add_memset_2d`] | `cudaGraphAddMemsetNode` | `cudaGraphExecMemsetNodeSetParams` |
-//! | host closure | [`Dag::add_host`] | `cudaGraphAddHostNode` | `cudaGraphExecHostNodeSetParams` |
-//! | empty | [`Dag::add_empty`] | `cudaGraphAddEmptyNode` | — |
-//! | child DAG | [`Dag::add_child`] | `cudaGraphAddChildGraphNode` | whole-graph update |
-//! | FFT | [`Dag::add_fft`] | a parameter kernel node + `cufftExec*` captured with `cudaStreamBeginCaptureToGraph` ([`fft`]) | `cudaGraphExecKernelNodeSetParams` on the parameter node |
+//! | kernel | [`Dag::add_kernel`] | `cudaGraphAddNode` (kernel; priority with `cudaGraphKernelNodeSetAttribute`) | `cudaGraphExecNodeSetParams` |
+//! | copy 1D | [`Dag::add_copy`] | `cudaGraphAddMemcpyNode1D` (no pitch limit) | `cudaGraphExecMemcpyNodeSetParams1D` |
+//! | copy 2D | [`Dag::add_memcpy_2d`] | `cudaGraphAddNode` (memcpy, `cudaMemcpy3DParms`) | whole-graph update |
+//! | memset 1D / 2D | [`Dag::add_memset`], [`Dag::add_memset_2d`] | `cudaGraphAddNode` (memset) | `cudaGraphExecNodeSetParams` |
+//! | host closure | [`Dag::add_host`] | `cudaGraphAddNode` (host) | `cudaGraphExecNodeSetParams` |
+//! | empty | [`Dag::add_empty`] | `cudaGraphAddNode` (empty) | — |
+//! | child DAG | [`Dag::add_child`] | `cudaGraphAddNode` (graph, cloned) | whole-graph update |
+//! | FFT | [`Dag::add_fft`] | a parameter kernel node (`cudaGraphAddNode`) + `cufftExec*` captured with `cudaStreamBeginCaptureToGraph` ([`fft`]) | `cudaGraphExecNodeSetParams` on the parameter node |
 //! | enable/disable | — | — | `cudaGraphNodeSetEnabled` |
 //! | whole graph | — | `cudaGraphInstantiate` | `cudaGraphExecUpdate` |
 //!
@@ -59,7 +63,7 @@
 //! and lowered, and the calls that would be made are recorded.
 //!
 //! ```
-//! use cudagraph::{args, Dag, DeviceLimits, LaunchConfig, RecordingBackend};
+//! use cudagraph::{args, dst, src, Dag, DeviceLimits, LaunchConfig, RecordingBackend};
 //!
 //! # fn main() -> cudagraph::Result<()> {
 //! let mut rec = RecordingBackend::new(DeviceLimits::hopper());
@@ -68,15 +72,16 @@
 //! let scale = rec.kernel("scale", &[8, 4, 4]); // (float* x, float a, int n)
 //!
 //! let mut dag = Dag::new();
-//! let up = dag.add_memcpy(&x, &host)?;
+//! let up = dag.add_copy(dst(&x), src(&host))?;
 //! let k = dag.add_kernel(&scale, LaunchConfig::for_elements(1 << 20, 256),
 //!                        &args![&x, 2.0f32, 1i32 << 20])?;
-//! let down = dag.add_memcpy(&host, &x)?;
+//! let down = dag.add_copy(dst(&host), src(&x))?;
 //! dag.set_name(k, "scale x");
 //! dag.chain(&[up, k, down])?;
 //!
 //! dag.lower(&mut rec)?;
-//! assert_eq!(rec.calls[1].function, "cudaGraphAddKernelNode");
+//! assert_eq!(rec.calls[1].function, "cudaGraphAddNode");
+//! assert_eq!(rec.calls[1].kind, "kernel");
 //! assert!(dag.to_dot().contains("scale x"));
 //! # Ok(()) }
 //! ```
@@ -84,7 +89,7 @@
 //! The same on a GPU (this code runs as the GPU tests do, see `tests/gpu/`):
 //!
 //! ```no_run
-//! use cudagraph::{args, Dag, Device, DeviceBuffer, HostBuffer, LaunchConfig, Module, Stream};
+//! use cudagraph::{args, dst, src, Dag, Device, DeviceBuffer, HostBuffer, LaunchConfig, Module, Stream};
 //!
 //! # fn main() -> cudagraph::Result<()> {
 //! let device = Device::get(0)?;
@@ -100,10 +105,10 @@
 //! let x = DeviceBuffer::<f32>::zeros(&device, n)?;
 //!
 //! let mut dag = Dag::new();
-//! let up = dag.add_memcpy(&x, &host)?;
+//! let up = dag.add_copy(dst(&x), src(&host))?;
 //! let k = dag.add_kernel(&scale, LaunchConfig::for_elements(n as u32, 256),
 //!                        &args![&x, 2.0f32, n as i32])?;
-//! let down = dag.add_memcpy(&host, &x)?;
+//! let down = dag.add_copy(dst(&host), src(&x))?;
 //! dag.chain(&[up, k, down])?;
 //!
 //! let mut exec = dag.instantiate(&device)?;
@@ -131,14 +136,14 @@ mod track;
 /// The crate [`DeviceRepr`] builds on: derive `bytemuck::Pod` for your own plain-data types.
 pub use bytemuck;
 pub use dag::{
-    Backend, Copy2d, CudaBackend, Dag, DagError, Exec, InstantiateFlags, Memset2d, MemsetValue,
-    NodeId, NodeKind, RecordingBackend, UpdateOutcome,
+    dst, src, Backend, Copy2d, CudaBackend, Dag, Dst, Exec, FftNode, FftSpec, InstantiateFlags,
+    Memset2d, MemsetValue, NodeId, NodeKind, RecordingBackend, Src, UpdateOutcome,
 };
 pub use device::{versions, Device, DeviceLimits, DeviceProperties};
-pub use error::{Error, Library, Result, Version};
+pub use error::{DagError, Error, Library, Result, Version};
 pub use fft::{
-    nvjitlink_available, CallbackParams, CustomCallback, Direction, FftNode, FftParams, FftPlan,
-    FftPlanDesc, FftSpec, FftType, Layout, LoadCallback, StoreCallback, StreamFft,
+    nvjitlink_available, CallbackParams, CustomCallback, Direction, FftParams, FftPlan,
+    FftPlanDesc, FftType, Layout, LoadCallback, StoreCallback, StreamFft,
 };
 pub use kernel::{
     compile, nvrtc_version, CodeKind, CompileOptions, Compiled, Dim3, Kernel, KernelArg,

@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use petgraph::visit::{EdgeRef, IntoEdgeReferences};
 
-use super::{Dag, Node, Op};
+use super::Dag;
 
 /// DOT string escaping: quotes, backslashes and newlines.
 fn esc(s: &str) -> String {
@@ -22,62 +22,6 @@ fn esc(s: &str) -> String {
     out
 }
 
-fn bytes(n: usize) -> String {
-    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
-        format!("{} MiB", n >> 20)
-    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
-        format!("{} KiB", n >> 10)
-    } else {
-        format!("{n} B")
-    }
-}
-
-/// (detail lines, shape, fill colour)
-fn describe(node: &Node) -> (Vec<String>, &'static str, &'static str) {
-    match &node.op {
-        Op::Kernel(k) => {
-            let c = k.config;
-            let mut lines = vec![
-                format!("kernel {}", k.kernel.name()),
-                format!("grid {} block {}", c.grid, c.block),
-            ];
-            if c.shared_mem_bytes > 0 {
-                lines.push(format!("smem {}", bytes(c.shared_mem_bytes as usize)));
-            }
-            (lines, "box", "#cfe2ff")
-        }
-        Op::Memcpy(m) => {
-            let mut l = format!("memcpy {:?} {}", m.kind(), bytes(m.bytes()));
-            if m.height > 1 {
-                let _ = write!(l, " ({} rows)", m.height);
-            }
-            (vec![l], "parallelogram", "#d1e7dd")
-        }
-        Op::Memset(m) => (
-            vec![format!(
-                "memset {} of {:#x} ({}-byte)",
-                bytes(m.bytes()),
-                m.value.bits(),
-                m.value.size()
-            )],
-            "parallelogram",
-            "#fff3cd",
-        ),
-        Op::Host(_) => (vec!["host closure".into()], "hexagon", "#f8d7da"),
-        Op::Empty => (vec!["empty".into()], "circle", "#e9ecef"),
-        Op::Child(c) => (
-            vec![format!(
-                "child graph: {} nodes, {} edges",
-                c.dag.node_count(),
-                c.dag.edge_count()
-            )],
-            "box3d",
-            "#e2d9f3",
-        ),
-        Op::Fft(f) => (f.dot_lines(), "component", "#ffe5d0"),
-    }
-}
-
 impl Dag {
     /// The DAG in Graphviz DOT form.
     pub fn to_dot(&self) -> String {
@@ -87,7 +31,11 @@ impl Dag {
         s.push_str("  node [fontname=\"Helvetica\", fontsize=10, style=filled];\n");
         for idx in self.graph.node_indices() {
             let node = &self.graph[idx];
-            let (lines, shape, color) = describe(node);
+            let super::nodes::Label {
+                lines,
+                shape,
+                color,
+            } = node.op.label();
             let mut label = esc(&node.name);
             for l in &lines {
                 label.push_str("\\n");

@@ -4,12 +4,13 @@ use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use super::lower::{host_params, kernel_params, memcpy_kind, memset_params, CudaBackend};
-use super::{Dag, DagError, HostFn, HostNode, NodeId, NodeKind, Op};
+use super::lower::CudaBackend;
+use super::nodes::fft::LoweringContext;
+use super::{Dag, DagError, HostFn, NodeId, NodeKind};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernel::{ArgScratch, KernelArg, LaunchConfig};
-use crate::memory::{Allocation, MemorySpace, Region};
+use crate::kernel::ArgScratch;
+use crate::memory::{Allocation, MemorySpace};
 use crate::result::runtime as rt;
 use crate::stream::Stream;
 use crate::sys;
@@ -52,18 +53,18 @@ pub enum UpdateOutcome {
 /// graph refers to ([`HostBuffer::copy_to_slice`](crate::HostBuffer::copy_to_slice),
 /// [`DeviceBuffer::to_vec`](crate::DeviceBuffer::to_vec), …) waits for its launches too.
 pub struct Exec {
-    raw: sys::cudaGraphExec_t,
+    pub(super) raw: sys::cudaGraphExec_t,
     /// The graph `raw` was instantiated from: per-node updates name its nodes.
     graph: sys::cudaGraph_t,
     /// The graph of the last whole-graph update, for [`Exec::cuda_dot`].
     latest: Option<sys::cudaGraph_t>,
-    device: Device,
-    dag: Dag,
+    pub(super) device: Device,
+    pub(super) dag: Dag,
     /// CUDA node handles of `graph`, by node index.
     handles: Vec<Option<sys::cudaGraphNode_t>>,
     /// Host closures of the DAG and its children, with their names (for panic reports).
-    hosts: Vec<(String, Arc<HostFn>)>,
-    fft: crate::fft::LoweringContext,
+    pub(super) hosts: Vec<(String, Arc<HostFn>)>,
+    pub(super) fft: LoweringContext,
     /// The latest launch on each stream; allocations the graph refers to point here.
     log: Arc<LaunchLog>,
     /// The events launches record.
@@ -74,7 +75,7 @@ pub struct Exec {
     pinned: Vec<Arc<Allocation>>,
     /// What updates replaced, each with a launch that may still use it.
     retired: VecDeque<(Arc<Marker>, Retiree)>,
-    scratch: ArgScratch,
+    pub(super) scratch: ArgScratch,
 }
 
 /// Something an update replaced, kept until the launches that may use it have completed.
@@ -195,9 +196,9 @@ impl Dag {
 struct Lowered {
     graph: sys::cudaGraph_t,
     handles: Vec<Option<sys::cudaGraphNode_t>>,
-    fft: crate::fft::LoweringContext,
+    fft: LoweringContext,
     /// The FFT states of `reuse` that were not reused.
-    leftover: Option<crate::fft::LoweringContext>,
+    leftover: Option<LoweringContext>,
 }
 
 /// Lowers `dag` into a new CUDA graph; FFT nodes whose plan did not change take their cuFFT
@@ -206,7 +207,7 @@ struct Lowered {
 fn lower_to_cuda(
     dag: &Dag,
     device: &Device,
-    reuse: &mut Option<crate::fft::LoweringContext>,
+    reuse: &mut Option<LoweringContext>,
 ) -> Result<Lowered> {
     let mut backend = CudaBackend::new(device)?;
     if let Some(r) = reuse.take() {
@@ -247,16 +248,6 @@ impl Exec {
     /// The device.
     pub fn device(&self) -> &Device {
         &self.device
-    }
-
-    /// The launch priority CUDA has for kernel node `id` (`cudaGraphKernelNodeGetAttribute`).
-    pub fn cuda_priority(&self, id: NodeId) -> Result<i32> {
-        let h = self.handle(id)?;
-        if self.dag.node(id)?.kind() != NodeKind::Kernel {
-            return Err(self.dag.node(id)?.wrong_kind("a kernel node"));
-        }
-        // SAFETY: `h` is a kernel node of the graph the exec was made from (alive with it).
-        unsafe { rt::graph_kernel_node_priority(h) }
     }
 
     fn check_host_panics(&self) -> Result<()> {
@@ -331,12 +322,12 @@ impl Exec {
             .for_each_latest(|m| retired.push_back((m.clone(), item.clone())));
     }
 
-    fn retire_other(&mut self, item: impl Any + Send) {
+    pub(super) fn retire_other(&mut self, item: impl Any + Send) {
         self.retire(Retiree::Other(Arc::new(Mutex::new(item))));
     }
 
     /// Notes one more reference of the DAG to `a`.
-    fn hold(&mut self, a: &Arc<Allocation>) {
+    pub(super) fn hold(&mut self, a: &Arc<Allocation>) {
         let n = self.held.entry(Arc::as_ptr(a) as usize).or_insert(0);
         *n += 1;
         if *n == 1 {
@@ -351,7 +342,7 @@ impl Exec {
     }
 
     /// Notes one reference fewer; the last one hands `a` to the launches so far.
-    fn release(&mut self, a: Arc<Allocation>) {
+    pub(super) fn release(&mut self, a: Arc<Allocation>) {
         let key = Arc::as_ptr(&a) as usize;
         let n = self
             .held
@@ -367,197 +358,13 @@ impl Exec {
         }
     }
 
-    fn handle(&self, id: NodeId) -> Result<sys::cudaGraphNode_t> {
+    pub(super) fn handle(&self, id: NodeId) -> Result<sys::cudaGraphNode_t> {
         self.dag.node(id)?;
         self.handles
             .get(id.index())
             .copied()
             .flatten()
             .ok_or(Error::Dag(DagError::UnknownNode(id.serial())))
-    }
-
-    /// Sets kernel node `id`'s parameters in the executable graph: its current arguments with
-    /// `replace(i)`'s bytes instead of argument `i` where given, and `config`. Nothing of the
-    /// node changes here.
-    fn push_kernel_params<'r>(
-        &mut self,
-        id: NodeId,
-        config: Option<LaunchConfig>,
-        replace: &dyn Fn(usize) -> Option<&'r [u8]>,
-    ) -> Result<()> {
-        let h = self.handle(id)?;
-        let Op::Kernel(k) = &self.dag.graph[id.idx].op else {
-            unreachable!("checked by the caller")
-        };
-        let mut params = kernel_params(k);
-        if let Some(c) = config {
-            params.gridDim = c.grid.into();
-            params.blockDim = c.block.into();
-            params.sharedMemBytes = c.shared_mem_bytes;
-        }
-        params.kernelParams = k.args.staged(&mut self.scratch, replace);
-        // SAFETY: `h` is the kernel node of the instantiated graph for this DAG node; the
-        // staged parameters match the kernel's layout (checked by the caller); CUDA copies the
-        // argument values during the call.
-        unsafe { rt::graph_exec_kernel_node_set_params(self.raw, h, &params) }
-    }
-
-    /// Writes accepted arguments into the node, holding new buffers (all first, so a buffer
-    /// that only moves between arguments is never released) and releasing replaced ones.
-    fn commit_kernel_args<'a>(
-        &mut self,
-        id: NodeId,
-        args: impl Iterator<Item = (usize, &'a KernelArg)> + Clone,
-    ) {
-        for (_, a) in args.clone() {
-            if let Some(b) = &a.buffer {
-                self.hold(b);
-            }
-        }
-        for (i, a) in args {
-            let Op::Kernel(k) = &mut self.dag.graph[id.idx].op else {
-                unreachable!("checked by the caller")
-            };
-            let replaced = k.args.set(i, a);
-            // `set` returns the old buffer only when it differs; an unchanged one was held
-            // once more above.
-            match replaced {
-                Some(old) => self.release(old),
-                None => {
-                    if let Some(b) = &a.buffer {
-                        self.release(b.clone());
-                    }
-                }
-            }
-        }
-    }
-
-    /// Replaces all arguments of kernel node `id` (checked against the kernel's layout).
-    /// When CUDA refuses, nothing changes.
-    pub fn set_kernel_args(&mut self, id: NodeId, args: &[KernelArg]) -> Result<()> {
-        self.dag.node(id)?.check_kernel_args(args)?;
-        self.push_kernel_params(id, None, &|i| Some(args[i].as_bytes()))?;
-        self.commit_kernel_args(id, args.iter().enumerate());
-        Ok(())
-    }
-
-    /// Replaces argument `index` of kernel node `id`. When CUDA refuses, nothing changes.
-    pub fn set_kernel_arg(
-        &mut self,
-        id: NodeId,
-        index: usize,
-        arg: impl Into<KernelArg>,
-    ) -> Result<()> {
-        let arg = arg.into();
-        self.dag.node(id)?.check_kernel_arg(index, &arg)?;
-        let bytes = arg.as_bytes();
-        self.push_kernel_params(id, None, &|i| (i == index).then_some(bytes))?;
-        self.commit_kernel_args(id, std::iter::once((index, &arg)));
-        Ok(())
-    }
-
-    /// Replaces the launch shape of kernel node `id` (checked against the device).
-    pub fn set_launch_config(&mut self, id: NodeId, config: LaunchConfig) -> Result<()> {
-        let node = self.dag.node(id)?;
-        let Op::Kernel(k) = &node.op else {
-            return Err(node.wrong_kind("a kernel node"));
-        };
-        if let Some(problem) = k.kernel.launch_problem(self.device.limits(), &config) {
-            return Err(Error::Dag(DagError::LaunchShape {
-                node: node.name.clone(),
-                kernel: k.kernel.name().to_string(),
-                problem,
-            }));
-        }
-        self.push_kernel_params(id, Some(config), &|_| None)?;
-        self.dag.node_mut(id)?.kernel_mut()?.config = config;
-        Ok(())
-    }
-
-    /// Replaces the ends of 1D memcpy node `id` (same direction; checked like when added).
-    /// When CUDA refuses, nothing changes.
-    pub fn set_memcpy(
-        &mut self,
-        id: NodeId,
-        dst: impl Into<Region>,
-        src: impl Into<Region>,
-    ) -> Result<()> {
-        let (dst, src) = (dst.into(), src.into());
-        let node = self.dag.node(id)?;
-        let key = super::DeviceKey::Cuda(self.device.ordinal() as i32);
-        for r in [&dst, &src] {
-            if super::DeviceKey::of_owner(&r.alloc.owner) != key {
-                return Err(Error::Dag(DagError::WrongDevice {
-                    node: node.name.clone(),
-                    problem: "the new buffer is not on the graph's device".into(),
-                }));
-            }
-        }
-        let new = node.memcpy_with_ends(dst, src)?;
-        let h = self.handle(id)?;
-        // SAFETY: `h` is this memcpy node; the regions were bounds-checked and are held by the
-        // DAG from now on (committed below), and their host access waits for the launches.
-        unsafe {
-            rt::graph_exec_memcpy_node_set_params_1d(
-                self.raw,
-                h,
-                new.dst.raw_addr() as *mut _,
-                new.src.raw_addr() as *const _,
-                new.width,
-                memcpy_kind(new.kind()),
-            )?
-        };
-        self.hold(&new.dst.alloc);
-        self.hold(&new.src.alloc);
-        let node = self.dag.node_mut(id)?;
-        let Op::Memcpy(m) = &mut node.op else {
-            unreachable!("checked above")
-        };
-        let old = std::mem::replace(m, new);
-        self.release(old.dst.alloc);
-        self.release(old.src.alloc);
-        Ok(())
-    }
-
-    /// Replaces the value memset node `id` writes (same size). When CUDA refuses, nothing
-    /// changes.
-    pub fn set_memset_value(
-        &mut self,
-        id: NodeId,
-        value: impl Into<super::MemsetValue>,
-    ) -> Result<()> {
-        let new = self.dag.node(id)?.memset_with_value(value.into())?;
-        let h = self.handle(id)?;
-        // SAFETY: `h` is this memset node; only the value changed.
-        unsafe { rt::graph_exec_memset_node_set_params(self.raw, h, &memset_params(&new))? };
-        self.dag.node_mut(id)?.op = Op::Memset(new);
-        Ok(())
-    }
-
-    /// Replaces the closure of host node `id`. The old closure stays alive until the launches
-    /// that may call it have completed.
-    pub fn set_host_fn(&mut self, id: NodeId, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
-        let h = self.handle(id)?;
-        let node = self.dag.node(id)?;
-        if !matches!(node.op, Op::Host(_)) {
-            return Err(node.wrong_kind("a host node"));
-        }
-        let new = HostNode { f: HostFn::new(f) };
-        // SAFETY: `h` is this host node; the new HostFn is held by the DAG from now on, the
-        // old one until the queued launches are done.
-        unsafe { rt::graph_exec_host_node_set_params(self.raw, h, &host_params(&new))? };
-        let name = node.name.clone();
-        let Op::Host(host) = &mut self.dag.node_mut(id)?.op else {
-            unreachable!("checked above")
-        };
-        let old = std::mem::replace(&mut host.f, new.f.clone());
-        for entry in &mut self.hosts {
-            if Arc::ptr_eq(&entry.1, &old) {
-                *entry = (name.clone(), new.f.clone());
-            }
-        }
-        self.retire_other(old);
-        Ok(())
     }
 
     /// Enables or disables node `id` for later launches (kernel, memcpy and memset nodes).
@@ -575,34 +382,6 @@ impl Exec {
         // SAFETY: `h` is a node of a kind CUDA can disable.
         unsafe { rt::graph_node_set_enabled(self.raw, h, enabled)? };
         node.enabled = enabled;
-        Ok(())
-    }
-
-    /// Replaces the callback parameters of FFT node `id` for launches issued after this call
-    /// (launches already queued keep theirs). When CUDA refuses, nothing changes. Regions the
-    /// old parameters pointed to stay alive until the launches that may use them have
-    /// completed.
-    pub fn set_fft_params(&mut self, id: NodeId, params: crate::fft::FftParams) -> Result<()> {
-        let key = super::DeviceKey::Cuda(self.device.ordinal() as i32);
-        let node = self.dag.node(id)?;
-        let Op::Fft(f) = &node.op else {
-            return Err(node.wrong_kind("an FFT node"));
-        };
-        f.check_params(&node.name, &params)?;
-        crate::fft::check_owners(&node.name, &f.input, &f.output, &params, key)?;
-        let blob = f.param_blob(&params);
-        let uid = f.uid;
-        self.fft.set_params(self.raw, uid, &blob)?;
-        params.for_each_allocation(&mut |a| self.hold(a));
-        let Op::Fft(f) = &mut self.dag.node_mut(id)?.op else {
-            unreachable!("checked above")
-        };
-        let old = std::mem::replace(&mut f.params, params);
-        let mut released = Vec::new();
-        old.for_each_allocation(&mut |a| released.push(a.clone()));
-        for a in released {
-            self.release(a);
-        }
         Ok(())
     }
 

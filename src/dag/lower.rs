@@ -1,5 +1,5 @@
-//! Lowering: a validated [`Dag`] becomes one graph-construction call per node, in topological
-//! order, through the [`Backend`] trait. [`CudaBackend`] makes the CUDA runtime calls;
+//! Lowering: a validated [`Dag`] becomes one graph-construction call per node, in canonical
+//! topological order, through the sealed [`Backend`] trait and its one `add_node` method. [`CudaBackend`] makes the CUDA runtime calls;
 //! [`RecordingBackend`] logs them, so lowering is tested without a GPU.
 //!
 //! The contract: backends receive only nodes of a validated DAG (bounds, argument layouts,
@@ -12,74 +12,112 @@ use std::sync::Arc;
 
 use petgraph::visit::NodeIndexable;
 
-use super::{host_trampoline, CopyKind, Dag, HostNode, KernelNode, MemcpyNode, MemsetNode, Op};
-use crate::device::{Device, DeviceLimits};
+use super::nodes::{FftNode, KernelNode};
+use super::Dag;
+use crate::device::{Device, DeviceKey, DeviceLimits};
 use crate::error::Result;
-use crate::fft::{FftNode, WorkShare};
+use crate::fft::WorkShare;
 use crate::kernel::Kernel;
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace};
 use crate::result::runtime as rt;
 use crate::sys;
 
-/// Which device (or recording backend) an object belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DeviceKey {
-    /// A CUDA device, by ordinal.
-    Cuda(i32),
-    /// A recording backend, by its id.
-    Recording(u64),
+/// An edge's data (`cudaGraphEdgeData`: ports and type), given to `cudaGraphAddNode` with
+/// the dependencies. Lowering passes none yet (every edge is a full dependency); programmatic
+/// launch ports will.
+pub type EdgeData = sys::cudaGraphEdgeData;
+
+/// One node as lowering hands it to a backend: for every kind CUDA's generic node API can
+/// add, the `cudaGraphNodeParams` `cudaGraphAddNode` takes, so both backends see (and the
+/// recording backend records) the same description.
+#[allow(clippy::large_enum_variant)] // reason: made on the stack per node and passed by reference; boxing would allocate per node
+pub enum NodeParams<'a> {
+    /// `cudaGraphAddNode` with these parameters. `kernel` is the DAG's kernel node when the
+    /// parameters are a kernel's: its launch priority has no generic field (it is set with
+    /// `cudaGraphKernelNodeSetAttribute` after adding), and the recording backend names the
+    /// kernel and its argument bytes from it (the generic parameters name them by address).
+    Generic {
+        /// The parameters, with `type_` naming the union member that is set.
+        raw: sys::cudaGraphNodeParams,
+        /// The kernel node, for kernel parameters.
+        kernel: Option<&'a KernelNode>,
+    },
+    /// A 1D copy, kept on `cudaGraphAddMemcpyNode1D`: through the generic API it would be a
+    /// `cudaMemcpy3DParms` copy whose pitch is the byte count, which CUDA limits
+    /// (`cudaDevAttrMaxPitch`) where a 1D copy has no limit, and per-node updates of 1D copies
+    /// use `cudaGraphExecMemcpyNodeSetParams1D`.
+    Copy1d {
+        /// Destination address.
+        dst: u64,
+        /// Source address.
+        src: u64,
+        /// Bytes.
+        bytes: usize,
+        /// Direction.
+        kind: sys::cudaMemcpyKind,
+    },
+    /// A child graph: the DAG is lowered by a backend of the same kind, then added as a
+    /// `cudaGraphNodeTypeGraph` node (cloned by CUDA).
+    Child(&'a Dag),
+    /// An FFT: cuFFT has no node API, so the transform is captured from a stream into the
+    /// graph (after a parameter-setting kernel node, added through the generic path).
+    Fft {
+        /// The node.
+        node: &'a FftNode,
+        /// The work area it may share.
+        work: &'a WorkShare,
+    },
 }
 
-impl std::fmt::Display for DeviceKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DeviceKey::Cuda(o) => write!(f, "CUDA device {o}"),
-            DeviceKey::Recording(id) => write!(f, "recording backend {id}"),
+impl NodeParams<'_> {
+    /// Zeroed generic parameters of `type_` (all-zero is what CUDA wants in the reserved
+    /// fields, and a valid value of every union member).
+    pub(crate) fn zeroed(type_: sys::cudaGraphNodeType) -> sys::cudaGraphNodeParams {
+        // SAFETY: every field is an integer, a pointer, an optional function pointer or a
+        // C enum whose value 0 exists (`type_` is overwritten below).
+        let mut raw: sys::cudaGraphNodeParams = unsafe { std::mem::zeroed() };
+        raw.type_ = type_;
+        raw
+    }
+}
+
+pub(crate) mod sealed {
+    use super::*;
+
+    /// The backend interface lowering uses; sealed, so adding a node kind or a method is not
+    /// a breaking change.
+    pub trait Lower {
+        /// The backend's handle for a node it created.
+        type Node: Copy;
+        /// The device objects must belong to.
+        fn key(&self) -> DeviceKey;
+        /// The limits launch shapes are validated against.
+        fn limits(&self) -> &DeviceLimits;
+        /// Adds one node after `deps` (with `edges`, one per dependency, or none for plain
+        /// dependencies).
+        fn add_node(
+            &mut self,
+            name: &str,
+            deps: &[Self::Node],
+            edges: &[EdgeData],
+            params: &NodeParams<'_>,
+        ) -> Result<Self::Node>;
+        /// Called once before the nodes of `dag` are added, with the work-area share of each
+        /// FFT node (by node index), when the DAG has FFT nodes. The CUDA backend makes the
+        /// cuFFT plans here, so that shared work areas are sized for the plans actually made.
+        fn prepare_ffts(&mut self, dag: &Dag, shares: &[Option<WorkShare>]) -> Result<()> {
+            let _ = (dag, shares);
+            Ok(())
         }
     }
 }
 
-/// Where lowering sends its calls: one method per node kind, each given the backend's handles
-/// of the node's dependencies.
-pub trait Backend {
-    /// The backend's handle for a node it created.
-    type Node: Copy;
-    /// The device objects must belong to.
-    fn key(&self) -> DeviceKey;
-    /// The limits launch shapes are validated against.
-    fn limits(&self) -> &DeviceLimits;
-    /// A kernel launch.
-    fn add_kernel(&mut self, name: &str, deps: &[Self::Node], k: &KernelNode)
-        -> Result<Self::Node>;
-    /// A copy.
-    fn add_memcpy(&mut self, name: &str, deps: &[Self::Node], m: &MemcpyNode)
-        -> Result<Self::Node>;
-    /// A fill.
-    fn add_memset(&mut self, name: &str, deps: &[Self::Node], m: &MemsetNode)
-        -> Result<Self::Node>;
-    /// A host closure.
-    fn add_host(&mut self, name: &str, deps: &[Self::Node], h: &HostNode) -> Result<Self::Node>;
-    /// An empty node.
-    fn add_empty(&mut self, name: &str, deps: &[Self::Node]) -> Result<Self::Node>;
-    /// A child graph (lowered with a backend of the same kind).
-    fn add_child(&mut self, name: &str, deps: &[Self::Node], child: &Dag) -> Result<Self::Node>;
-    /// Called once before the nodes of `dag` are added, with the work-area share of each FFT
-    /// node (by node index), when the DAG has FFT nodes. The CUDA backend makes the cuFFT
-    /// plans here, so that shared work areas are sized for the plans actually made.
-    #[doc(hidden)]
-    fn prepare_ffts(&mut self, dag: &Dag, shares: &[Option<WorkShare>]) -> Result<()> {
-        let _ = (dag, shares);
-        Ok(())
-    }
-    /// An FFT, with the work area it may share. Returns the node later nodes depend on.
-    fn add_fft(
-        &mut self,
-        name: &str,
-        deps: &[Self::Node],
-        f: &FftNode,
-        work: &WorkShare,
-    ) -> Result<Self::Node>;
-}
+/// Where lowering sends its nodes: [`CudaBackend`] or [`RecordingBackend`]. The trait is
+/// sealed: every node reaches a backend through one method taking the node's parameters and
+/// incoming edges, so new node kinds need no new backend methods.
+pub trait Backend: sealed::Lower {}
+
+impl<T: sealed::Lower> Backend for T {}
 
 impl Dag {
     /// Validates the DAG for `backend`'s device and lowers it, returning the backend's handle
@@ -103,7 +141,7 @@ impl Dag {
         // DAGs with the same nodes and edges lower to graphs CUDA pairs node by node, whatever
         // order their edges were added in.
         let order = self.topological_order();
-        let shares = crate::fft::lower::work_shares(self, &order);
+        let shares = super::nodes::fft::work_shares(self, &order);
         if !shares.is_empty() {
             backend.prepare_ffts(self, &shares)?;
         }
@@ -116,23 +154,8 @@ impl Dag {
                     .map(|p| handles[p.index()].expect("dependencies are lowered first")),
             );
             let node = &self.graph[id.idx];
-            let name = node.name.as_str();
-            let h = match &node.op {
-                Op::Kernel(k) => backend.add_kernel(name, &deps, k)?,
-                Op::Memcpy(m) => backend.add_memcpy(name, &deps, m)?,
-                Op::Memset(m) => backend.add_memset(name, &deps, m)?,
-                Op::Host(h) => backend.add_host(name, &deps, h)?,
-                Op::Empty => backend.add_empty(name, &deps)?,
-                Op::Child(c) => backend.add_child(name, &deps, &c.dag)?,
-                Op::Fft(f) => backend.add_fft(
-                    name,
-                    &deps,
-                    f,
-                    shares[id.index()]
-                        .as_ref()
-                        .expect("every FFT node has a share"),
-                )?,
-            };
+            let share = shares.get(id.index()).and_then(Option::as_ref);
+            let h = node.op.lower(&node.name, &deps, backend, share)?;
             handles[id.index()] = Some(h);
         }
         Ok(handles)
@@ -144,8 +167,11 @@ impl Dag {
 /// One call a [`RecordingBackend`] received.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedCall {
-    /// The CUDA function the CUDA backend would call, e.g. `cudaGraphAddKernelNode`.
+    /// The CUDA function the CUDA backend would call, e.g. `cudaGraphAddNode`.
     pub function: &'static str,
+    /// The node type it adds (`kernel`, `memcpy`, `memset`, `host`, `empty`, `graph`, or
+    /// `captured` for work captured from a stream).
+    pub kind: &'static str,
     /// The node's name.
     pub name: String,
     /// Indexes (into the recording) of the calls this one depends on.
@@ -211,8 +237,8 @@ impl RecordingBackend {
         let mut s = String::new();
         for (i, c) in self.calls.iter().enumerate() {
             s.push_str(&format!(
-                "{i} {} `{}` deps={:?} {}\n",
-                c.function, c.name, c.deps, c.params
+                "{i} {} {} `{}` deps={:?} {}\n",
+                c.function, c.kind, c.name, c.deps, c.params
             ));
         }
         s
@@ -221,12 +247,14 @@ impl RecordingBackend {
     fn record(
         &mut self,
         function: &'static str,
+        kind: &'static str,
         name: &str,
         deps: &[usize],
         params: String,
     ) -> usize {
         self.calls.push(RecordedCall {
             function,
+            kind,
             name: name.to_string(),
             deps: deps.to_vec(),
             params,
@@ -245,7 +273,79 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
-impl Backend for RecordingBackend {
+/// The recording's word for a copy direction the crate wrote.
+fn copy_kind(k: sys::cudaMemcpyKind) -> String {
+    super::nodes::memcpy::CopyKind::from_raw(k)
+        .map_or_else(|| format!("{k:?}"), |c| format!("{c:?}"))
+}
+
+/// The recording's words for generic parameters: the node type and the member it names.
+fn describe_generic(
+    raw: &sys::cudaGraphNodeParams,
+    kernel: Option<&KernelNode>,
+) -> (&'static str, String) {
+    use std::fmt::Write;
+    use sys::cudaGraphNodeType as T;
+    let u = &raw.__bindgen_anon_1;
+    match raw.type_ {
+        T::cudaGraphNodeTypeKernel => {
+            // SAFETY: the node modules set the member `type_` names.
+            let p = unsafe { &u.kernel };
+            let k = kernel.expect("kernel parameters come with their node");
+            let dim = |d: sys::dim3| format!("({},{},{})", d.x, d.y, d.z);
+            let mut s = String::with_capacity(96 + 20 * k.arg_count());
+            let _ = write!(
+                s,
+                "kernel={} grid={} block={} smem={} args=[",
+                k.kernel.name(),
+                dim(p.gridDim),
+                dim(p.blockDim),
+                p.sharedMemBytes
+            );
+            for i in 0..k.arg_count() {
+                if i > 0 {
+                    s.push(',');
+                }
+                s.push_str(&hex(k.arg_bytes(i)));
+            }
+            s.push(']');
+            if let Some(prio) = k.priority {
+                let _ = write!(s, " priority={prio}");
+            }
+            ("kernel", s)
+        }
+        T::cudaGraphNodeTypeMemcpy => {
+            // SAFETY: as above.
+            let c = unsafe { &u.memcpy.copyParams };
+            let s = format!(
+                "dst={:#x} dst_pitch={} src={:#x} src_pitch={} width={} height={} depth={} kind={}",
+                c.dstPtr.ptr as u64,
+                c.dstPtr.pitch,
+                c.srcPtr.ptr as u64,
+                c.srcPtr.pitch,
+                c.extent.width,
+                c.extent.height,
+                c.extent.depth,
+                copy_kind(c.kind)
+            );
+            ("memcpy", s)
+        }
+        T::cudaGraphNodeTypeMemset => {
+            // SAFETY: as above.
+            let m = unsafe { &u.memset };
+            let s = format!(
+                "dst={:#x} value={:#x} element_size={} width={} height={} pitch={}",
+                m.dst as u64, m.value, m.elementSize, m.width, m.height, m.pitch
+            );
+            ("memset", s)
+        }
+        T::cudaGraphNodeTypeHost => ("host", String::new()),
+        T::cudaGraphNodeTypeEmpty => ("empty", String::new()),
+        other => ("other", format!("{other:?}")),
+    }
+}
+
+impl sealed::Lower for RecordingBackend {
     type Node = usize;
     fn key(&self) -> DeviceKey {
         DeviceKey::Recording(self.id)
@@ -253,90 +353,61 @@ impl Backend for RecordingBackend {
     fn limits(&self) -> &DeviceLimits {
         &self.limits
     }
-    fn add_kernel(&mut self, name: &str, deps: &[usize], k: &KernelNode) -> Result<usize> {
-        use std::fmt::Write;
-        let c = k.config;
-        let mut p = String::with_capacity(96 + 20 * k.arg_count());
-        let _ = write!(
-            p,
-            "kernel={} grid={} block={} smem={} args=[",
-            k.kernel.name(),
-            c.grid,
-            c.block,
-            c.shared_mem_bytes
-        );
-        for i in 0..k.arg_count() {
-            if i > 0 {
-                p.push(',');
+    fn add_node(
+        &mut self,
+        name: &str,
+        deps: &[usize],
+        edges: &[EdgeData],
+        params: &NodeParams<'_>,
+    ) -> Result<usize> {
+        let mut edge_words = String::new();
+        for e in edges {
+            edge_words.push_str(&format!(
+                " edge(from_port={} to_port={} type={})",
+                e.from_port, e.to_port, e.type_
+            ));
+        }
+        match params {
+            NodeParams::Generic { raw, kernel } => {
+                let (kind, p) = describe_generic(raw, *kernel);
+                Ok(self.record("cudaGraphAddNode", kind, name, deps, p + &edge_words))
             }
-            p.push_str(&hex(k.arg_bytes(i)));
+            NodeParams::Copy1d {
+                dst,
+                src,
+                bytes,
+                kind,
+            } => {
+                let p = format!(
+                    "dst={dst:#x} src={src:#x} bytes={bytes} kind={}",
+                    copy_kind(*kind)
+                );
+                Ok(self.record("cudaGraphAddMemcpyNode1D", "memcpy", name, deps, p))
+            }
+            NodeParams::Child(child) => {
+                let mut sub = RecordingBackend {
+                    id: self.id,
+                    limits: self.limits.clone(),
+                    next_addr: self.next_addr + 0x1000_0000,
+                    next_fft_handle: self.next_fft_handle + 1000,
+                    fft_param_buffers: Vec::new(),
+                    calls: Vec::new(),
+                };
+                child.lower_validated(&mut sub)?;
+                let inner: Vec<String> = sub
+                    .calls
+                    .iter()
+                    .map(|c| format!("{} {} `{}` deps={:?}", c.function, c.kind, c.name, c.deps))
+                    .collect();
+                let p = format!("child=[{}]", inner.join("; "));
+                Ok(self.record("cudaGraphAddNode", "graph", name, deps, p))
+            }
+            NodeParams::Fft { node: f, work } => self.add_fft(name, deps, f, work),
         }
-        p.push(']');
-        if let Some(prio) = k.priority {
-            let _ = write!(p, " priority={prio}");
-        }
-        Ok(self.record("cudaGraphAddKernelNode", name, deps, p))
     }
-    fn add_memcpy(&mut self, name: &str, deps: &[usize], m: &MemcpyNode) -> Result<usize> {
-        if m.height == 1 {
-            let p = format!(
-                "dst={:#x} src={:#x} bytes={} kind={:?}",
-                m.dst.raw_addr(),
-                m.src.raw_addr(),
-                m.width,
-                m.kind()
-            );
-            Ok(self.record("cudaGraphAddMemcpyNode1D", name, deps, p))
-        } else {
-            let p = format!(
-                "dst={:#x} dst_pitch={} src={:#x} src_pitch={} width={} height={} kind={:?}",
-                m.dst.raw_addr(),
-                m.dst_pitch,
-                m.src.raw_addr(),
-                m.src_pitch,
-                m.width,
-                m.height,
-                m.kind()
-            );
-            Ok(self.record("cudaGraphAddMemcpyNode", name, deps, p))
-        }
-    }
-    fn add_memset(&mut self, name: &str, deps: &[usize], m: &MemsetNode) -> Result<usize> {
-        let p = format!(
-            "dst={:#x} value={:#x} element_size={} width={} height={} pitch={}",
-            m.dst.raw_addr(),
-            m.value.bits(),
-            m.value.size(),
-            m.width,
-            m.height,
-            m.pitch
-        );
-        Ok(self.record("cudaGraphAddMemsetNode", name, deps, p))
-    }
-    fn add_host(&mut self, name: &str, deps: &[usize], _h: &HostNode) -> Result<usize> {
-        Ok(self.record("cudaGraphAddHostNode", name, deps, String::new()))
-    }
-    fn add_empty(&mut self, name: &str, deps: &[usize]) -> Result<usize> {
-        Ok(self.record("cudaGraphAddEmptyNode", name, deps, String::new()))
-    }
-    fn add_child(&mut self, name: &str, deps: &[usize], child: &Dag) -> Result<usize> {
-        let mut sub = RecordingBackend {
-            id: self.id,
-            limits: self.limits.clone(),
-            next_addr: self.next_addr + 0x1000_0000,
-            next_fft_handle: self.next_fft_handle + 1000,
-            fft_param_buffers: Vec::new(),
-            calls: Vec::new(),
-        };
-        child.lower_validated(&mut sub)?;
-        let inner: Vec<String> = sub
-            .calls
-            .iter()
-            .map(|c| format!("{} `{}` deps={:?}", c.function, c.name, c.deps))
-            .collect();
-        let p = format!("child=[{}]", inner.join("; "));
-        Ok(self.record("cudaGraphAddChildGraphNode", name, deps, p))
-    }
+}
+
+impl RecordingBackend {
     fn add_fft(
         &mut self,
         name: &str,
@@ -370,9 +441,15 @@ impl Backend for RecordingBackend {
                 hex(&blob[..bytes])
             );
             self.fft_param_buffers.push(buf);
-            deps = vec![self.record("cudaGraphAddKernelNode", name, &deps, p)];
+            deps = vec![self.record("cudaGraphAddNode", "kernel", name, &deps, p)];
         }
-        Ok(self.record("cudaStreamBeginCaptureToGraph+cufftExec", name, &deps, plan))
+        Ok(self.record(
+            "cudaStreamBeginCaptureToGraph+cufftExec",
+            "captured",
+            name,
+            &deps,
+            plan,
+        ))
     }
 }
 
@@ -382,7 +459,7 @@ impl Backend for RecordingBackend {
 pub struct CudaBackend {
     graph: sys::cudaGraph_t,
     device: Device,
-    pub(crate) fft: crate::fft::LoweringContext,
+    pub(crate) fft: super::nodes::fft::LoweringContext,
 }
 
 impl CudaBackend {
@@ -394,7 +471,7 @@ impl CudaBackend {
         Ok(CudaBackend {
             graph,
             device: device.clone(),
-            fft: crate::fft::LoweringContext::default(),
+            fft: super::nodes::fft::LoweringContext::default(),
         })
     }
 
@@ -404,7 +481,7 @@ impl CudaBackend {
     }
 
     /// Gives up ownership of the graph (the caller destroys it) and of the FFT state.
-    pub(crate) fn into_graph(mut self) -> (sys::cudaGraph_t, crate::fft::LoweringContext) {
+    pub(crate) fn into_graph(mut self) -> (sys::cudaGraph_t, super::nodes::fft::LoweringContext) {
         let graph = std::mem::replace(&mut self.graph, std::ptr::null_mut());
         (graph, std::mem::take(&mut self.fft))
     }
@@ -422,139 +499,84 @@ impl Drop for CudaBackend {
     }
 }
 
-pub(crate) fn kernel_params(k: &KernelNode) -> sys::cudaKernelNodeParams {
-    sys::cudaKernelNodeParams {
-        func: k.kernel.raw().expect("validated: a CUDA kernel") as *mut c_void,
-        gridDim: k.config.grid.into(),
-        blockDim: k.config.block.into(),
-        sharedMemBytes: k.config.shared_mem_bytes,
-        kernelParams: k.args.kernel_params(),
-        extra: std::ptr::null_mut(),
-    }
-}
-
-pub(crate) fn memcpy_kind(k: CopyKind) -> sys::cudaMemcpyKind {
-    use sys::cudaMemcpyKind as K;
-    match k {
-        CopyKind::HostToDevice => K::cudaMemcpyHostToDevice,
-        CopyKind::DeviceToHost => K::cudaMemcpyDeviceToHost,
-        CopyKind::DeviceToDevice => K::cudaMemcpyDeviceToDevice,
-        CopyKind::HostToHost => K::cudaMemcpyHostToHost,
-    }
-}
-
-pub(crate) fn memcpy_3d_params(m: &MemcpyNode) -> sys::cudaMemcpy3DParms {
-    let pitched = |addr: u64, pitch: usize| sys::cudaPitchedPtr {
-        ptr: addr as *mut c_void,
-        pitch,
-        xsize: m.width,
-        ysize: m.height,
-    };
-    sys::cudaMemcpy3DParms {
-        srcPtr: pitched(m.src.raw_addr(), m.src_pitch),
-        dstPtr: pitched(m.dst.raw_addr(), m.dst_pitch),
-        extent: sys::cudaExtent {
-            width: m.width,
-            height: m.height,
-            depth: 1,
-        },
-        kind: memcpy_kind(m.kind()),
-        ..Default::default()
-    }
-}
-
-pub(crate) fn memset_params(m: &MemsetNode) -> sys::cudaMemsetParams {
-    sys::cudaMemsetParams {
-        dst: m.dst.raw_addr() as *mut c_void,
-        pitch: m.pitch,
-        value: m.value.bits(),
-        elementSize: m.value.size() as u32,
-        width: m.width,
-        height: m.height,
-    }
-}
-
-pub(crate) fn host_params(h: &HostNode) -> sys::cudaHostNodeParams {
-    sys::cudaHostNodeParams {
-        fn_: Some(host_trampoline),
-        userData: Arc::as_ptr(&h.f) as *mut c_void,
-    }
-}
-
-impl Backend for CudaBackend {
+impl sealed::Lower for CudaBackend {
     type Node = sys::cudaGraphNode_t;
     fn key(&self) -> DeviceKey {
-        DeviceKey::Cuda(self.device.ordinal() as i32)
+        self.device.key()
     }
     fn limits(&self) -> &DeviceLimits {
         self.device.limits()
     }
-    fn add_kernel(&mut self, _: &str, deps: &[Self::Node], k: &KernelNode) -> Result<Self::Node> {
-        // SAFETY: validated node: the kernel is live on this device and the arguments match
-        // its layout; CUDA copies the argument values during the call.
-        let node = unsafe { rt::graph_add_kernel_node(self.graph, deps, &kernel_params(k))? };
-        if let Some(prio) = k.priority {
-            // SAFETY: `node` is the kernel node just added.
-            unsafe { rt::graph_kernel_node_set_priority(node, prio)? };
-        }
-        Ok(node)
-    }
-    fn add_memcpy(&mut self, _: &str, deps: &[Self::Node], m: &MemcpyNode) -> Result<Self::Node> {
-        // SAFETY: validated node: both regions are in bounds of live allocations on this
-        // device, which the DAG (and any Exec made from it) keeps alive.
-        unsafe {
-            if m.height == 1 {
-                rt::graph_add_memcpy_node_1d(
-                    self.graph,
-                    deps,
-                    m.dst.raw_addr() as *mut c_void,
-                    m.src.raw_addr() as *const c_void,
-                    m.width,
-                    memcpy_kind(m.kind()),
-                )
-            } else {
-                rt::graph_add_memcpy_node(self.graph, deps, &memcpy_3d_params(m))
+    fn add_node(
+        &mut self,
+        _: &str,
+        deps: &[Self::Node],
+        edges: &[EdgeData],
+        params: &NodeParams<'_>,
+    ) -> Result<Self::Node> {
+        match params {
+            NodeParams::Generic { raw, kernel } => {
+                let mut raw = *raw;
+                // SAFETY: validated node: what the parameters point to (kernel and argument
+                // values, regions of live allocations of this device, the host closure) is
+                // valid; CUDA copies the parameters during the call, and the DAG (and any
+                // Exec made from it) keeps the kernel, buffers and closure alive.
+                let node = unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? };
+                if let Some(prio) = kernel.and_then(|k| k.priority) {
+                    // SAFETY: `node` is the kernel node just added.
+                    unsafe { rt::graph_kernel_node_set_priority(node, prio)? };
+                }
+                Ok(node)
+            }
+            NodeParams::Copy1d {
+                dst,
+                src,
+                bytes,
+                kind,
+            } => {
+                debug_assert!(edges.is_empty(), "the 1D call takes no edge data");
+                // SAFETY: validated node: both regions are in bounds of live allocations on
+                // this device, which the DAG (and any Exec made from it) keeps alive.
+                unsafe {
+                    rt::graph_add_memcpy_node_1d(
+                        self.graph,
+                        deps,
+                        *dst as *mut c_void,
+                        *src as *const c_void,
+                        *bytes,
+                        *kind,
+                    )
+                }
+            }
+            NodeParams::Child(child) => {
+                let mut sub = CudaBackend::new(&self.device)?;
+                child.lower_validated(&mut sub)?;
+                let mut raw = NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeGraph);
+                raw.__bindgen_anon_1.graph = sys::cudaChildGraphNodeParams {
+                    graph: sub.graph,
+                    // Clone, as `cudaGraphAddChildGraphNode` does: `sub` destroys its graph.
+                    ownership:
+                        sys::cudaGraphChildGraphNodeOwnership::cudaGraphChildGraphOwnershipClone,
+                };
+                // SAFETY: both graphs are live; CUDA clones the child.
+                let node = unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? };
+                // FFT states of the child stay with the parent's lowering context.
+                let (g, fft) = sub.into_graph();
+                // SAFETY: the clone lives in the parent; the original is ours to destroy.
+                unsafe { rt::graph_destroy(g)? };
+                self.fft.absorb(fft);
+                Ok(node)
+            }
+            NodeParams::Fft { node, .. } => {
+                debug_assert!(edges.is_empty(), "captured work takes plain dependencies");
+                let graph = self.graph;
+                let device = self.device.clone();
+                self.fft.lower(&device, graph, deps, node)
             }
         }
-    }
-    fn add_memset(&mut self, _: &str, deps: &[Self::Node], m: &MemsetNode) -> Result<Self::Node> {
-        // SAFETY: validated node: the region is in bounds of a live device allocation.
-        unsafe { rt::graph_add_memset_node(self.graph, deps, &memset_params(m)) }
-    }
-    fn add_host(&mut self, _: &str, deps: &[Self::Node], h: &HostNode) -> Result<Self::Node> {
-        // SAFETY: the trampoline never unwinds; the HostFn is kept alive by the DAG and by any
-        // Exec made from it.
-        unsafe { rt::graph_add_host_node(self.graph, deps, &host_params(h)) }
-    }
-    fn add_empty(&mut self, _: &str, deps: &[Self::Node]) -> Result<Self::Node> {
-        // SAFETY: `deps` are nodes of this graph.
-        unsafe { rt::graph_add_empty_node(self.graph, deps) }
-    }
-    fn add_child(&mut self, _: &str, deps: &[Self::Node], child: &Dag) -> Result<Self::Node> {
-        let mut sub = CudaBackend::new(&self.device)?;
-        child.lower_validated(&mut sub)?;
-        // SAFETY: both graphs are live; CUDA clones the child, which `sub` then destroys.
-        let node = unsafe { rt::graph_add_child_graph_node(self.graph, deps, sub.graph)? };
-        // FFT states of the child stay with the parent's lowering context.
-        let (g, fft) = sub.into_graph();
-        // SAFETY: the clone lives in the parent; the original is ours to destroy.
-        unsafe { rt::graph_destroy(g)? };
-        self.fft.absorb(fft);
-        Ok(node)
     }
     fn prepare_ffts(&mut self, dag: &Dag, shares: &[Option<WorkShare>]) -> Result<()> {
         let device = self.device.clone();
         self.fft.prepare(&device, dag, shares)
-    }
-    fn add_fft(
-        &mut self,
-        _: &str,
-        deps: &[Self::Node],
-        f: &FftNode,
-        _work: &WorkShare,
-    ) -> Result<Self::Node> {
-        let graph = self.graph;
-        let device = self.device.clone();
-        self.fft.lower(&device, graph, deps, f)
     }
 }

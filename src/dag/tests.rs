@@ -2,6 +2,9 @@
 
 use super::*;
 use crate::args;
+use crate::device::DeviceLimits;
+use crate::LaunchConfig;
+use nodes::host::host_trampoline;
 
 fn rec() -> RecordingBackend {
     RecordingBackend::new(DeviceLimits::hopper())
@@ -41,11 +44,11 @@ fn lowering_order_dependencies_and_parameters() {
         &dag,
         &mut r,
         "
-0 cudaGraphAddMemcpyNode1D `upload` deps=[] dst=@0000 src=@0400 bytes=1024 kind=HostToDevice
-1 cudaGraphAddKernelNode `kernel#1` deps=[0] kernel=scale grid=(1,1,1) block=(256,1,1) smem=0 args=[0000000000700000,00000040]
-2 cudaGraphAddKernelNode `kernel#2` deps=[0] kernel=scale grid=(2,1,1) block=(128,1,1) smem=0 args=[0000000000700000,00004040]
-3 cudaGraphAddEmptyNode `empty#3` deps=[1, 2] 
-4 cudaGraphAddMemcpyNode1D `memcpy#4` deps=[3] dst=@0400 src=@0000 bytes=1024 kind=DeviceToHost",
+0 cudaGraphAddMemcpyNode1D memcpy `upload` deps=[] dst=@0000 src=@0400 bytes=1024 kind=HostToDevice
+1 cudaGraphAddNode kernel `kernel#1` deps=[0] kernel=scale grid=(1,1,1) block=(256,1,1) smem=0 args=[0000000000700000,00000040]
+2 cudaGraphAddNode kernel `kernel#2` deps=[0] kernel=scale grid=(2,1,1) block=(128,1,1) smem=0 args=[0000000000700000,00004040]
+3 cudaGraphAddNode empty `empty#3` deps=[1, 2] 
+4 cudaGraphAddMemcpyNode1D memcpy `memcpy#4` deps=[3] dst=@0400 src=@0000 bytes=1024 kind=DeviceToHost",
     );
 }
 
@@ -80,9 +83,9 @@ fn memset_and_2d_copies_lower_with_pitches() {
         &dag,
         &mut r,
         "
-0 cudaGraphAddMemsetNode `memset#0` deps=[] dst=@0000 value=0xabcd element_size=2 width=64 height=1 pitch=128
-1 cudaGraphAddMemsetNode `memset#1` deps=[0] dst=@0080 value=0x7 element_size=4 width=8 height=4 pitch=128
-2 cudaGraphAddMemcpyNode `memcpy#2` deps=[1] dst=@0000 dst_pitch=128 src=@0400 src_pitch=64 width=64 height=8 kind=DeviceToDevice",
+0 cudaGraphAddNode memset `memset#0` deps=[] dst=@0000 value=0xabcd element_size=2 width=64 height=1 pitch=128
+1 cudaGraphAddNode memset `memset#1` deps=[0] dst=@0080 value=0x7 element_size=4 width=8 height=4 pitch=128
+2 cudaGraphAddNode memcpy `memcpy#2` deps=[1] dst=@0000 dst_pitch=128 src=@0400 src_pitch=64 width=64 height=8 depth=1 kind=DeviceToDevice",
     );
 }
 
@@ -102,8 +105,8 @@ fn child_graphs_and_host_nodes_lower() {
         &dag,
         &mut r,
         "
-0 cudaGraphAddHostNode `host#0` deps=[] 
-1 cudaGraphAddChildGraphNode `child#1` deps=[0] child=[cudaGraphAddKernelNode `kernel#0` deps=[]; cudaGraphAddEmptyNode `empty#1` deps=[0]]",
+0 cudaGraphAddNode host `host#0` deps=[] 
+1 cudaGraphAddNode graph `child#1` deps=[0] child=[cudaGraphAddNode kernel `kernel#0` deps=[]; cudaGraphAddNode empty `empty#1` deps=[0]]",
     );
 }
 

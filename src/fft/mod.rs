@@ -4,7 +4,7 @@
 //! # The model
 //! - An [`FftPlan`] is a *description* (rank, sizes, batch, layout, type, callbacks), cheap to
 //!   clone and shared by any number of nodes of any number of DAGs.
-//! - [`Dag::add_fft`] adds a node: plan, direction, input and output regions and the node's
+//! - [`Dag::add_fft`](crate::Dag::add_fft) adds a node: plan, direction, input and output regions and the node's
 //!   callback parameters ([`FftParams`]).
 //! - Lowering gives **every FFT node its own cuFFT handle** (callbacks are attached to a handle
 //!   before its plan is made and cannot change afterwards) and **its own device buffer for the
@@ -35,17 +35,16 @@
 //! LTO callbacks need libnvJitLink at run time; without it, callback plans fail with an error
 //! that says so, and plain FFT nodes still work.
 
-pub(crate) mod lower;
+pub(crate) mod handle;
 mod stream;
 
 use std::sync::Arc;
 
-use crate::dag::{Dag, DagError, DeviceKey, NodeId, Op};
-use crate::error::{Error, Result};
+use crate::device::DeviceKey;
+use crate::error::{DagError, Error, Result};
 use crate::memory::{DeviceRepr, MemorySpace, Region};
 
-pub(crate) use lower::LoweringContext;
-pub use lower::{plans_made, WorkShare};
+pub use handle::{plans_made, WorkShare};
 pub use stream::StreamFft;
 
 /// The transform type.
@@ -598,35 +597,6 @@ impl FftParams {
     }
 }
 
-/// Everything [`Dag::add_fft`] needs.
-#[derive(Clone, Debug)]
-pub struct FftSpec {
-    /// The plan (shared).
-    pub plan: FftPlan,
-    /// Direction (C2C/Z2Z; R2C is forward, C2R inverse).
-    pub direction: Direction,
-    /// Input (device memory).
-    pub input: Region,
-    /// Output (device memory; may be the input for in-place transforms).
-    pub output: Region,
-    /// This node's callback parameters.
-    pub params: FftParams,
-}
-
-/// A cuFFT transform in a DAG.
-#[derive(Clone)]
-pub struct FftNode {
-    /// The serial number of the node in its DAG (see [`NodeId::serial`]): what the lowering
-    /// state of the node is found by, in this DAG, its clones, and a DAG built the same way
-    /// for a whole-graph update.
-    pub(crate) uid: u64,
-    pub(crate) plan: FftPlan,
-    pub(crate) direction: Direction,
-    pub(crate) input: Region,
-    pub(crate) output: Region,
-    pub(crate) params: FftParams,
-}
-
 const BUILTIN_PARAMS: usize = 16;
 
 /// The 16-byte parameter struct of the built-in callbacks.
@@ -638,207 +608,131 @@ fn builtin_bytes(scale: f32, flags: u32, ptr: u64) -> [u8; BUILTIN_PARAMS] {
     b
 }
 
-impl FftNode {
-    /// The plan.
-    pub fn plan(&self) -> &FftPlan {
-        &self.plan
-    }
-    /// The direction.
-    pub fn direction(&self) -> Direction {
-        self.direction
-    }
-    /// The node's current callback parameters.
-    pub fn params(&self) -> &FftParams {
-        &self.params
-    }
-
-    /// Bytes of this node's parameter buffer; 0 without callbacks.
-    pub(crate) fn param_buffer_bytes(&self) -> usize {
-        self.plan.param_buffer_bytes()
-    }
-
-    /// Offset of the store part in the parameter buffer.
-    pub(crate) fn store_offset(&self) -> usize {
-        self.plan.store_offset()
-    }
-
-    /// The parameter buffer's contents for `params` (checked).
-    pub(crate) fn param_blob(&self, params: &FftParams) -> [u8; PARAM_BLOB] {
-        self.plan.param_blob(params)
-    }
-
-    /// What is wrong with `params` for this node's plan, if anything.
-    fn params_problem(plan: &FftPlan, params: &FftParams) -> Option<String> {
-        let d = &plan.inner.desc;
-        let check = |what: &str,
-                     has_cb: Option<&CustomCallback>,
-                     builtin: bool,
-                     p: &Option<CallbackParams>,
-                     region_bytes: usize|
-         -> Option<String> {
-            match (builtin || has_cb.is_some(), p) {
-                (false, None) => None,
-                (false, Some(_)) => Some(format!("has {what} callback parameters but the plan has no {what} callback")),
-                (true, None) => Some(format!("the plan's {what} callback needs {what} parameters")),
-                (true, Some(p)) => match (has_cb, p) {
-                    (Some(c), CallbackParams::Custom(b)) if b.len() == c.params_size => None,
-                    (Some(c), CallbackParams::Custom(b)) => Some(format!(
-                        "the custom {what} callback takes {} parameter bytes, not {}",
-                        c.params_size,
-                        b.len()
-                    )),
-                    (Some(_), _) => Some(format!("the custom {what} callback needs CallbackParams::Custom")),
-                    (None, CallbackParams::Load { .. }) if what == "load" => None,
-                    (None, CallbackParams::Store { .. }) if what == "store" => None,
-                    (None, _) => Some(format!("the built-in {what} callback needs CallbackParams::{}", if what == "load" { "Load" } else { "Store" })),
-                }
-                .or_else(|| {
-                    let r = p.region()?;
-                    (r.alloc.space != MemorySpace::Device).then(|| format!("the {what} override region is not device memory"))
-                        .or_else(|| (r.offset.saturating_add(r.len) > r.alloc.bytes).then(|| format!("the {what} override region is outside its buffer")))
-                        .or_else(|| (r.len < region_bytes).then(|| format!("the {what} override region has {} bytes; the plan needs {region_bytes}", r.len)))
-                }),
+/// What is wrong with `params` for this node's plan, if anything.
+pub(crate) fn params_problem(plan: &FftPlan, params: &FftParams) -> Option<String> {
+    let d = &plan.inner.desc;
+    let check = |what: &str,
+                 has_cb: Option<&CustomCallback>,
+                 builtin: bool,
+                 p: &Option<CallbackParams>,
+                 region_bytes: usize|
+     -> Option<String> {
+        match (builtin || has_cb.is_some(), p) {
+            (false, None) => None,
+            (false, Some(_)) => Some(format!("has {what} callback parameters but the plan has no {what} callback")),
+            (true, None) => Some(format!("the plan's {what} callback needs {what} parameters")),
+            (true, Some(p)) => match (has_cb, p) {
+                (Some(c), CallbackParams::Custom(b)) if b.len() == c.params_size => None,
+                (Some(c), CallbackParams::Custom(b)) => Some(format!(
+                    "the custom {what} callback takes {} parameter bytes, not {}",
+                    c.params_size,
+                    b.len()
+                )),
+                (Some(_), _) => Some(format!("the custom {what} callback needs CallbackParams::Custom")),
+                (None, CallbackParams::Load { .. }) if what == "load" => None,
+                (None, CallbackParams::Store { .. }) if what == "store" => None,
+                (None, _) => Some(format!("the built-in {what} callback needs CallbackParams::{}", if what == "load" { "Load" } else { "Store" })),
             }
-        };
-        let custom_load = match &d.load {
-            Some(LoadCallback::Custom(c)) => Some(c),
-            _ => None,
-        };
-        let custom_store = match &d.store {
-            Some(StoreCallback::Custom(c)) => Some(c),
-            _ => None,
-        };
+            .or_else(|| {
+                let r = p.region()?;
+                (r.alloc.space != MemorySpace::Device).then(|| format!("the {what} override region is not device memory"))
+                    .or_else(|| (r.offset.saturating_add(r.len) > r.alloc.bytes).then(|| format!("the {what} override region is outside its buffer")))
+                    .or_else(|| (r.len < region_bytes).then(|| format!("the {what} override region has {} bytes; the plan needs {region_bytes}", r.len)))
+            }),
+        }
+    };
+    let custom_load = match &d.load {
+        Some(LoadCallback::Custom(c)) => Some(c),
+        _ => None,
+    };
+    let custom_store = match &d.store {
+        Some(StoreCallback::Custom(c)) => Some(c),
+        _ => None,
+    };
+    check(
+        "load",
+        custom_load,
+        d.load.is_some() && custom_load.is_none(),
+        &params.load,
+        plan.input_bytes(),
+    )
+    .or_else(|| {
         check(
-            "load",
-            custom_load,
-            d.load.is_some() && custom_load.is_none(),
-            &params.load,
-            plan.input_bytes(),
+            "store",
+            custom_store,
+            d.store.is_some() && custom_store.is_none(),
+            &params.store,
+            plan.output_bytes(),
         )
-        .or_else(|| {
-            check(
-                "store",
-                custom_store,
-                d.store.is_some() && custom_store.is_none(),
-                &params.store,
-                plan.output_bytes(),
-            )
-        })
-    }
+    })
+}
 
-    /// Checks a transform: plan type against direction, buffers against the plan, callback
-    /// parameters against the plan's callbacks.
-    pub(crate) fn check(
-        name: &str,
-        plan: &FftPlan,
-        direction: Direction,
-        input: &Region,
-        output: &Region,
-        params: &FftParams,
-    ) -> Result<()> {
-        let fail = |problem: String| {
-            Err(Error::Dag(DagError::Fft {
-                node: name.to_string(),
-                problem,
-            }))
-        };
-        let kind = plan.inner.desc.kind;
-        match (kind, direction) {
-            (FftType::R2C | FftType::D2Z, Direction::Inverse) => {
-                return fail(format!("a {kind:?} transform is forward only"))
-            }
-            (FftType::C2R | FftType::Z2D, Direction::Forward) => {
-                return fail(format!("a {kind:?} transform is inverse only"))
-            }
-            _ => {}
+/// Checks a transform: plan type against direction, buffers against the plan, callback
+/// parameters against the plan's callbacks.
+pub(crate) fn check_transform(
+    name: &str,
+    plan: &FftPlan,
+    direction: Direction,
+    input: &Region,
+    output: &Region,
+    params: &FftParams,
+) -> Result<()> {
+    let fail = |problem: String| {
+        Err(Error::Dag(DagError::Fft {
+            node: name.to_string(),
+            problem,
+        }))
+    };
+    let kind = plan.inner.desc.kind;
+    match (kind, direction) {
+        (FftType::R2C | FftType::D2Z, Direction::Inverse) => {
+            return fail(format!("a {kind:?} transform is forward only"))
         }
-        for (what, r, need, elem) in [
-            ("input", input, plan.input_bytes(), plan.input_elem_bytes()),
-            (
-                "output",
-                output,
-                plan.output_bytes(),
-                plan.output_elem_bytes(),
-            ),
-        ] {
-            if r.alloc.space != MemorySpace::Device {
-                return fail(format!("the {what} must be device memory"));
-            }
-            if r.elem != elem {
-                return fail(format!(
-                    "the {what} has {}-byte elements, but the plan ({kind:?}{}) {} {elem}-byte \
-                     elements",
-                    r.elem,
-                    plan.callback_summary(),
-                    if what == "input" { "reads" } else { "writes" }
-                ));
-            }
-            if r.offset.saturating_add(r.len) > r.alloc.bytes {
-                return fail(format!("the {what} region is outside its buffer"));
-            }
-            if r.len < need {
-                return fail(format!(
-                    "the {what} has {} bytes but the plan ({:?} {:?} x{}) needs {need}",
-                    r.len, kind, plan.inner.desc.sizes, plan.inner.desc.batch
-                ));
-            }
-            if r.raw_addr() % elem.min(16) as u64 != 0 {
-                return fail(format!(
-                    "the {what} is not aligned to its {elem}-byte elements"
-                ));
-            }
+        (FftType::C2R | FftType::Z2D, Direction::Forward) => {
+            return fail(format!("a {kind:?} transform is inverse only"))
         }
-        if let Some(problem) = Self::params_problem(plan, params) {
-            return fail(problem);
-        }
-        Ok(())
+        _ => {}
     }
-
-    /// Calls `f` for the input, the output and every override region's allocation.
-    pub(crate) fn for_each_allocation(
-        &self,
-        f: &mut dyn FnMut(&std::sync::Arc<crate::memory::Allocation>),
-    ) {
-        f(&self.input.alloc);
-        f(&self.output.alloc);
-        self.params.for_each_allocation(f);
-    }
-
-    pub(crate) fn validate(&self, name: &str, key: DeviceKey) -> Result<()> {
-        check_owners(name, &self.input, &self.output, &self.params, key)
-    }
-
-    pub(crate) fn dot_lines(&self) -> Vec<String> {
-        let d = &self.plan.inner.desc;
-        let mut l = vec![format!(
-            "fft {:?} {:?} {:?} x{}",
-            d.kind, self.direction, d.sizes, d.batch
-        )];
-        if let Some(c) = &d.load {
-            l.push(format!("load {}", cb_name_load(c)));
+    for (what, r, need, elem) in [
+        ("input", input, plan.input_bytes(), plan.input_elem_bytes()),
+        (
+            "output",
+            output,
+            plan.output_bytes(),
+            plan.output_elem_bytes(),
+        ),
+    ] {
+        if r.alloc.space != MemorySpace::Device {
+            return fail(format!("the {what} must be device memory"));
         }
-        if let Some(c) = &d.store {
-            l.push(format!("store {}", cb_name_store(c)));
+        if r.elem != elem {
+            return fail(format!(
+                "the {what} has {}-byte elements, but the plan ({kind:?}{}) {} {elem}-byte \
+                 elements",
+                r.elem,
+                plan.callback_summary(),
+                if what == "input" { "reads" } else { "writes" }
+            ));
         }
-        l
-    }
-
-    /// Checks `params` for this node's plan.
-    pub(crate) fn check_params(&self, name: &str, params: &FftParams) -> Result<()> {
-        match Self::params_problem(&self.plan, params) {
-            None => Ok(()),
-            Some(problem) => Err(Error::Dag(DagError::Fft {
-                node: name.to_string(),
-                problem,
-            })),
+        if r.offset.saturating_add(r.len) > r.alloc.bytes {
+            return fail(format!("the {what} region is outside its buffer"));
+        }
+        if r.len < need {
+            return fail(format!(
+                "the {what} has {} bytes but the plan ({:?} {:?} x{}) needs {need}",
+                r.len, kind, plan.inner.desc.sizes, plan.inner.desc.batch
+            ));
+        }
+        if r.raw_addr() % elem.min(16) as u64 != 0 {
+            return fail(format!(
+                "the {what} is not aligned to its {elem}-byte elements"
+            ));
         }
     }
-
-    /// Replaces the parameters (checked). Returns the old ones.
-    pub(crate) fn apply_params(&mut self, name: &str, params: FftParams) -> Result<FftParams> {
-        self.check_params(name, &params)?;
-        Ok(std::mem::replace(&mut self.params, params))
+    if let Some(problem) = params_problem(plan, params) {
+        return fail(problem);
     }
+    Ok(())
 }
 
 /// Checks that every region an FFT node or call uses belongs to `key`.
@@ -856,7 +750,7 @@ pub(crate) fn check_owners(
         .chain(overrides)
         .flatten()
     {
-        let k = DeviceKey::of_owner(&r.alloc.owner);
+        let k = r.alloc.owner.key();
         if k != key {
             return Err(Error::Dag(DagError::WrongDevice {
                 node: name.to_string(),
@@ -867,13 +761,13 @@ pub(crate) fn check_owners(
     Ok(())
 }
 
-fn cb_name_load(c: &LoadCallback) -> String {
+pub(crate) fn cb_name_load(c: &LoadCallback) -> String {
     match c {
         LoadCallback::Custom(c) => c.function.clone(),
         other => format!("{other:?}"),
     }
 }
-fn cb_name_store(c: &StoreCallback) -> String {
+pub(crate) fn cb_name_store(c: &StoreCallback) -> String {
     match c {
         StoreCallback::Custom(c) => c.function.clone(),
         other => format!("{other:?}"),
@@ -882,43 +776,6 @@ fn cb_name_store(c: &StoreCallback) -> String {
 
 /// Size of the parameter blob a node's parameter-setting kernel carries.
 pub(crate) const PARAM_BLOB: usize = 256;
-
-impl Dag {
-    /// Adds an FFT node. The plan, direction, buffer sizes and callback parameters are checked
-    /// now; the node gets its own cuFFT handle and parameter buffer when lowered.
-    pub fn add_fft(&mut self, spec: FftSpec) -> Result<NodeId> {
-        let name = self.next_default_name(crate::dag::NodeKind::Fft);
-        FftNode::check(
-            &name,
-            &spec.plan,
-            spec.direction,
-            &spec.input,
-            &spec.output,
-            &spec.params,
-        )?;
-        Ok(self.add_op(Op::Fft(FftNode {
-            uid: self.next_serial(),
-            plan: spec.plan,
-            direction: spec.direction,
-            input: spec.input,
-            output: spec.output,
-            params: spec.params,
-        })))
-    }
-
-    /// Replaces an FFT node's callback parameters in the DAG (for a whole-graph update).
-    pub fn set_fft_params(&mut self, id: NodeId, params: FftParams) -> Result<()> {
-        let node = self.node_mut(id)?;
-        let name = node.name.clone();
-        match &mut node.op {
-            Op::Fft(f) => f.apply_params(&name, params).map(|_| ()),
-            _ => Err(Error::Dag(DagError::WrongKind {
-                node: name,
-                problem: "is not an FFT node".into(),
-            })),
-        }
-    }
-}
 
 /// Whether libnvJitLink (needed by LTO callbacks) can be loaded.
 pub fn nvjitlink_available() -> Result<()> {

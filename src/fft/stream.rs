@@ -3,9 +3,8 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::lower::{make_plan, new_handle, setter_kernel, zeroed_device, Handle};
-use super::{Direction, FftNode, FftParams, FftPlan};
-use crate::dag::DeviceKey;
+use super::handle::{make_plan, new_handle, setter_kernel, zeroed_device, Handle};
+use super::{check_transform, Direction, FftParams, FftPlan};
 use crate::device::Device;
 use crate::error::Result;
 use crate::kernel::{KernelArg, LaunchConfig, PackedArgs};
@@ -91,14 +90,8 @@ impl StreamFft {
         output: &Region,
         params: &FftParams,
     ) -> Result<()> {
-        FftNode::check("StreamFft", &self.plan, direction, input, output, params)?;
-        super::check_owners(
-            "StreamFft",
-            input,
-            output,
-            params,
-            DeviceKey::Cuda(self.device.ordinal() as i32),
-        )?;
+        check_transform("StreamFft", &self.plan, direction, input, output, params)?;
+        super::check_owners("StreamFft", input, output, params, self.device.key())?;
         stream.check_device(&self.device, "the StreamFft")?;
         if self.bound.as_ref().map(Stream::raw) != Some(stream.raw()) {
             // Work queued on the previous stream may still use the work area and parameters.

@@ -1,7 +1,7 @@
 //! Host-only tests: plan and node validation, and lowering through the recording backend.
 
 use super::*;
-use crate::{Dag, DeviceLimits, RecordingBackend};
+use crate::{Dag, DeviceLimits, FftSpec, RecordingBackend};
 
 fn c2c(n: i64, batch: i64) -> FftPlanDesc {
     FftPlanDesc::new(FftType::C2C, &[n], batch)
@@ -220,12 +220,12 @@ fn lowering_gives_each_node_its_own_handle_and_parameter_buffer() {
     dag.lower(&mut r).unwrap();
     let t = r.transcript().replace("0x70000000", "@");
     let expect = "\
-0 cudaGraphAddKernelNode `fft#0` deps=[] kernel=cudagraph_fft_set_params handle=#1 param_buffer=@2000 bytes=16 params=0000803f000000000000000000000000
-1 cudaStreamBeginCaptureToGraph+cufftExec `fft#0` deps=[0] handle=#1 plan=C2C[256]x1 dir=Forward in=@0000 out=@0800 work_slot=0
-2 cudaGraphAddKernelNode `fft#1` deps=[1] kernel=cudagraph_fft_set_params handle=#2 param_buffer=@2100 bytes=16 params=0000803b000000000000000000000000
-3 cudaStreamBeginCaptureToGraph+cufftExec `fft#1` deps=[2] handle=#2 plan=C2C[256]x1 dir=Inverse in=@0800 out=@0000 work_slot=0
-4 cudaGraphAddKernelNode `parallel` deps=[] kernel=cudagraph_fft_set_params handle=#3 param_buffer=@2200 bytes=16 params=00000040000000000000000000000000
-5 cudaStreamBeginCaptureToGraph+cufftExec `parallel` deps=[4] handle=#3 plan=C2C[256]x1 dir=Forward in=@1000 out=@1800 work_slot=1
+0 cudaGraphAddNode kernel `fft#0` deps=[] kernel=cudagraph_fft_set_params handle=#1 param_buffer=@2000 bytes=16 params=0000803f000000000000000000000000
+1 cudaStreamBeginCaptureToGraph+cufftExec captured `fft#0` deps=[0] handle=#1 plan=C2C[256]x1 dir=Forward in=@0000 out=@0800 work_slot=0
+2 cudaGraphAddNode kernel `fft#1` deps=[1] kernel=cudagraph_fft_set_params handle=#2 param_buffer=@2100 bytes=16 params=0000803b000000000000000000000000
+3 cudaStreamBeginCaptureToGraph+cufftExec captured `fft#1` deps=[2] handle=#2 plan=C2C[256]x1 dir=Inverse in=@0800 out=@0000 work_slot=0
+4 cudaGraphAddNode kernel `parallel` deps=[] kernel=cudagraph_fft_set_params handle=#3 param_buffer=@2200 bytes=16 params=00000040000000000000000000000000
+5 cudaStreamBeginCaptureToGraph+cufftExec captured `parallel` deps=[4] handle=#3 plan=C2C[256]x1 dir=Forward in=@1000 out=@1800 work_slot=1
 ";
     assert_eq!(t, expect, "{t}");
 }
@@ -289,6 +289,6 @@ fn sizes_that_overflow_are_errors() {
 #[test]
 fn lowering_state_is_send() {
     fn send<T: Send>() {}
-    send::<super::lower::LoweringContext>();
+    send::<crate::dag::nodes::fft::LoweringContext>();
     send::<crate::Exec>();
 }

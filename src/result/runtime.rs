@@ -537,21 +537,31 @@ pub unsafe fn graph_destroy(graph: sys::cudaGraph_t) -> Result<()> {
     rt!(cudaGraphDestroy(graph))
 }
 
-/// `cudaGraphAddKernelNode`.
+/// `cudaGraphAddNode`: the generic call every node kind but 1D copies is added with.
 ///
 /// # Safety
-/// `graph` is live, `deps` are its nodes, `params` describes a valid launch whose argument
-/// pointers are valid for the duration of the call (CUDA copies the values).
-pub unsafe fn graph_add_kernel_node(
+/// `graph` is live, `deps` are its nodes, `edges` is empty or has one entry per dependency;
+/// `params` names in `type_` the union member that is set, and what it points to is valid for
+/// the call (CUDA copies kernel arguments), and — buffers, kernels, host functions and their
+/// data — stays valid while any executable graph made from `graph` can run.
+pub unsafe fn graph_add_node(
     graph: sys::cudaGraph_t,
     deps: &[sys::cudaGraphNode_t],
-    params: &sys::cudaKernelNodeParams,
+    edges: &[sys::cudaGraphEdgeData],
+    params: &mut sys::cudaGraphNodeParams,
 ) -> Result<sys::cudaGraphNode_t> {
+    debug_assert!(edges.is_empty() || edges.len() == deps.len());
     let mut n = ptr::null_mut();
-    rt!(cudaGraphAddKernelNode(
+    let edge_ptr = if edges.is_empty() {
+        ptr::null()
+    } else {
+        edges.as_ptr()
+    };
+    rt!(cudaGraphAddNode(
         &mut n,
         graph,
         deps.as_ptr(),
+        edge_ptr,
         deps.len(),
         params
     ))?;
@@ -581,105 +591,6 @@ pub unsafe fn graph_add_memcpy_node_1d(
         src,
         bytes,
         kind
-    ))?;
-    Ok(n)
-}
-
-/// `cudaGraphAddMemcpyNode` (pitched 2D/3D copies).
-///
-/// # Safety
-/// As [`graph_add_memcpy_node_1d`], for the regions `params` describes.
-pub unsafe fn graph_add_memcpy_node(
-    graph: sys::cudaGraph_t,
-    deps: &[sys::cudaGraphNode_t],
-    params: &sys::cudaMemcpy3DParms,
-) -> Result<sys::cudaGraphNode_t> {
-    let mut n = ptr::null_mut();
-    rt!(cudaGraphAddMemcpyNode(
-        &mut n,
-        graph,
-        deps.as_ptr(),
-        deps.len(),
-        params
-    ))?;
-    Ok(n)
-}
-
-/// `cudaGraphAddMemsetNode`.
-///
-/// # Safety
-/// `graph` is live, `deps` are its nodes, the region stays valid while the graph can run.
-pub unsafe fn graph_add_memset_node(
-    graph: sys::cudaGraph_t,
-    deps: &[sys::cudaGraphNode_t],
-    params: &sys::cudaMemsetParams,
-) -> Result<sys::cudaGraphNode_t> {
-    let mut n = ptr::null_mut();
-    rt!(cudaGraphAddMemsetNode(
-        &mut n,
-        graph,
-        deps.as_ptr(),
-        deps.len(),
-        params
-    ))?;
-    Ok(n)
-}
-
-/// `cudaGraphAddHostNode`.
-///
-/// # Safety
-/// `graph` is live, `deps` are its nodes; `params.fn_` may be called with `params.userData`
-/// from a CUDA thread whenever a graph made from this one runs, so both stay valid meanwhile.
-pub unsafe fn graph_add_host_node(
-    graph: sys::cudaGraph_t,
-    deps: &[sys::cudaGraphNode_t],
-    params: &sys::cudaHostNodeParams,
-) -> Result<sys::cudaGraphNode_t> {
-    let mut n = ptr::null_mut();
-    rt!(cudaGraphAddHostNode(
-        &mut n,
-        graph,
-        deps.as_ptr(),
-        deps.len(),
-        params
-    ))?;
-    Ok(n)
-}
-
-/// `cudaGraphAddEmptyNode`.
-///
-/// # Safety
-/// `graph` is live and `deps` are its nodes.
-pub unsafe fn graph_add_empty_node(
-    graph: sys::cudaGraph_t,
-    deps: &[sys::cudaGraphNode_t],
-) -> Result<sys::cudaGraphNode_t> {
-    let mut n = ptr::null_mut();
-    rt!(cudaGraphAddEmptyNode(
-        &mut n,
-        graph,
-        deps.as_ptr(),
-        deps.len()
-    ))?;
-    Ok(n)
-}
-
-/// `cudaGraphAddChildGraphNode` (CUDA clones `child`).
-///
-/// # Safety
-/// `graph` and `child` are live and `deps` are nodes of `graph`.
-pub unsafe fn graph_add_child_graph_node(
-    graph: sys::cudaGraph_t,
-    deps: &[sys::cudaGraphNode_t],
-    child: sys::cudaGraph_t,
-) -> Result<sys::cudaGraphNode_t> {
-    let mut n = ptr::null_mut();
-    rt!(cudaGraphAddChildGraphNode(
-        &mut n,
-        graph,
-        deps.as_ptr(),
-        deps.len(),
-        child
     ))?;
     Ok(n)
 }
@@ -831,23 +742,23 @@ pub unsafe fn graph_upload(exec: sys::cudaGraphExec_t, stream: sys::cudaStream_t
     rt!(cudaGraphUpload(exec, stream))
 }
 
-/// `cudaGraphExecKernelNodeSetParams`.
+/// `cudaGraphExecNodeSetParams`: the generic per-node update.
 ///
 /// # Safety
-/// `node` is a kernel node of the graph `exec` was instantiated from; `params` is valid as for
-/// [`graph_add_kernel_node`] and uses the same kernel's context.
-pub unsafe fn graph_exec_kernel_node_set_params(
+/// `node` is a node of the graph `exec` was instantiated from, of the type `params` names;
+/// `params` is valid as for [`graph_add_node`].
+pub unsafe fn graph_exec_node_set_params(
     exec: sys::cudaGraphExec_t,
     node: sys::cudaGraphNode_t,
-    params: &sys::cudaKernelNodeParams,
+    params: &mut sys::cudaGraphNodeParams,
 ) -> Result<()> {
-    rt!(cudaGraphExecKernelNodeSetParams(exec, node, params))
+    rt!(cudaGraphExecNodeSetParams(exec, node, params))
 }
 
 /// `cudaGraphExecMemcpyNodeSetParams1D`.
 ///
 /// # Safety
-/// As [`graph_add_memcpy_node_1d`]; `node` is a memcpy node of `exec`'s graph.
+/// As [`graph_add_memcpy_node_1d`]; `node` is a 1D memcpy node of `exec`'s graph.
 pub unsafe fn graph_exec_memcpy_node_set_params_1d(
     exec: sys::cudaGraphExec_t,
     node: sys::cudaGraphNode_t,
@@ -859,42 +770,6 @@ pub unsafe fn graph_exec_memcpy_node_set_params_1d(
     rt!(cudaGraphExecMemcpyNodeSetParams1D(
         exec, node, dst, src, bytes, kind
     ))
-}
-
-/// `cudaGraphExecMemcpyNodeSetParams`.
-///
-/// # Safety
-/// As [`graph_add_memcpy_node`]; `node` is a memcpy node of `exec`'s graph.
-pub unsafe fn graph_exec_memcpy_node_set_params(
-    exec: sys::cudaGraphExec_t,
-    node: sys::cudaGraphNode_t,
-    params: &sys::cudaMemcpy3DParms,
-) -> Result<()> {
-    rt!(cudaGraphExecMemcpyNodeSetParams(exec, node, params))
-}
-
-/// `cudaGraphExecMemsetNodeSetParams`.
-///
-/// # Safety
-/// As [`graph_add_memset_node`]; `node` is a memset node of `exec`'s graph.
-pub unsafe fn graph_exec_memset_node_set_params(
-    exec: sys::cudaGraphExec_t,
-    node: sys::cudaGraphNode_t,
-    params: &sys::cudaMemsetParams,
-) -> Result<()> {
-    rt!(cudaGraphExecMemsetNodeSetParams(exec, node, params))
-}
-
-/// `cudaGraphExecHostNodeSetParams`.
-///
-/// # Safety
-/// As [`graph_add_host_node`]; `node` is a host node of `exec`'s graph.
-pub unsafe fn graph_exec_host_node_set_params(
-    exec: sys::cudaGraphExec_t,
-    node: sys::cudaGraphNode_t,
-    params: &sys::cudaHostNodeParams,
-) -> Result<()> {
-    rt!(cudaGraphExecHostNodeSetParams(exec, node, params))
 }
 
 /// `cudaGraphNodeSetEnabled`.

@@ -1,0 +1,72 @@
+//! Child-graph nodes: a whole [`Dag`] as one node (`cudaGraphNodeTypeGraph`, cloned).
+
+use std::sync::Arc;
+
+use super::host::HostFn;
+use super::{Label, NodeOp};
+use crate::dag::lower::{Backend, NodeParams};
+use crate::dag::{Dag, NodeId, Op};
+use crate::device::{DeviceKey, DeviceLimits};
+use crate::error::{DagError, Error, Result};
+use crate::fft::WorkShare;
+use crate::memory::Allocation;
+
+/// A child graph: a whole [`Dag`] as one node.
+#[derive(Clone)]
+pub struct ChildNode {
+    pub(crate) dag: Box<Dag>,
+}
+
+impl ChildNode {
+    /// The embedded DAG.
+    pub fn dag(&self) -> &Dag {
+        &self.dag
+    }
+}
+
+impl NodeOp for ChildNode {
+    fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
+        self.dag.validate_for(limits, key).map_err(|e| match e {
+            Error::Dag(inner) => Error::Dag(DagError::WrongKind {
+                node: name.to_string(),
+                problem: format!("in the child graph: {inner}"),
+            }),
+            other => other,
+        })
+    }
+    fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
+        self.dag.for_each_allocation(f)
+    }
+    fn host_fns(&self, prefix: &str, name: &str, out: &mut Vec<(String, Arc<HostFn>)>) {
+        self.dag.host_fns(&format!("{prefix}{name}/"), out)
+    }
+    fn label(&self) -> Label {
+        Label {
+            lines: vec![format!(
+                "child graph: {} nodes, {} edges",
+                self.dag.node_count(),
+                self.dag.edge_count()
+            )],
+            shape: "box3d",
+            color: "#e2d9f3",
+        }
+    }
+    fn lower<B: Backend>(
+        &self,
+        name: &str,
+        deps: &[B::Node],
+        backend: &mut B,
+        _: Option<&WorkShare>,
+    ) -> Result<B::Node> {
+        backend.add_node(name, deps, &[], &NodeParams::Child(&self.dag))
+    }
+}
+
+impl Dag {
+    /// Embeds a copy of `child` as one node.
+    pub fn add_child(&mut self, child: &Dag) -> NodeId {
+        self.push(Op::Child(ChildNode {
+            dag: Box::new(child.clone()),
+        }))
+    }
+}

@@ -1,0 +1,48 @@
+//! Empty nodes: join and fork points (`cudaGraphNodeTypeEmpty`).
+
+use super::{Label, NodeOp};
+use crate::dag::lower::{Backend, NodeParams};
+use crate::dag::{Dag, NodeId, Op};
+use crate::error::Result;
+use crate::fft::WorkShare;
+use crate::sys;
+
+/// Nothing: a join or fork point.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EmptyNode;
+
+impl EmptyNode {
+    /// The node as lowering hands it to a backend.
+    pub(crate) fn node_params() -> NodeParams<'static> {
+        NodeParams::Generic {
+            raw: NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeEmpty),
+            kernel: None,
+        }
+    }
+}
+
+impl NodeOp for EmptyNode {
+    fn label(&self) -> Label {
+        Label {
+            lines: vec!["empty".into()],
+            shape: "circle",
+            color: "#e9ecef",
+        }
+    }
+    fn lower<B: Backend>(
+        &self,
+        name: &str,
+        deps: &[B::Node],
+        backend: &mut B,
+        _: Option<&WorkShare>,
+    ) -> Result<B::Node> {
+        backend.add_node(name, deps, &[], &Self::node_params())
+    }
+}
+
+impl Dag {
+    /// Adds an empty node (a join or fork point).
+    pub fn add_empty(&mut self) -> NodeId {
+        self.push(Op::Empty(EmptyNode))
+    }
+}

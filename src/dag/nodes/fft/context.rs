@@ -1,0 +1,412 @@
+//! Per-node cuFFT state of FFT nodes: made in a prepare pass before lowering
+//! ([`LoweringContext::prepare`]), keyed by node serial, kept across whole-graph updates while
+//! the plan is unchanged, and given back when CUDA refuses an update.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use petgraph::visit::NodeIndexable;
+
+use super::FftNode;
+use crate::dag::lower::NodeParams;
+use crate::dag::nodes::KernelNode;
+use crate::dag::{Dag, Op};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::fft::handle::{make_plan, new_handle, setter_kernel, zeroed_device, Handle};
+use crate::fft::{WorkShare, PARAM_BLOB};
+use crate::kernel::{KernelArg, LaunchConfig, PackedArgs};
+use crate::memory::{Allocation, MemorySpace};
+use crate::result::{cufft as cf, runtime as rt};
+use crate::stream::Stream;
+use crate::sys;
+
+/// Assigns work-area slots to the FFT nodes of `dag` (greedily, in topological order): a node
+/// joins a slot only if every node already in it is one of its ancestors.
+/// The result is indexed by node index; it is empty when the DAG has no FFT node.
+pub(crate) fn work_shares(dag: &Dag, order: &[crate::dag::NodeId]) -> Vec<Option<WorkShare>> {
+    let ffts: Vec<_> = order
+        .iter()
+        .filter(|id| matches!(dag.graph[id.idx].op, Op::Fft(_)))
+        .copied()
+        .collect();
+    if ffts.is_empty() {
+        return Vec::new();
+    }
+    let mut out: Vec<Option<WorkShare>> = vec![None; dag.graph.node_bound()];
+    let mut slots: Vec<Vec<crate::dag::NodeId>> = Vec::new();
+    let mut space = petgraph::algo::DfsSpace::new(&dag.graph);
+    let mut slot_of = HashMap::new();
+    for &id in &ffts {
+        let slot = slots.iter().position(|members| {
+            members.iter().all(|&m| {
+                petgraph::algo::has_path_connecting(&dag.graph, m.idx, id.idx, Some(&mut space))
+            })
+        });
+        let slot = slot.unwrap_or_else(|| {
+            slots.push(Vec::new());
+            slots.len() - 1
+        });
+        slots[slot].push(id);
+        slot_of.insert(id, slot);
+    }
+    for &id in &ffts {
+        let slot = slot_of[&id];
+        let plans = slots[slot]
+            .iter()
+            .map(|m| match &dag.graph[m.idx].op {
+                Op::Fft(f) => f.plan.clone(),
+                _ => unreachable!(),
+            })
+            .collect();
+        out[id.index()] = Some(WorkShare { slot, plans });
+    }
+    out
+}
+
+/// One FFT node's cuFFT state: its handle (plan made, callbacks attached), its parameter
+/// buffer and its work size. Kept across whole-graph updates while the plan does not change.
+struct FftState {
+    uid: u64,
+    desc: crate::fft::FftPlanDesc,
+    handle: Handle,
+    params: Option<Arc<Allocation>>,
+    /// Work-area bytes the plan needs.
+    need: usize,
+    /// Whether the plan was executed once outside capture (see [`LoweringContext::lower`]).
+    warmed: bool,
+    /// Whether it came from the context being reused (so a failed update gives it back).
+    reused: bool,
+}
+
+impl FftState {
+    fn new(device: &Device, f: &FftNode) -> Result<FftState> {
+        let param_bytes = f.param_buffer_bytes();
+        let params = if param_bytes > 0 {
+            Some(zeroed_device(device, param_bytes)?)
+        } else {
+            None
+        };
+        let handle = new_handle(
+            device,
+            &f.plan,
+            params.as_ref().map(|p| p.ptr),
+            f.store_offset(),
+        )?;
+        // The work area comes from the lowering context, shared by nodes the DAG orders.
+        // SAFETY: the handle is live and not made.
+        unsafe { cf::set_auto_allocation(handle.raw(), false)? };
+        let need = make_plan(handle.raw(), &f.plan)?;
+        Ok(FftState {
+            uid: f.uid,
+            desc: f.plan.inner.desc.clone(),
+            handle,
+            params,
+            need,
+            warmed: false,
+            reused: false,
+        })
+    }
+}
+
+/// A raw graph node handle, used only by the `Exec` owning the graph.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct NodeHandle(sys::cudaGraphNode_t);
+
+// SAFETY: a graph node handle names a node of a graph the owning `Exec` keeps alive; it is
+// only passed to CUDA calls made through that `Exec`'s `&mut self`. Not `Sync`.
+unsafe impl Send for NodeHandle {}
+
+/// One lowered FFT node.
+struct Lowered {
+    uid: u64,
+    /// `None` once a later lowering took it over.
+    state: Option<FftState>,
+    /// The parameter-setting kernel node (in the graph the Exec was instantiated from) and its
+    /// launch, whose argument 1 is the parameter blob.
+    setter: Option<(NodeHandle, KernelNode)>,
+}
+
+/// FFT state made while lowering one graph; an [`Exec`](crate::Exec) keeps it alive.
+///
+/// It is `Send` (an `Exec` may move between threads) but not `Sync`.
+#[derive(Default)]
+pub(crate) struct LoweringContext {
+    stream: Option<Stream>,
+    nodes: Vec<Lowered>,
+    children: Vec<LoweringContext>,
+    work: HashMap<usize, Arc<Allocation>>,
+    /// States made by [`LoweringContext::prepare`], taken by their node's lowering.
+    prepared: Vec<FftState>,
+    /// An earlier lowering's context, whose unchanged FFT states this one takes over.
+    reuse: Option<Box<LoweringContext>>,
+    /// Staging for parameter updates (no allocation per update).
+    scratch: crate::kernel::ArgScratch,
+}
+
+impl LoweringContext {
+    /// Lowers with the unchanged FFT states of `old` (an earlier lowering of the same nodes).
+    pub(crate) fn set_reuse(&mut self, old: LoweringContext) {
+        self.reuse = Some(Box::new(old));
+    }
+
+    /// The reused context, with the states this lowering did not take.
+    pub(crate) fn take_reuse(&mut self) -> Option<LoweringContext> {
+        self.reuse.take().map(|b| *b)
+    }
+
+    /// Gives back to this (older) context the states `newer` took from it.
+    pub(crate) fn reclaim(&mut self, newer: &mut LoweringContext) {
+        let taken = newer
+            .nodes
+            .iter_mut()
+            .filter_map(|n| n.state.take_if(|s| s.reused))
+            .chain(newer.prepared.extract_if(.., |s| s.reused));
+        for mut st in taken.collect::<Vec<_>>() {
+            st.reused = false;
+            if let Some(n) = self.nodes.iter_mut().find(|n| n.uid == st.uid) {
+                n.state = Some(st);
+            }
+        }
+    }
+
+    /// Makes (or takes over from the reused context) the cuFFT state of every FFT node of
+    /// `dag`, then sizes each shared work area for the plans actually made and attaches it.
+    pub(crate) fn prepare(
+        &mut self,
+        device: &Device,
+        dag: &Dag,
+        shares: &[Option<WorkShare>],
+    ) -> Result<()> {
+        let mut slot_need: HashMap<usize, usize> = HashMap::new();
+        let mut slots = Vec::new();
+        for (i, share) in shares.iter().enumerate() {
+            let Some(share) = share else { continue };
+            let Op::Fft(f) = &dag.graph[petgraph::graph::NodeIndex::new(i)].op else {
+                unreachable!("shares are given to FFT nodes only")
+            };
+            let reused = self.reuse.as_mut().and_then(|r| {
+                r.nodes
+                    .iter_mut()
+                    .find(|n| n.uid == f.uid)
+                    .and_then(|n| n.state.take_if(|s| s.desc == f.plan.inner.desc))
+            });
+            let state = match reused {
+                Some(mut s) => {
+                    s.reused = true;
+                    s
+                }
+                None => FftState::new(device, f)?,
+            };
+            let need = slot_need.entry(share.slot).or_insert(0);
+            *need = (*need).max(state.need);
+            slots.push(share.slot);
+            self.prepared.push(state);
+        }
+        for (state, slot) in self.prepared.iter().zip(slots) {
+            let area = match self.work.get(&slot) {
+                Some(a) => a.clone(),
+                None => {
+                    let a = Allocation::new(device, slot_need[&slot].max(16), MemorySpace::Device)?;
+                    self.work.insert(slot, a.clone());
+                    a
+                }
+            };
+            // SAFETY: the area is at least as large as every plan of its slot needs, and kept
+            // alive by this context (and by an earlier one for launches captured with it).
+            unsafe { cf::set_work_area(state.handle.raw(), area.ptr as *mut c_void)? };
+        }
+        Ok(())
+    }
+
+    fn stream(&mut self, device: &Device) -> Result<Stream> {
+        if self.stream.is_none() {
+            self.stream = Some(Stream::new(device)?);
+        }
+        Ok(self.stream.clone().expect("just set"))
+    }
+
+    /// Lowers one FFT node (prepared by [`LoweringContext::prepare`]) into `graph` after
+    /// `deps`; returns the node later nodes depend on.
+    pub(crate) fn lower(
+        &mut self,
+        device: &Device,
+        graph: sys::cudaGraph_t,
+        deps: &[sys::cudaGraphNode_t],
+        f: &FftNode,
+    ) -> Result<sys::cudaGraphNode_t> {
+        device.bind()?;
+        let d = &f.plan.inner.desc;
+        let stream = self.stream(device)?;
+        let at = self
+            .prepared
+            .iter()
+            .position(|s| s.uid == f.uid)
+            .expect("every FFT node is prepared before lowering");
+        let mut state = self.prepared.swap_remove(at);
+        let handle = &state.handle;
+        // SAFETY: the handle and the stream are live.
+        unsafe { cf::set_stream(handle.raw(), stream.raw())? };
+
+        if !state.warmed {
+            // Execute once outside capture, on scratch buffers, so nothing lazy happens
+            // inside it.
+            let scratch_bytes = (f.plan.inner.in_elems.max(f.plan.inner.out_elems) as usize) * 16;
+            let s_in = zeroed_device(device, scratch_bytes)?;
+            let s_out = zeroed_device(device, scratch_bytes)?;
+            // SAFETY: the scratch buffers are large enough for any element type of the plan;
+            // the parameter buffer is zeroed (and complete: `zeroed_device` waits).
+            unsafe {
+                cf::exec(
+                    handle.raw(),
+                    d.kind.raw(),
+                    s_in.ptr as *mut c_void,
+                    s_out.ptr as *mut c_void,
+                    f.direction.raw(),
+                )?;
+                rt::stream_synchronize(stream.raw())?;
+            }
+            drop((s_in, s_out));
+            state.warmed = true;
+        }
+
+        // The parameter-setting kernel node.
+        let mut capture_deps: Vec<sys::cudaGraphNode_t> = deps.to_vec();
+        let setter = match &state.params {
+            Some(p) => {
+                let k = setter_kernel(device)?;
+                let blob = f.param_blob(&f.params);
+                let words = (f.param_buffer_bytes().div_ceil(8)) as i32;
+                let args = [
+                    KernelArg::from(p.ptr),
+                    KernelArg::from(blob),
+                    KernelArg::from(words),
+                ];
+                k.check_args(&args)?;
+                let node = KernelNode {
+                    args: PackedArgs::new(&k, &args),
+                    kernel: k,
+                    config: LaunchConfig::new(1, 32),
+                    priority: None,
+                };
+                let mut raw = KernelNode::generic(node.cuda_params());
+                // SAFETY: validated arguments for a live kernel of this device; CUDA copies
+                // the argument values during the call.
+                let h = unsafe { rt::graph_add_node(graph, deps, &[], &mut raw)? };
+                capture_deps = vec![h];
+                Some((NodeHandle(h), node))
+            }
+            None => None,
+        };
+
+        // Capture the transform into the graph.
+        // SAFETY: stream and graph are live; the dependencies are nodes of the graph.
+        unsafe {
+            rt::stream_begin_capture_to_graph(
+                stream.raw(),
+                graph,
+                &capture_deps,
+                sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal,
+            )?
+        };
+        // SAFETY: the node's regions were validated against the plan; the capture records the
+        // call instead of running it.
+        let exec = unsafe {
+            cf::exec(
+                handle.raw(),
+                d.kind.raw(),
+                f.input.raw_addr() as *mut c_void,
+                f.output.raw_addr() as *mut c_void,
+                f.direction.raw(),
+            )
+        };
+        // SAFETY: the stream is capturing (or the capture was invalidated).
+        let info = unsafe { rt::stream_capture_dependencies(stream.raw()) };
+        // SAFETY: always end the capture we began.
+        let ended = unsafe { rt::stream_end_capture(stream.raw()) };
+        exec?;
+        let (_, terminals) = info?;
+        ended?;
+        // The capture's dependency set moves past `capture_deps` only if it recorded nodes.
+        let mut sorted = terminals.clone();
+        sorted.sort();
+        let mut before = capture_deps.clone();
+        before.sort();
+        if terminals.is_empty() || sorted == before {
+            return Err(Error::Invalid(format!(
+                "capturing the cuFFT call for a {:?} plan added no nodes to the graph",
+                d.kind
+            )));
+        }
+        let out = if terminals.len() == 1 {
+            terminals[0]
+        } else {
+            let mut raw = NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeEmpty);
+            // SAFETY: the terminals are nodes of the graph.
+            unsafe { rt::graph_add_node(graph, &terminals, &[], &mut raw)? }
+        };
+        self.nodes.push(Lowered {
+            uid: f.uid,
+            state: Some(state),
+            setter,
+        });
+        Ok(out)
+    }
+
+    /// Keeps a child graph's FFT state alive with this one (its nodes are not updatable per
+    /// node).
+    pub(crate) fn absorb(&mut self, child: LoweringContext) {
+        if !child.nodes.is_empty() || !child.children.is_empty() {
+            self.children.push(child);
+        }
+    }
+
+    /// After a whole-graph update, per-node updates must still name the nodes of the graph
+    /// the Exec was instantiated from: take those handles from `old`.
+    pub(crate) fn adopt_node_handles_from(&mut self, old: &LoweringContext) {
+        for n in &mut self.nodes {
+            let old_node = old.nodes.iter().find(|o| o.uid == n.uid);
+            if let (
+                Some((h, _)),
+                Some(Lowered {
+                    setter: Some((oh, _)),
+                    ..
+                }),
+            ) = (&mut n.setter, old_node)
+            {
+                *h = *oh;
+            }
+        }
+    }
+
+    /// Writes new parameters into FFT node `uid`'s setter kernel node of `exec`.
+    pub(crate) fn set_params(
+        &mut self,
+        exec: sys::cudaGraphExec_t,
+        uid: u64,
+        blob: &[u8; PARAM_BLOB],
+    ) -> Result<()> {
+        let Some((h, node)) = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.uid == uid)
+            .and_then(|n| n.setter.as_mut())
+        else {
+            return Err(Error::Invalid(
+                "this FFT node has no callback parameters to update".into(),
+            ));
+        };
+        let mut params = node.cuda_params();
+        params.kernelParams = node
+            .args
+            .staged(&mut self.scratch, &|i| (i == 1).then_some(&blob[..]));
+        let mut raw = KernelNode::generic(params);
+        // SAFETY: `h` is the setter kernel node of the graph `exec` was instantiated from; the
+        // staged arguments keep the validated layout.
+        unsafe { rt::graph_exec_node_set_params(exec, h.0, &mut raw)? };
+        // Accepted: now the node's own copy changes.
+        node.args.set_bytes(1, blob);
+        Ok(())
+    }
+}

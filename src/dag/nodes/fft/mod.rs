@@ -1,0 +1,216 @@
+//! FFT nodes: a cuFFT transform as a node. cuFFT has no node API, so lowering captures the
+//! transform from a stream into the graph ([`NodeParams::Fft`]), after a parameter-setting
+//! kernel node added through the generic path; the per-node cuFFT state lives in
+//! [`context`].
+
+pub(crate) mod context;
+
+use std::sync::Arc;
+
+pub(crate) use context::{work_shares, LoweringContext};
+
+use super::{Label, NodeOp};
+use crate::dag::exec::Exec;
+use crate::dag::lower::{Backend, NodeParams};
+use crate::dag::{Dag, NodeId, NodeKind, Op};
+use crate::device::{DeviceKey, DeviceLimits};
+use crate::error::{DagError, Error, Result};
+use crate::fft::{
+    cb_name_load, cb_name_store, check_owners, check_transform, params_problem, Direction,
+    FftParams, FftPlan, WorkShare, PARAM_BLOB,
+};
+use crate::memory::{Allocation, Region};
+
+/// Everything [`Dag::add_fft`] needs.
+#[derive(Clone, Debug)]
+pub struct FftSpec {
+    /// The plan (shared).
+    pub plan: FftPlan,
+    /// Direction (C2C/Z2Z; R2C is forward, C2R inverse).
+    pub direction: Direction,
+    /// Input (device memory).
+    pub input: Region,
+    /// Output (device memory; may be the input for in-place transforms).
+    pub output: Region,
+    /// This node's callback parameters.
+    pub params: FftParams,
+}
+
+/// A cuFFT transform in a DAG.
+#[derive(Clone)]
+pub struct FftNode {
+    /// The serial number of the node in its DAG (see [`NodeId::serial`]): what the lowering
+    /// state of the node is found by, in this DAG, its clones, and a DAG built the same way
+    /// for a whole-graph update.
+    pub(crate) uid: u64,
+    pub(crate) plan: FftPlan,
+    pub(crate) direction: Direction,
+    pub(crate) input: Region,
+    pub(crate) output: Region,
+    pub(crate) params: FftParams,
+}
+
+impl FftNode {
+    /// The plan.
+    pub fn plan(&self) -> &FftPlan {
+        &self.plan
+    }
+    /// The direction.
+    pub fn direction(&self) -> Direction {
+        self.direction
+    }
+    /// The node's current callback parameters.
+    pub fn params(&self) -> &FftParams {
+        &self.params
+    }
+
+    /// Bytes of this node's parameter buffer; 0 without callbacks.
+    pub(crate) fn param_buffer_bytes(&self) -> usize {
+        self.plan.param_buffer_bytes()
+    }
+
+    /// Offset of the store part in the parameter buffer.
+    pub(crate) fn store_offset(&self) -> usize {
+        self.plan.store_offset()
+    }
+
+    /// The parameter buffer's contents for `params` (checked).
+    pub(crate) fn param_blob(&self, params: &FftParams) -> [u8; PARAM_BLOB] {
+        self.plan.param_blob(params)
+    }
+
+    /// Calls `f` for the input, the output and every override region's allocation.
+    pub(crate) fn for_each_allocation(
+        &self,
+        f: &mut dyn FnMut(&std::sync::Arc<crate::memory::Allocation>),
+    ) {
+        f(&self.input.alloc);
+        f(&self.output.alloc);
+        self.params.for_each_allocation(f);
+    }
+
+    pub(crate) fn dot_lines(&self) -> Vec<String> {
+        let d = &self.plan.inner.desc;
+        let mut l = vec![format!(
+            "fft {:?} {:?} {:?} x{}",
+            d.kind, self.direction, d.sizes, d.batch
+        )];
+        if let Some(c) = &d.load {
+            l.push(format!("load {}", cb_name_load(c)));
+        }
+        if let Some(c) = &d.store {
+            l.push(format!("store {}", cb_name_store(c)));
+        }
+        l
+    }
+
+    /// Checks `params` for this node's plan.
+    pub(crate) fn check_params(&self, name: &str, params: &FftParams) -> Result<()> {
+        match params_problem(&self.plan, params) {
+            None => Ok(()),
+            Some(problem) => Err(Error::Dag(DagError::Fft {
+                node: name.to_string(),
+                problem,
+            })),
+        }
+    }
+
+    /// Replaces the parameters (checked). Returns the old ones.
+    pub(crate) fn apply_params(&mut self, name: &str, params: FftParams) -> Result<FftParams> {
+        self.check_params(name, &params)?;
+        Ok(std::mem::replace(&mut self.params, params))
+    }
+}
+
+impl NodeOp for FftNode {
+    fn validate(&self, name: &str, _: &DeviceLimits, key: DeviceKey) -> Result<()> {
+        check_owners(name, &self.input, &self.output, &self.params, key)
+    }
+    fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
+        FftNode::for_each_allocation(self, f)
+    }
+    fn label(&self) -> Label {
+        Label {
+            lines: self.dot_lines(),
+            shape: "component",
+            color: "#ffe5d0",
+        }
+    }
+    fn lower<B: Backend>(
+        &self,
+        name: &str,
+        deps: &[B::Node],
+        backend: &mut B,
+        share: Option<&WorkShare>,
+    ) -> Result<B::Node> {
+        let work = share.expect("every FFT node has a share");
+        backend.add_node(name, deps, &[], &NodeParams::Fft { node: self, work })
+    }
+}
+
+impl Dag {
+    /// Adds an FFT node. The plan, direction, buffer sizes and callback parameters are checked
+    /// now; the node gets its own cuFFT handle and parameter buffer when lowered.
+    pub fn add_fft(&mut self, spec: FftSpec) -> Result<NodeId> {
+        let name = self.next_default_name(NodeKind::Fft);
+        check_transform(
+            &name,
+            &spec.plan,
+            spec.direction,
+            &spec.input,
+            &spec.output,
+            &spec.params,
+        )?;
+        Ok(self.push(Op::Fft(FftNode {
+            uid: self.next_serial,
+            plan: spec.plan,
+            direction: spec.direction,
+            input: spec.input,
+            output: spec.output,
+            params: spec.params,
+        })))
+    }
+
+    /// Replaces an FFT node's callback parameters in the DAG (for a whole-graph update).
+    pub fn set_fft_params(&mut self, id: NodeId, params: FftParams) -> Result<()> {
+        let node = self.node_mut(id)?;
+        let name = node.name.clone();
+        match &mut node.op {
+            Op::Fft(f) => f.apply_params(&name, params).map(|_| ()),
+            _ => Err(Error::Dag(DagError::WrongKind {
+                node: name,
+                problem: "is not an FFT node".into(),
+            })),
+        }
+    }
+}
+
+impl Exec {
+    /// Replaces the callback parameters of FFT node `id` for launches issued after this call
+    /// (launches already queued keep theirs). When CUDA refuses, nothing changes. Regions the
+    /// old parameters pointed to stay alive until the launches that may use them have
+    /// completed.
+    pub fn set_fft_params(&mut self, id: NodeId, params: FftParams) -> Result<()> {
+        let key = self.device.key();
+        let node = self.dag.node(id)?;
+        let Op::Fft(f) = &node.op else {
+            return Err(node.wrong_kind("an FFT node"));
+        };
+        f.check_params(&node.name, &params)?;
+        check_owners(&node.name, &f.input, &f.output, &params, key)?;
+        let blob = f.param_blob(&params);
+        let uid = f.uid;
+        self.fft.set_params(self.raw, uid, &blob)?;
+        params.for_each_allocation(&mut |a| self.hold(a));
+        let Op::Fft(f) = &mut self.dag.node_mut(id)?.op else {
+            unreachable!("checked above")
+        };
+        let old = std::mem::replace(&mut f.params, params);
+        let mut released = Vec::new();
+        old.for_each_allocation(&mut |a| released.push(a.clone()));
+        for a in released {
+            self.release(a);
+        }
+        Ok(())
+    }
+}

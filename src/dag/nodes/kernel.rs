@@ -1,0 +1,348 @@
+//! Kernel nodes: a kernel, its launch shape and packed arguments (`cudaGraphNodeTypeKernel`).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use super::{wrong_device, Label, NodeOp};
+use crate::dag::exec::Exec;
+use crate::dag::lower::{Backend, NodeParams};
+use crate::dag::{Dag, Node, NodeId, Op};
+use crate::device::{DeviceKey, DeviceLimits};
+use crate::error::{DagError, Error, Result};
+use crate::fft::WorkShare;
+use crate::kernel::{Kernel, KernelArg, LaunchConfig, PackedArgs};
+use crate::memory::Allocation;
+use crate::result::runtime as rt;
+use crate::sys;
+
+/// A kernel launch: kernel, launch shape and packed arguments.
+#[derive(Clone)]
+pub struct KernelNode {
+    pub(crate) kernel: Kernel,
+    pub(crate) config: LaunchConfig,
+    pub(crate) args: PackedArgs,
+    /// Launch priority (`cudaLaunchAttributePriority`), if set with [`Dag::set_priority`].
+    pub(crate) priority: Option<i32>,
+}
+
+impl KernelNode {
+    /// The kernel.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+    /// The launch shape.
+    pub fn config(&self) -> LaunchConfig {
+        self.config
+    }
+    /// The bytes of argument `i`.
+    pub fn arg_bytes(&self, i: usize) -> &[u8] {
+        self.args.param_bytes(i)
+    }
+    /// Number of arguments.
+    pub fn arg_count(&self) -> usize {
+        self.args.len()
+    }
+    /// The launch priority, if one was set.
+    pub fn priority(&self) -> Option<i32> {
+        self.priority
+    }
+
+    /// The kernel parameters CUDA takes (the kernel's address is null for a recording
+    /// kernel, which has no code).
+    pub(crate) fn cuda_params(&self) -> sys::cudaKernelNodeParamsV2 {
+        sys::cudaKernelNodeParamsV2 {
+            func: self
+                .kernel
+                .raw()
+                .map_or(std::ptr::null_mut(), |k| k as *mut c_void),
+            gridDim: self.config.grid.into(),
+            blockDim: self.config.block.into(),
+            sharedMemBytes: self.config.shared_mem_bytes,
+            kernelParams: self.args.kernel_params(),
+            extra: std::ptr::null_mut(),
+        }
+    }
+
+    /// The generic node parameters of this launch with other kernel parameters.
+    pub(crate) fn generic(p: sys::cudaKernelNodeParamsV2) -> sys::cudaGraphNodeParams {
+        let mut raw = NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeKernel);
+        raw.__bindgen_anon_1.kernel = p;
+        raw
+    }
+
+    /// The node as lowering hands it to a backend.
+    pub(crate) fn node_params(&self) -> NodeParams<'_> {
+        NodeParams::Generic {
+            raw: Self::generic(self.cuda_params()),
+            kernel: Some(self),
+        }
+    }
+}
+
+impl NodeOp for KernelNode {
+    fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
+        let home = self.kernel.key();
+        if home != key {
+            return Err(wrong_device(
+                name,
+                format!(
+                    "kernel `{}` belongs to {home}, but the graph is for {key}",
+                    self.kernel.name()
+                ),
+            ));
+        }
+        for b in self.args.buffers.iter().flatten() {
+            if b.owner.key() != key {
+                return Err(wrong_device(
+                    name,
+                    format!(
+                        "a buffer argument belongs to {}, but the graph is for {key}",
+                        b.owner.key()
+                    ),
+                ));
+            }
+        }
+        if let Some(problem) = self.kernel.launch_problem(limits, &self.config) {
+            return Err(Error::Dag(DagError::LaunchShape {
+                node: name.to_string(),
+                kernel: self.kernel.name().to_string(),
+                problem,
+            }));
+        }
+        Ok(())
+    }
+    fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
+        self.args.buffers.iter().flatten().for_each(f)
+    }
+    fn label(&self) -> Label {
+        let c = self.config;
+        let mut lines = vec![
+            format!("kernel {}", self.kernel.name()),
+            format!("grid {} block {}", c.grid, c.block),
+        ];
+        if c.shared_mem_bytes > 0 {
+            lines.push(format!(
+                "smem {}",
+                super::bytes(c.shared_mem_bytes as usize)
+            ));
+        }
+        Label {
+            lines,
+            shape: "box",
+            color: "#cfe2ff",
+        }
+    }
+    fn lower<B: Backend>(
+        &self,
+        name: &str,
+        deps: &[B::Node],
+        backend: &mut B,
+        _: Option<&WorkShare>,
+    ) -> Result<B::Node> {
+        backend.add_node(name, deps, &[], &self.node_params())
+    }
+}
+
+impl Dag {
+    /// Adds a kernel launch. The arguments are checked against the kernel's parameter layout
+    /// now; the launch shape when the DAG is validated for a device.
+    pub fn add_kernel(
+        &mut self,
+        kernel: &Kernel,
+        config: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<NodeId> {
+        if let Some(problem) = kernel.args_problem(args) {
+            let node = format!("kernel#{}", self.next_serial);
+            return Err(Error::Dag(DagError::KernelArgs {
+                node,
+                kernel: kernel.name().to_string(),
+                problem,
+            }));
+        }
+        Ok(self.push(Op::Kernel(KernelNode {
+            kernel: kernel.clone(),
+            config,
+            args: PackedArgs::new(kernel, args),
+            priority: None,
+        })))
+    }
+
+    /// Sets the launch priority of kernel node `id` (`cudaLaunchAttributePriority`; a lower
+    /// number is a higher priority, as for stream priorities). CUDA honours it only when the
+    /// graph is instantiated with [`InstantiateFlags::use_node_priority`](crate::InstantiateFlags::use_node_priority).
+    pub fn set_priority(&mut self, id: NodeId, priority: i32) -> Result<()> {
+        self.node_mut(id)?.kernel_mut()?.priority = Some(priority);
+        Ok(())
+    }
+
+    /// Replaces a kernel node's arguments (checked like [`Dag::add_kernel`]).
+    pub fn set_kernel_args(&mut self, id: NodeId, args: &[KernelArg]) -> Result<()> {
+        let node = self.node_mut(id)?;
+        node.check_kernel_args(args)?;
+        let k = node.kernel_mut()?;
+        for (i, a) in args.iter().enumerate() {
+            k.args.set(i, a);
+        }
+        Ok(())
+    }
+
+    /// Replaces a kernel node's launch shape (checked at validation).
+    pub fn set_launch_config(&mut self, id: NodeId, config: LaunchConfig) -> Result<()> {
+        let node = self.node_mut(id)?;
+        node.kernel_mut()?.config = config;
+        Ok(())
+    }
+}
+
+impl Node {
+    pub(crate) fn kernel_mut(&mut self) -> Result<&mut KernelNode> {
+        if !matches!(self.op, Op::Kernel(_)) {
+            return Err(self.wrong_kind("a kernel node"));
+        }
+        match &mut self.op {
+            Op::Kernel(k) => Ok(k),
+            _ => unreachable!(),
+        }
+    }
+
+    fn kernel(&self) -> Result<&KernelNode> {
+        match &self.op {
+            Op::Kernel(k) => Ok(k),
+            _ => Err(self.wrong_kind("a kernel node")),
+        }
+    }
+
+    /// What is wrong with `args` for this kernel node, as an error naming it.
+    pub(crate) fn check_kernel_args(&self, args: &[KernelArg]) -> Result<()> {
+        let k = self.kernel()?;
+        match k.kernel.args_problem(args) {
+            None => Ok(()),
+            Some(problem) => Err(self.kernel_args_error(k, problem)),
+        }
+    }
+
+    /// What is wrong with `arg` as argument `index` of this kernel node.
+    pub(crate) fn check_kernel_arg(&self, index: usize, arg: &KernelArg) -> Result<()> {
+        let k = self.kernel()?;
+        match k.kernel.arg_problem(index, arg) {
+            None => Ok(()),
+            Some(problem) => Err(self.kernel_args_error(k, problem)),
+        }
+    }
+
+    fn kernel_args_error(&self, k: &KernelNode, problem: String) -> Error {
+        Error::Dag(DagError::KernelArgs {
+            node: self.name.clone(),
+            kernel: k.kernel.name().to_string(),
+            problem,
+        })
+    }
+}
+
+impl Exec {
+    /// The launch priority CUDA has for kernel node `id` (`cudaGraphKernelNodeGetAttribute`).
+    pub fn cuda_priority(&self, id: NodeId) -> Result<i32> {
+        let h = self.handle(id)?;
+        self.dag.node(id)?.kernel()?;
+        // SAFETY: `h` is a kernel node of the graph the exec was made from (alive with it).
+        unsafe { rt::graph_kernel_node_priority(h) }
+    }
+
+    /// Sets kernel node `id`'s parameters in the executable graph: its current arguments with
+    /// `replace(i)`'s bytes instead of argument `i` where given, and `config`. Nothing of the
+    /// node changes here.
+    fn push_kernel_params<'r>(
+        &mut self,
+        id: NodeId,
+        config: Option<LaunchConfig>,
+        replace: &dyn Fn(usize) -> Option<&'r [u8]>,
+    ) -> Result<()> {
+        let h = self.handle(id)?;
+        let Op::Kernel(k) = &self.dag.graph[id.idx].op else {
+            unreachable!("checked by the caller")
+        };
+        let mut params = k.cuda_params();
+        if let Some(c) = config {
+            params.gridDim = c.grid.into();
+            params.blockDim = c.block.into();
+            params.sharedMemBytes = c.shared_mem_bytes;
+        }
+        params.kernelParams = k.args.staged(&mut self.scratch, replace);
+        let mut raw = KernelNode::generic(params);
+        // SAFETY: `h` is the kernel node of the instantiated graph for this DAG node; the
+        // staged parameters match the kernel's layout (checked by the caller); CUDA copies the
+        // argument values during the call.
+        unsafe { rt::graph_exec_node_set_params(self.raw, h, &mut raw) }
+    }
+
+    /// Writes accepted arguments into the node, holding new buffers (all first, so a buffer
+    /// that only moves between arguments is never released) and releasing replaced ones.
+    fn commit_kernel_args<'a>(
+        &mut self,
+        id: NodeId,
+        args: impl Iterator<Item = (usize, &'a KernelArg)> + Clone,
+    ) {
+        for (_, a) in args.clone() {
+            if let Some(b) = &a.buffer {
+                self.hold(b);
+            }
+        }
+        for (i, a) in args {
+            let Op::Kernel(k) = &mut self.dag.graph[id.idx].op else {
+                unreachable!("checked by the caller")
+            };
+            let replaced = k.args.set(i, a);
+            // `set` returns the old buffer only when it differs; an unchanged one was held
+            // once more above.
+            match replaced {
+                Some(old) => self.release(old),
+                None => {
+                    if let Some(b) = &a.buffer {
+                        self.release(b.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Replaces all arguments of kernel node `id` (checked against the kernel's layout).
+    /// When CUDA refuses, nothing changes.
+    pub fn set_kernel_args(&mut self, id: NodeId, args: &[KernelArg]) -> Result<()> {
+        self.dag.node(id)?.check_kernel_args(args)?;
+        self.push_kernel_params(id, None, &|i| Some(args[i].as_bytes()))?;
+        self.commit_kernel_args(id, args.iter().enumerate());
+        Ok(())
+    }
+
+    /// Replaces argument `index` of kernel node `id`. When CUDA refuses, nothing changes.
+    pub fn set_kernel_arg(
+        &mut self,
+        id: NodeId,
+        index: usize,
+        arg: impl Into<KernelArg>,
+    ) -> Result<()> {
+        let arg = arg.into();
+        self.dag.node(id)?.check_kernel_arg(index, &arg)?;
+        let bytes = arg.as_bytes();
+        self.push_kernel_params(id, None, &|i| (i == index).then_some(bytes))?;
+        self.commit_kernel_args(id, std::iter::once((index, &arg)));
+        Ok(())
+    }
+
+    /// Replaces the launch shape of kernel node `id` (checked against the device).
+    pub fn set_launch_config(&mut self, id: NodeId, config: LaunchConfig) -> Result<()> {
+        let node = self.dag.node(id)?;
+        let k = node.kernel()?;
+        if let Some(problem) = k.kernel.launch_problem(self.device.limits(), &config) {
+            return Err(Error::Dag(DagError::LaunchShape {
+                node: node.name.clone(),
+                kernel: k.kernel.name().to_string(),
+                problem,
+            }));
+        }
+        self.push_kernel_params(id, Some(config), &|_| None)?;
+        self.dag.node_mut(id)?.kernel_mut()?.config = config;
+        Ok(())
+    }
+}

@@ -1,0 +1,229 @@
+//! The node kinds, one module each. A module owns its node type and builder call
+//! (`impl Dag { add_… }`), its checks, how it becomes CUDA parameters ([`NodeParams`]), what it
+//! keeps alive, its per-node updates on [`Exec`](super::Exec) and its DOT label. The
+//! [`node_kinds!`] list below is the one place a kind is registered: it makes [`NodeKind`], [`Op`]
+//! and the dispatch from [`Op`] to the kind's [`NodeOp`] implementation.
+//!
+//! Adding a kind: write `nodes/<kind>.rs` with the node type, `impl NodeOp for` it and its
+//! `impl Dag { add_<kind> }`, then add one line to `node_kinds!`.
+
+pub(crate) mod child;
+pub(crate) mod empty;
+pub(crate) mod fft;
+pub(crate) mod host;
+pub(crate) mod kernel;
+pub(crate) mod memcpy;
+pub(crate) mod memset;
+
+use std::sync::Arc;
+
+pub use child::ChildNode;
+pub use empty::EmptyNode;
+pub use fft::{FftNode, FftSpec};
+pub use host::HostNode;
+pub use kernel::KernelNode;
+pub use memcpy::{dst, src, Copy2d, CopyKind, Dst, MemcpyNode, Src};
+pub use memset::{Memset2d, MemsetNode, MemsetValue};
+
+use super::lower::Backend;
+use crate::device::{DeviceKey, DeviceLimits};
+use crate::error::{DagError, Error, Result};
+use crate::fft::WorkShare;
+use crate::memory::Allocation;
+
+/// A node's DOT appearance: detail lines under its name, a Graphviz shape and a fill colour.
+pub(crate) struct Label {
+    pub(crate) lines: Vec<String>,
+    pub(crate) shape: &'static str,
+    pub(crate) color: &'static str,
+}
+
+/// What every node kind provides to the DAG. Validation, lowering, DOT and the `Exec`'s
+/// bookkeeping reach a node only through this trait.
+pub(crate) trait NodeOp {
+    /// Checks that need the target device (run by [`Dag::validate`](super::Dag::validate));
+    /// the builder already checked the rest.
+    fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
+        let _ = (name, limits, key);
+        Ok(())
+    }
+    /// Calls `f` for every allocation the node refers to, once per reference.
+    fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
+        let _ = f;
+    }
+    /// Host closures the node (or a DAG inside it) runs, with their paths of names
+    /// (`prefix` is the path of the DAG the node `name` is in).
+    fn host_fns(&self, prefix: &str, name: &str, out: &mut Vec<(String, Arc<host::HostFn>)>) {
+        let _ = (prefix, name, out);
+    }
+    /// The node's DOT label.
+    fn label(&self) -> Label;
+    /// Adds the node to `backend` after `deps` (in canonical order); returns the handle later
+    /// nodes depend on. `share` is the work area of an FFT node.
+    fn lower<B: Backend>(
+        &self,
+        name: &str,
+        deps: &[B::Node],
+        backend: &mut B,
+        share: Option<&WorkShare>,
+    ) -> Result<B::Node>;
+}
+
+/// Registers the node kinds: `Variant(NodeType) = "name"`, documented.
+macro_rules! node_kinds {
+    ($($(#[$doc:meta])* $kind:ident($ty:ty) = $name:literal,)*) => {
+        /// What kind of work a node does.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum NodeKind {
+            $($(#[$doc])* $kind,)*
+        }
+
+        impl NodeKind {
+            /// Lower-case name, used in default node names and DOT.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(NodeKind::$kind => $name,)*
+                }
+            }
+        }
+
+        /// What a node does.
+        #[derive(Clone)]
+        #[non_exhaustive]
+        pub enum Op {
+            $($(#[$doc])* $kind($ty),)*
+        }
+
+        impl Op {
+            /// The node's kind.
+            pub fn kind(&self) -> NodeKind {
+                match self {
+                    $(Op::$kind(_) => NodeKind::$kind,)*
+                }
+            }
+
+            /// The kind's implementation, for the dispatch below.
+            fn with<R>(&self, f: impl FnOnce(&dyn NodeOpDyn) -> R) -> R {
+                match self {
+                    $(Op::$kind(n) => f(n),)*
+                }
+            }
+
+            pub(crate) fn lower<B: Backend>(
+                &self,
+                name: &str,
+                deps: &[B::Node],
+                backend: &mut B,
+                share: Option<&WorkShare>,
+            ) -> Result<B::Node> {
+                match self {
+                    $(Op::$kind(n) => n.lower(name, deps, backend, share),)*
+                }
+            }
+        }
+
+        $(impl From<$ty> for Op {
+            fn from(n: $ty) -> Op {
+                Op::$kind(n)
+            }
+        })*
+    };
+}
+
+node_kinds! {
+    /// A kernel launch.
+    Kernel(KernelNode) = "kernel",
+    /// A memory copy.
+    Memcpy(MemcpyNode) = "memcpy",
+    /// A memory fill.
+    Memset(MemsetNode) = "memset",
+    /// A Rust closure run on the host in stream order.
+    Host(HostNode) = "host",
+    /// Nothing: a join or fork point.
+    Empty(EmptyNode) = "empty",
+    /// A whole [`Dag`](super::Dag) embedded as one node.
+    Child(ChildNode) = "child",
+    /// A cuFFT transform.
+    Fft(FftNode) = "fft",
+}
+
+/// The object-safe part of [`NodeOp`] (everything but lowering, which is generic over the
+/// backend).
+trait NodeOpDyn {
+    fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()>;
+    fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>));
+    fn host_fns(&self, prefix: &str, name: &str, out: &mut Vec<(String, Arc<host::HostFn>)>);
+    fn label(&self) -> Label;
+}
+
+impl<T: NodeOp> NodeOpDyn for T {
+    fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
+        NodeOp::validate(self, name, limits, key)
+    }
+    fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
+        NodeOp::for_each_allocation(self, f)
+    }
+    fn host_fns(&self, prefix: &str, name: &str, out: &mut Vec<(String, Arc<host::HostFn>)>) {
+        NodeOp::host_fns(self, prefix, name, out)
+    }
+    fn label(&self) -> Label {
+        NodeOp::label(self)
+    }
+}
+
+impl Op {
+    pub(crate) fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
+        self.with(|n| n.validate(name, limits, key))
+    }
+    pub(crate) fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
+        self.with(|n| n.for_each_allocation(f))
+    }
+    pub(crate) fn host_fns(
+        &self,
+        prefix: &str,
+        name: &str,
+        out: &mut Vec<(String, Arc<host::HostFn>)>,
+    ) {
+        self.with(|n| n.host_fns(prefix, name, out))
+    }
+    pub(crate) fn label(&self) -> Label {
+        self.with(|n| n.label())
+    }
+}
+
+/// An [`Error::Dag`] for a copy or memset out of bounds.
+pub(crate) fn oob(node: &str, problem: impl Into<String>) -> Error {
+    Error::Dag(DagError::OutOfBounds {
+        node: node.to_string(),
+        problem: problem.into(),
+    })
+}
+
+/// An [`Error::Dag`] for an object of another device.
+pub(crate) fn wrong_device(node: &str, problem: String) -> Error {
+    Error::Dag(DagError::WrongDevice {
+        node: node.to_string(),
+        problem,
+    })
+}
+
+/// Bytes from the first row's start to the last row's end.
+pub(crate) fn span(pitch: usize, width: usize, height: usize) -> usize {
+    if height == 0 {
+        0
+    } else {
+        pitch.saturating_mul(height - 1).saturating_add(width)
+    }
+}
+
+/// Human-readable byte counts for DOT labels.
+pub(crate) fn bytes(n: usize) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
+        format!("{} KiB", n >> 10)
+    } else {
+        format!("{n} B")
+    }
+}
