@@ -133,73 +133,66 @@ const BUILTINS: &str = r#"
 struct cg_params { float scale; unsigned flags; unsigned long long ptr; };
 "#;
 
-fn builtin_source(name: &str) -> &'static str {
+/// A built-in load callback: reads `elem`s (from `ptr` when set, else cuFFT's input),
+/// scaled by `scale`, as `float2` (complex) or `float` (real).
+fn load_source(name: &str, elem: &str, complex: bool) -> String {
+    let (ret, value) = if complex {
+        ("float2", "make_float2(v.x * p->scale, v.y * p->scale)")
+    } else {
+        ("float", "v * p->scale")
+    };
+    format!(
+        r#"
+__device__ {ret} {name}(void* dataIn, unsigned long long offset, void* info, void* smem) {{
+    const cg_params* p = (const cg_params*)info;
+    const {elem}* in = p->ptr ? (const {elem}*)p->ptr : (const {elem}*)dataIn;
+    {elem} v = in[offset];
+    return {value};
+}}"#
+    )
+}
+
+/// A built-in store callback: writes `value` (of cuFFT's element `e`, scaled) as `out`
+/// elements (to `ptr` when set, else cuFFT's output), added to what is there when flag bit 0
+/// is set.
+fn store_source(name: &str, e: &str, out: &str, value: &str) -> String {
+    let accumulate = if out == "float2" {
+        "{ float2 o = out[offset]; v.x += o.x; v.y += o.y; }"
+    } else {
+        "v += out[offset];"
+    };
+    format!(
+        r#"
+__device__ void {name}(void* dataOut, unsigned long long offset, {e} e, void* info, void* smem) {{
+    const cg_params* p = (const cg_params*)info;
+    {out}* out = p->ptr ? ({out}*)p->ptr : ({out}*)dataOut;
+    {out} v = {value};
+    if (p->flags & 1u) {accumulate}
+    out[offset] = v;
+}}"#
+    )
+}
+
+/// The source of built-in callback `name`, from the two templates above.
+fn builtin_source(name: &str) -> String {
     match name {
-        "cudagraph_load_ci8" => {
-            r#"
-__device__ float2 cudagraph_load_ci8(void* dataIn, unsigned long long offset, void* info, void* smem) {
-    const cg_params* p = (const cg_params*)info;
-    const char2* in = p->ptr ? (const char2*)p->ptr : (const char2*)dataIn;
-    char2 v = in[offset];
-    return make_float2(v.x * p->scale, v.y * p->scale);
-}"#
-        }
-        "cudagraph_load_ci16" => {
-            r#"
-__device__ float2 cudagraph_load_ci16(void* dataIn, unsigned long long offset, void* info, void* smem) {
-    const cg_params* p = (const cg_params*)info;
-    const short2* in = p->ptr ? (const short2*)p->ptr : (const short2*)dataIn;
-    short2 v = in[offset];
-    return make_float2(v.x * p->scale, v.y * p->scale);
-}"#
-        }
-        "cudagraph_load_ri8" => {
-            r#"
-__device__ float cudagraph_load_ri8(void* dataIn, unsigned long long offset, void* info, void* smem) {
-    const cg_params* p = (const cg_params*)info;
-    const signed char* in = p->ptr ? (const signed char*)p->ptr : (const signed char*)dataIn;
-    return in[offset] * p->scale;
-}"#
-        }
-        "cudagraph_load_cf32" => {
-            r#"
-__device__ float2 cudagraph_load_cf32(void* dataIn, unsigned long long offset, void* info, void* smem) {
-    const cg_params* p = (const cg_params*)info;
-    const float2* in = p->ptr ? (const float2*)p->ptr : (const float2*)dataIn;
-    float2 v = in[offset];
-    return make_float2(v.x * p->scale, v.y * p->scale);
-}"#
-        }
-        "cudagraph_store_scale_c" => {
-            r#"
-__device__ void cudagraph_store_scale_c(void* dataOut, unsigned long long offset, float2 e, void* info, void* smem) {
-    const cg_params* p = (const cg_params*)info;
-    float2* out = p->ptr ? (float2*)p->ptr : (float2*)dataOut;
-    float2 v = make_float2(e.x * p->scale, e.y * p->scale);
-    if (p->flags & 1u) { float2 o = out[offset]; v.x += o.x; v.y += o.y; }
-    out[offset] = v;
-}"#
-        }
-        "cudagraph_store_scale_r" => {
-            r#"
-__device__ void cudagraph_store_scale_r(void* dataOut, unsigned long long offset, float e, void* info, void* smem) {
-    const cg_params* p = (const cg_params*)info;
-    float* out = p->ptr ? (float*)p->ptr : (float*)dataOut;
-    float v = e * p->scale;
-    if (p->flags & 1u) v += out[offset];
-    out[offset] = v;
-}"#
-        }
-        "cudagraph_store_power" => {
-            r#"
-__device__ void cudagraph_store_power(void* dataOut, unsigned long long offset, float2 e, void* info, void* smem) {
-    const cg_params* p = (const cg_params*)info;
-    float* out = p->ptr ? (float*)p->ptr : (float*)dataOut;
-    float v = (e.x * e.x + e.y * e.y) * p->scale;
-    if (p->flags & 1u) v += out[offset];
-    out[offset] = v;
-}"#
-        }
+        "cudagraph_load_ci8" => load_source(name, "char2", true),
+        "cudagraph_load_ci16" => load_source(name, "short2", true),
+        "cudagraph_load_ri8" => load_source(name, "signed char", false),
+        "cudagraph_load_cf32" => load_source(name, "float2", true),
+        "cudagraph_store_scale_c" => store_source(
+            name,
+            "float2",
+            "float2",
+            "make_float2(e.x * p->scale, e.y * p->scale)",
+        ),
+        "cudagraph_store_scale_r" => store_source(name, "float", "float", "e * p->scale"),
+        "cudagraph_store_power" => store_source(
+            name,
+            "float2",
+            "float",
+            "(e.x * e.x + e.y * e.y) * p->scale",
+        ),
         _ => unreachable!("unknown built-in callback {name}"),
     }
 }
@@ -278,64 +271,66 @@ pub fn plans_made() -> u64 {
 pub(crate) fn make_plan(handle: sys::cufftHandle, plan: &FftPlan) -> Result<usize> {
     PLANS_MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let d = &plan.inner.desc;
-    let (mut inembed, istride, idist, mut onembed, ostride, odist) = match &d.layout {
-        None => (None, 1, 0, None, 1, 0),
-        Some(l) => (
-            Some(l.inembed.clone()),
-            l.istride,
-            l.idist,
-            Some(l.onembed.clone()),
-            l.ostride,
-            l.odist,
-        ),
+    let mut shape = match &d.layout {
+        None => cf::PlanShape {
+            n: d.sizes.clone(),
+            inembed: None,
+            istride: 1,
+            idist: 0,
+            onembed: None,
+            ostride: 1,
+            odist: 0,
+            batch: d.batch,
+        },
+        Some(l) => cf::PlanShape {
+            n: d.sizes.clone(),
+            inembed: Some(l.inembed.clone()),
+            istride: l.istride,
+            idist: l.idist,
+            onembed: Some(l.onembed.clone()),
+            ostride: l.ostride,
+            odist: l.odist,
+            batch: d.batch,
+        },
     };
-    let small = |v: &[i64]| v.iter().all(|&x| i32::try_from(x).is_ok());
-    let fits = small(&d.sizes)
-        && small(&[istride, idist, ostride, odist, d.batch])
-        && inembed.as_deref().is_none_or(small)
-        && onembed.as_deref().is_none_or(small);
-    if fits {
-        let to32 = |v: &[i64]| v.iter().map(|&x| x as i32).collect::<Vec<i32>>();
-        let mut n = to32(&d.sizes);
-        let mut i32in = inembed.as_deref().map(to32);
-        let mut i32on = onembed.as_deref().map(to32);
+    if let Some(mut small) = shape.narrow() {
         // SAFETY: the handle is live and not yet made; the embed arrays have rank entries.
-        return unsafe {
-            cf::make_plan_many(
-                handle,
-                &mut n,
-                i32in.as_deref_mut(),
-                istride as i32,
-                idist as i32,
-                i32on.as_deref_mut(),
-                ostride as i32,
-                odist as i32,
-                d.kind.raw(),
-                d.batch as i32,
-            )
-        };
+        return unsafe { cf::make_plan_many(handle, &mut small, d.kind.raw()) };
     }
     if d.load.is_some() || d.store.is_some() {
         return Err(Error::Invalid(
             "cuFFT LTO callbacks need sizes, strides and batch that fit in 32 bits".into(),
         ));
     }
-    let mut n = d.sizes.clone();
     // SAFETY: as above, 64-bit variant.
-    unsafe {
-        cf::make_plan_many64(
-            handle,
-            &mut n,
-            inembed.as_deref_mut(),
-            istride,
-            idist,
-            onembed.as_deref_mut(),
-            ostride,
-            odist,
-            d.kind.raw(),
-            d.batch,
-        )
-    }
+    unsafe { cf::make_plan_many(handle, &mut shape, d.kind.raw()) }
+}
+
+/// A cuFFT handle for `plan` with its callbacks attached to a new zeroed parameter buffer
+/// (when the plan has callbacks), automatic work-area allocation off, and the plan made;
+/// returns the handle, the buffer and the work-area bytes the plan needs. Shared by FFT
+/// nodes and [`StreamFft`](super::StreamFft).
+pub(crate) fn planned_handle(
+    device: &Device,
+    plan: &FftPlan,
+) -> Result<(Handle, Option<Arc<Allocation>>, usize)> {
+    let param_bytes = plan.param_buffer_bytes();
+    let params = if param_bytes > 0 {
+        Some(zeroed_device(device, param_bytes)?)
+    } else {
+        None
+    };
+    let handle = new_handle(
+        device,
+        plan,
+        params.as_ref().map(|p| p.ptr),
+        plan.store_offset(),
+    )?;
+    // The work area is attached by the caller (shared by nodes the DAG orders, or owned).
+    // SAFETY: the handle is live and not made.
+    unsafe { cf::set_auto_allocation(handle.raw, false)? };
+    let need = make_plan(handle.raw, plan)?;
+    Ok((handle, params, need))
 }
 
 /// A zeroed device allocation, the zeroing completed on return (so work on any stream sees

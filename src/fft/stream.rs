@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::handle::{make_plan, new_handle, setter_kernel, zeroed_device, Handle};
+use super::handle::{planned_handle, setter_kernel, Handle};
 use super::{check_transform, Direction, FftParams, FftPlan};
 use crate::device::Device;
 use crate::error::Result;
@@ -38,20 +38,7 @@ impl StreamFft {
     pub fn new(device: &Device, plan: &FftPlan) -> Result<StreamFft> {
         device.bind()?;
         let bytes = plan.param_buffer_bytes();
-        let params = if bytes > 0 {
-            Some(zeroed_device(device, bytes)?)
-        } else {
-            None
-        };
-        let handle = new_handle(
-            device,
-            plan,
-            params.as_ref().map(|p| p.ptr),
-            plan.store_offset(),
-        )?;
-        // SAFETY: the handle is live and not made.
-        unsafe { cf::set_auto_allocation(handle.raw(), false)? };
-        let need = make_plan(handle.raw(), plan)?;
+        let (handle, params, need) = planned_handle(device, plan)?;
         let work = Allocation::new(device, need.max(16), MemorySpace::Device)?;
         // SAFETY: the work area is large enough and owned by `self`.
         unsafe { cf::set_work_area(handle.raw(), work.ptr as *mut c_void)? };

@@ -127,77 +127,117 @@ pub unsafe fn set_jit_callback(
     ))
 }
 
-/// `cufftMakePlanMany64`; returns the work size in bytes.
-///
-/// # Safety
-/// `plan` is live; the embed arrays are `null` or `n.len()` long.
-#[allow(clippy::too_many_arguments)] // reason: mirrors the C call one to one
-pub unsafe fn make_plan_many64(
-    plan: sys::cufftHandle,
-    n: &mut [i64],
-    inembed: Option<&mut [i64]>,
-    istride: i64,
-    idist: i64,
-    onembed: Option<&mut [i64]>,
-    ostride: i64,
-    odist: i64,
-    kind: sys::cufftType,
-    batch: i64,
-) -> Result<usize> {
-    let mut work = 0usize;
-    let ptr = |e: Option<&mut [i64]>| e.map_or(std::ptr::null_mut(), |s| s.as_mut_ptr());
-    cf!(cufftMakePlanMany64(
-        plan,
-        n.len() as i32,
-        n.as_mut_ptr(),
-        ptr(inembed),
-        istride,
-        idist,
-        ptr(onembed),
-        ostride,
-        odist,
-        kind,
-        batch,
-        &mut work
-    ))?;
-    Ok(work)
+/// The sizes and data layout of a batched plan, in the integer type of the call that makes it:
+/// `i32` for `cufftMakePlanMany` (the variant LTO callbacks work with), `i64` for
+/// `cufftMakePlanMany64`. The embed arrays are `None` or as long as `n`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanShape<T> {
+    /// Sizes, one per dimension.
+    pub n: Vec<T>,
+    /// Input embedding (advanced layout), if any.
+    pub inembed: Option<Vec<T>>,
+    /// Input stride.
+    pub istride: T,
+    /// Input distance between batches.
+    pub idist: T,
+    /// Output embedding, if any.
+    pub onembed: Option<Vec<T>>,
+    /// Output stride.
+    pub ostride: T,
+    /// Output distance between batches.
+    pub odist: T,
+    /// Transforms in the batch.
+    pub batch: T,
 }
 
-/// `cufftMakePlanMany` (32-bit sizes; the variant LTO callbacks work with); returns the work
+impl PlanShape<i64> {
+    /// The same shape in 32-bit integers, if every value fits.
+    pub fn narrow(&self) -> Option<PlanShape<i32>> {
+        let one = |x: i64| i32::try_from(x).ok();
+        let all = |v: &[i64]| v.iter().map(|&x| one(x)).collect::<Option<Vec<i32>>>();
+        let opt = |v: &Option<Vec<i64>>| match v {
+            None => Some(None),
+            Some(v) => all(v).map(Some),
+        };
+        Some(PlanShape {
+            n: all(&self.n)?,
+            inembed: opt(&self.inembed)?,
+            istride: one(self.istride)?,
+            idist: one(self.idist)?,
+            onembed: opt(&self.onembed)?,
+            ostride: one(self.ostride)?,
+            odist: one(self.odist)?,
+            batch: one(self.batch)?,
+        })
+    }
+}
+
+/// The integer types cuFFT makes batched plans with (`i32`, `i64`).
+pub trait PlanInt: Copy + private::Sealed {
+    /// `cufftMakePlanMany` or `cufftMakePlanMany64`; returns the work size in bytes.
+    ///
+    /// # Safety
+    /// `plan` is live and not made yet.
+    unsafe fn make_plan(
+        plan: sys::cufftHandle,
+        shape: &mut PlanShape<Self>,
+        kind: sys::cufftType,
+    ) -> Result<usize>;
+}
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for i32 {}
+    impl Sealed for i64 {}
+}
+
+macro_rules! plan_int {
+    ($t:ty, $call:ident) => {
+        impl PlanInt for $t {
+            unsafe fn make_plan(
+                plan: sys::cufftHandle,
+                s: &mut PlanShape<$t>,
+                kind: sys::cufftType,
+            ) -> Result<usize> {
+                let mut work = 0usize;
+                let ptr = |e: &mut Option<Vec<$t>>| {
+                    e.as_mut().map_or(std::ptr::null_mut(), |v| v.as_mut_ptr())
+                };
+                let (inembed, onembed) = (ptr(&mut s.inembed), ptr(&mut s.onembed));
+                cf!($call(
+                    plan,
+                    s.n.len() as i32,
+                    s.n.as_mut_ptr(),
+                    inembed,
+                    s.istride,
+                    s.idist,
+                    onembed,
+                    s.ostride,
+                    s.odist,
+                    kind,
+                    s.batch,
+                    &mut work
+                ))?;
+                Ok(work)
+            }
+        }
+    };
+}
+plan_int!(i32, cufftMakePlanMany);
+plan_int!(i64, cufftMakePlanMany64);
+
+/// `cufftMakePlanMany` / `cufftMakePlanMany64`, by the shape's integer type; returns the work
 /// size in bytes.
 ///
 /// # Safety
-/// As [`make_plan_many64`].
-#[allow(clippy::too_many_arguments)] // reason: mirrors the C call one to one
-pub unsafe fn make_plan_many(
+/// `plan` is live and not made yet; the embed arrays are `None` or `shape.n.len()` long.
+pub unsafe fn make_plan_many<T: PlanInt>(
     plan: sys::cufftHandle,
-    n: &mut [i32],
-    inembed: Option<&mut [i32]>,
-    istride: i32,
-    idist: i32,
-    onembed: Option<&mut [i32]>,
-    ostride: i32,
-    odist: i32,
+    shape: &mut PlanShape<T>,
     kind: sys::cufftType,
-    batch: i32,
 ) -> Result<usize> {
-    let mut work = 0usize;
-    let ptr = |e: Option<&mut [i32]>| e.map_or(std::ptr::null_mut(), |s| s.as_mut_ptr());
-    cf!(cufftMakePlanMany(
-        plan,
-        n.len() as i32,
-        n.as_mut_ptr(),
-        ptr(inembed),
-        istride,
-        idist,
-        ptr(onembed),
-        ostride,
-        odist,
-        kind,
-        batch,
-        &mut work
-    ))?;
-    Ok(work)
+    // SAFETY: the caller's contract.
+    unsafe { T::make_plan(plan, shape, kind) }
 }
 
 /// Executes the plan made for `kind` (`cufftExecC2C`, `R2C`, `C2R`, `Z2Z`, `D2Z` or `Z2D`);

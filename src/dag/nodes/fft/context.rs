@@ -14,7 +14,7 @@ use crate::dag::nodes::KernelNode;
 use crate::dag::{Dag, Op};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::fft::handle::{make_plan, new_handle, setter_kernel, zeroed_device, Handle};
+use crate::fft::handle::{planned_handle, setter_kernel, zeroed_device, Handle};
 use crate::fft::{WorkShare, PARAM_BLOB};
 use crate::kernel::{KernelArg, LaunchConfig, PackedArgs};
 use crate::memory::{Allocation, MemorySpace};
@@ -82,22 +82,7 @@ struct FftState {
 
 impl FftState {
     fn new(device: &Device, f: &FftNode) -> Result<FftState> {
-        let param_bytes = f.param_buffer_bytes();
-        let params = if param_bytes > 0 {
-            Some(zeroed_device(device, param_bytes)?)
-        } else {
-            None
-        };
-        let handle = new_handle(
-            device,
-            &f.plan,
-            params.as_ref().map(|p| p.ptr),
-            f.store_offset(),
-        )?;
-        // The work area comes from the lowering context, shared by nodes the DAG orders.
-        // SAFETY: the handle is live and not made.
-        unsafe { cf::set_auto_allocation(handle.raw(), false)? };
-        let need = make_plan(handle.raw(), &f.plan)?;
+        let (handle, params, need) = planned_handle(device, &f.plan)?;
         Ok(FftState {
             uid: f.uid,
             desc: f.plan.inner.desc.clone(),

@@ -69,11 +69,6 @@ impl FftNode {
         self.plan.param_buffer_bytes()
     }
 
-    /// Offset of the store part in the parameter buffer.
-    pub(crate) fn store_offset(&self) -> usize {
-        self.plan.store_offset()
-    }
-
     /// The parameter buffer's contents for `params` (checked).
     pub(crate) fn param_blob(&self, params: &FftParams) -> [u8; PARAM_BLOB] {
         self.plan.param_blob(params)
