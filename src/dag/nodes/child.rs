@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::host::HostFn;
 use super::{Label, NodeOp};
-use crate::dag::lower::{Backend, NodeParams};
+use crate::dag::lower::NodeParams;
 use crate::dag::{Dag, NodeId, Op};
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
@@ -41,24 +41,18 @@ impl NodeOp for ChildNode {
         self.dag.host_fns(&format!("{prefix}{name}/"), out)
     }
     fn label(&self) -> Label {
-        Label {
-            lines: vec![format!(
+        Label::new(
+            "box3d",
+            "#e2d9f3",
+            vec![format!(
                 "child graph: {} nodes, {} edges",
                 self.dag.node_count(),
                 self.dag.edge_count()
             )],
-            shape: "box3d",
-            color: "#e2d9f3",
-        }
+        )
     }
-    fn lower<B: Backend>(
-        &self,
-        name: &str,
-        deps: &[B::Node],
-        backend: &mut B,
-        _: Option<&WorkShare>,
-    ) -> Result<B::Node> {
-        backend.add_node(name, deps, &[], &NodeParams::Child(&self.dag))
+    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+        NodeParams::Child(&self.dag)
     }
 }
 

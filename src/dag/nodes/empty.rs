@@ -1,9 +1,8 @@
 //! Empty nodes: join and fork points (`cudaGraphNodeTypeEmpty`).
 
 use super::{Label, NodeOp};
-use crate::dag::lower::{Backend, NodeParams};
+use crate::dag::lower::NodeParams;
 use crate::dag::{Dag, NodeId, Op};
-use crate::error::Result;
 use crate::fft::WorkShare;
 use crate::sys;
 
@@ -23,20 +22,10 @@ impl EmptyNode {
 
 impl NodeOp for EmptyNode {
     fn label(&self) -> Label {
-        Label {
-            lines: vec!["empty".into()],
-            shape: "circle",
-            color: "#e9ecef",
-        }
+        Label::new("circle", "#e9ecef", vec!["empty".into()])
     }
-    fn lower<B: Backend>(
-        &self,
-        name: &str,
-        deps: &[B::Node],
-        backend: &mut B,
-        _: Option<&WorkShare>,
-    ) -> Result<B::Node> {
-        backend.add_node(name, deps, &[], &Self::node_params())
+    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+        Self::node_params()
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{Label, NodeOp};
 use crate::dag::exec::Exec;
-use crate::dag::lower::{Backend, NodeParams};
+use crate::dag::lower::NodeParams;
 use crate::dag::{Dag, NodeId, Op};
 use crate::error::Result;
 use crate::fft::WorkShare;
@@ -89,26 +89,15 @@ impl NodeOp for HostNode {
         out.push((format!("{prefix}{name}"), self.f.clone()));
     }
     fn label(&self) -> Label {
-        Label {
-            lines: vec!["host closure".into()],
-            shape: "hexagon",
-            color: "#f8d7da",
-        }
+        Label::new("hexagon", "#f8d7da", vec!["host closure".into()])
     }
-    fn lower<B: Backend>(
-        &self,
-        name: &str,
-        deps: &[B::Node],
-        backend: &mut B,
-        _: Option<&WorkShare>,
-    ) -> Result<B::Node> {
+    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
         // The trampoline never unwinds; the HostFn is kept alive by the DAG and by any Exec
         // made from it.
-        let params = NodeParams::Generic {
+        NodeParams::Generic {
             raw: self.generic(),
             kernel: None,
-        };
-        backend.add_node(name, deps, &[], &params)
+        }
     }
 }
 

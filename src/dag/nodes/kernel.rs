@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::{wrong_device, Label, NodeOp};
 use crate::dag::exec::Exec;
-use crate::dag::lower::{Backend, NodeParams};
+use crate::dag::lower::NodeParams;
 use crate::dag::{Dag, Node, NodeId, Op};
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
@@ -132,14 +132,8 @@ impl NodeOp for KernelNode {
             color: "#cfe2ff",
         }
     }
-    fn lower<B: Backend>(
-        &self,
-        name: &str,
-        deps: &[B::Node],
-        backend: &mut B,
-        _: Option<&WorkShare>,
-    ) -> Result<B::Node> {
-        backend.add_node(name, deps, &[], &self.node_params())
+    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+        self.node_params()
     }
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{oob, span, wrong_device, Label, NodeOp};
 use crate::dag::exec::Exec;
-use crate::dag::lower::{Backend, NodeParams};
+use crate::dag::lower::NodeParams;
 use crate::dag::{Dag, Node, NodeId, Op};
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::Result;
@@ -185,20 +185,10 @@ impl NodeOp for MemcpyNode {
         if self.height > 1 {
             l.push_str(&format!(" ({} rows)", self.height));
         }
-        Label {
-            lines: vec![l],
-            shape: "parallelogram",
-            color: "#d1e7dd",
-        }
+        Label::new("parallelogram", "#d1e7dd", vec![l])
     }
-    fn lower<B: Backend>(
-        &self,
-        name: &str,
-        deps: &[B::Node],
-        backend: &mut B,
-        _: Option<&WorkShare>,
-    ) -> Result<B::Node> {
-        backend.add_node(name, deps, &[], &self.node_params())
+    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+        self.node_params()
     }
 }
 

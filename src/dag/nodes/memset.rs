@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::memcpy::check_owner;
 use super::{oob, span, Label, NodeOp};
 use crate::dag::exec::Exec;
-use crate::dag::lower::{Backend, NodeParams};
+use crate::dag::lower::NodeParams;
 use crate::dag::{Dag, Node, NodeId, Op};
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::Result;
@@ -108,29 +108,22 @@ impl NodeOp for MemsetNode {
         f(&self.dst.alloc)
     }
     fn label(&self) -> Label {
-        Label {
-            lines: vec![format!(
+        Label::new(
+            "parallelogram",
+            "#fff3cd",
+            vec![format!(
                 "memset {} of {:#x} ({}-byte)",
                 super::bytes(self.bytes()),
                 self.value.bits(),
                 self.value.size()
             )],
-            shape: "parallelogram",
-            color: "#fff3cd",
-        }
+        )
     }
-    fn lower<B: Backend>(
-        &self,
-        name: &str,
-        deps: &[B::Node],
-        backend: &mut B,
-        _: Option<&WorkShare>,
-    ) -> Result<B::Node> {
-        let params = NodeParams::Generic {
+    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+        NodeParams::Generic {
             raw: self.generic(),
             kernel: None,
-        };
-        backend.add_node(name, deps, &[], &params)
+        }
     }
 }
 

@@ -25,7 +25,7 @@ pub use kernel::KernelNode;
 pub use memcpy::{dst, src, Copy2d, CopyKind, Dst, MemcpyNode, Src};
 pub use memset::{Memset2d, MemsetNode, MemsetValue};
 
-use super::lower::Backend;
+use super::lower::{Backend, NodeParams};
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;
@@ -39,7 +39,8 @@ pub(crate) struct Label {
 }
 
 /// What every node kind provides to the DAG. Validation, lowering, DOT and the `Exec`'s
-/// bookkeeping reach a node only through this trait.
+/// bookkeeping reach a node only through this trait (object-safe: [`Op`] hands out a
+/// `&dyn NodeOp`).
 pub(crate) trait NodeOp {
     /// Checks that need the target device (run by [`Dag::validate`](super::Dag::validate));
     /// the builder already checked the rest.
@@ -58,15 +59,8 @@ pub(crate) trait NodeOp {
     }
     /// The node's DOT label.
     fn label(&self) -> Label;
-    /// Adds the node to `backend` after `deps` (in canonical order); returns the handle later
-    /// nodes depend on. `share` is the work area of an FFT node.
-    fn lower<B: Backend>(
-        &self,
-        name: &str,
-        deps: &[B::Node],
-        backend: &mut B,
-        share: Option<&WorkShare>,
-    ) -> Result<B::Node>;
+    /// The node as lowering hands it to a backend (`share` is the work area of an FFT node).
+    fn params<'a>(&'a self, share: Option<&'a WorkShare>) -> NodeParams<'a>;
 }
 
 /// Registers the node kinds: `Variant(NodeType) = "name"`, documented.
@@ -103,22 +97,10 @@ macro_rules! node_kinds {
                 }
             }
 
-            /// The kind's implementation, for the dispatch below.
-            fn with<R>(&self, f: impl FnOnce(&dyn NodeOpDyn) -> R) -> R {
+            /// The kind's implementation.
+            fn imp(&self) -> &dyn NodeOp {
                 match self {
-                    $(Op::$kind(n) => f(n),)*
-                }
-            }
-
-            pub(crate) fn lower<B: Backend>(
-                &self,
-                name: &str,
-                deps: &[B::Node],
-                backend: &mut B,
-                share: Option<&WorkShare>,
-            ) -> Result<B::Node> {
-                match self {
-                    $(Op::$kind(n) => n.lower(name, deps, backend, share),)*
+                    $(Op::$kind(n) => n,)*
                 }
             }
         }
@@ -148,36 +130,12 @@ node_kinds! {
     Fft(FftNode) = "fft",
 }
 
-/// The object-safe part of [`NodeOp`] (everything but lowering, which is generic over the
-/// backend).
-trait NodeOpDyn {
-    fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()>;
-    fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>));
-    fn host_fns(&self, prefix: &str, name: &str, out: &mut Vec<(String, Arc<host::HostFn>)>);
-    fn label(&self) -> Label;
-}
-
-impl<T: NodeOp> NodeOpDyn for T {
-    fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
-        NodeOp::validate(self, name, limits, key)
-    }
-    fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
-        NodeOp::for_each_allocation(self, f)
-    }
-    fn host_fns(&self, prefix: &str, name: &str, out: &mut Vec<(String, Arc<host::HostFn>)>) {
-        NodeOp::host_fns(self, prefix, name, out)
-    }
-    fn label(&self) -> Label {
-        NodeOp::label(self)
-    }
-}
-
 impl Op {
     pub(crate) fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
-        self.with(|n| n.validate(name, limits, key))
+        self.imp().validate(name, limits, key)
     }
     pub(crate) fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
-        self.with(|n| n.for_each_allocation(f))
+        self.imp().for_each_allocation(f)
     }
     pub(crate) fn host_fns(
         &self,
@@ -185,10 +143,31 @@ impl Op {
         name: &str,
         out: &mut Vec<(String, Arc<host::HostFn>)>,
     ) {
-        self.with(|n| n.host_fns(prefix, name, out))
+        self.imp().host_fns(prefix, name, out)
     }
     pub(crate) fn label(&self) -> Label {
-        self.with(|n| n.label())
+        self.imp().label()
+    }
+    /// Adds the node to `backend` after `deps` (in canonical order); returns the handle later
+    /// nodes depend on.
+    pub(crate) fn lower<B: Backend>(
+        &self,
+        name: &str,
+        deps: &[B::Node],
+        backend: &mut B,
+        share: Option<&WorkShare>,
+    ) -> Result<B::Node> {
+        backend.add_node(name, deps, &[], &self.imp().params(share))
+    }
+}
+
+impl Label {
+    pub(crate) fn new(shape: &'static str, color: &'static str, lines: Vec<String>) -> Label {
+        Label {
+            lines,
+            shape,
+            color,
+        }
     }
 }
 

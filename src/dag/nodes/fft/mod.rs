@@ -11,7 +11,7 @@ pub(crate) use context::{work_shares, LoweringContext};
 
 use super::{Label, NodeOp};
 use crate::dag::exec::Exec;
-use crate::dag::lower::{Backend, NodeParams};
+use crate::dag::lower::NodeParams;
 use crate::dag::{Dag, NodeId, NodeKind, Op};
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
@@ -125,21 +125,13 @@ impl NodeOp for FftNode {
         FftNode::for_each_allocation(self, f)
     }
     fn label(&self) -> Label {
-        Label {
-            lines: self.dot_lines(),
-            shape: "component",
-            color: "#ffe5d0",
-        }
+        Label::new("component", "#ffe5d0", self.dot_lines())
     }
-    fn lower<B: Backend>(
-        &self,
-        name: &str,
-        deps: &[B::Node],
-        backend: &mut B,
-        share: Option<&WorkShare>,
-    ) -> Result<B::Node> {
-        let work = share.expect("every FFT node has a share");
-        backend.add_node(name, deps, &[], &NodeParams::Fft { node: self, work })
+    fn params<'a>(&'a self, share: Option<&'a WorkShare>) -> NodeParams<'a> {
+        NodeParams::Fft {
+            node: self,
+            work: share.expect("every FFT node has a share"),
+        }
     }
 }
 
