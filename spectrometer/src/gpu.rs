@@ -509,7 +509,14 @@ impl GpuEngine {
 
     fn gather_args(&self, l: &Long, block: u64) -> [cudagraph::KernelArg; 6] {
         let col = (block % l.blocks as u64) * l.row_bytes;
-        args![&self.d_in, &l.buf, l.row_bytes, l.in_pitch, l.out_pitch, col]
+        args![
+            &self.d_in,
+            &l.buf,
+            l.row_bytes,
+            l.in_pitch,
+            l.out_pitch,
+            col
+        ]
     }
 
     /// Whether block `k` completes a spectrum of `gp`, and the global index of the block's
