@@ -70,6 +70,8 @@ pub struct Compiled {
     pub log: String,
     /// Mangled names of the name expressions.
     pub lowered_names: HashMap<String, String>,
+    /// Whether the image came from the on-disk cache instead of NVRTC (see [`compile`]).
+    pub cached: bool,
 }
 
 /// The toolkit include directory, if one is installed.
@@ -108,6 +110,14 @@ fn pick_arch(want: (u32, u32)) -> Result<u32> {
 }
 
 /// Compiles CUDA C++ `source` with NVRTC for `device` (or `options.arch`).
+///
+/// The output is cached on disk: a second run of a program finds
+/// its kernels and callbacks there instead of compiling them again ([`Compiled::cached`]).
+/// The cache is `$CUDAGRAPH_CACHE_DIR`, else `$XDG_CACHE_HOME/cudagraph`, else
+/// `$HOME/.cache/cudagraph`; `CUDAGRAPH_CACHE_DIR=off` turns it off. Entries are keyed by the
+/// NVRTC version, the name, every option (target architecture and include directories
+/// included), the name expressions and the source; headers reached through `#include` are not
+/// part of the key, so clear the cache (or change an option) after editing one of your own.
 ///
 /// A compile error is [`Error::Compile`] with NVRTC's log.
 pub fn compile(
@@ -155,6 +165,26 @@ pub fn compile(
         push(format!("-I{}", p.display()))?;
     }
 
+    // The on-disk cache, keyed by everything that determines the output.
+    let cache_dir = crate::cache::dir();
+    let key = cache_dir.as_ref().and_then(|_| {
+        let (major, minor) = nvrtc_version().ok()?;
+        Some(format!(
+            "nvrtc {major}.{minor}\nname {}\noptions {:?}\nexpressions {:?}\nsource\n{source}",
+            options.name, opts, options.name_expressions
+        ))
+    });
+    if let (Some(dir), Some(key)) = (&cache_dir, &key) {
+        if let Some(e) = crate::cache::load(dir, key) {
+            return Ok(Compiled {
+                image: e.image,
+                log: e.log,
+                lowered_names: e.lowered_names,
+                cached: true,
+            });
+        }
+    }
+
     // SAFETY: the program is destroyed by the guard below on every path.
     let prog = unsafe { nv::create_program(&src, &name)? };
     struct Guard(sys::nvrtcProgram);
@@ -199,11 +229,24 @@ pub fn compile(
             CodeKind::LtoIr => nv::lto_ir(guard.0)?,
         }
     };
-    Ok(Compiled {
+    let compiled = Compiled {
         image,
         log,
         lowered_names,
-    })
+        cached: false,
+    };
+    if let (Some(dir), Some(key)) = (&cache_dir, &key) {
+        crate::cache::store(
+            dir,
+            key,
+            &crate::cache::Entry {
+                image: compiled.image.clone(),
+                log: compiled.log.clone(),
+                lowered_names: compiled.lowered_names.clone(),
+            },
+        );
+    }
+    Ok(compiled)
 }
 
 // ---- modules -------------------------------------------------------------------------------

@@ -121,6 +121,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod cache;
 pub mod dag;
 mod device;
 pub mod error;

@@ -524,7 +524,7 @@ impl GpuEngine {
     fn block_spectra(gp: &GpuProduct, k: u64) -> (bool, u64) {
         match &gp.long {
             None => (true, k * gp.spb as u64),
-            Some(l) => ((k + 1) % l.blocks as u64 == 0, k / l.blocks as u64),
+            Some(l) => ((k + 1).is_multiple_of(l.blocks as u64), k / l.blocks as u64),
         }
     }
 

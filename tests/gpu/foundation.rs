@@ -33,6 +33,7 @@ pub fn tests() -> Vec<Trial> {
         ),
         gpu_test("foundation::name_expressions", name_expressions),
         gpu_test("foundation::events_time_work", events_time_work),
+        gpu_test("foundation::compiles_are_cached_on_disk", compile_cache),
     ]
 }
 
@@ -258,4 +259,38 @@ fn events_time_work(gpu: &Gpu) -> anyhow::Result<()> {
     let ms = a.elapsed_ms(&b)?;
     ensure!(ms > 0.5 && ms < 1000.0, "{ms} ms for ~20M cycles");
     Ok(())
+}
+
+/// A second compile of the same program comes from the on-disk cache, gives the same image,
+/// and that image loads and runs; another option misses the cache.
+fn compile_cache(gpu: &Gpu) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("cudagraph-cache-gpu-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::env::set_var("CUDAGRAPH_CACHE_DIR", &dir);
+    let result = (|| -> anyhow::Result<()> {
+        let opts = CompileOptions::default();
+        let first = cudagraph::compile(Some(&gpu.device), KERNELS, &opts)?;
+        ensure!(!first.cached, "a fresh cache directory cannot hold it");
+        let second = cudagraph::compile(Some(&gpu.device), KERNELS, &opts)?;
+        ensure!(
+            second.cached,
+            "the second compile did not come from the cache"
+        );
+        ensure!(second.image == first.image);
+        let m = Module::load(&gpu.device, &second.image, second.lowered_names)?;
+        let inc = m.kernel("inc")?;
+        let c = DeviceBuffer::<u32>::zeros(&gpu.device, 1)?;
+        inc.launch(&gpu.stream, LaunchConfig::new(1, 7), &args![&c])?;
+        gpu.stream.synchronize()?;
+        ensure!(c.to_vec()? == [7]);
+        let other = CompileOptions {
+            options: vec!["-DCACHE_TEST=1".into()],
+            ..Default::default()
+        };
+        ensure!(!cudagraph::compile(Some(&gpu.device), KERNELS, &other)?.cached);
+        Ok(())
+    })();
+    std::env::remove_var("CUDAGRAPH_CACHE_DIR");
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
