@@ -9,7 +9,7 @@
 //!
 //! in µs per node, against the target of at most 1 µs per node for the two together.
 //!
-//! The GPU benchmark (`benches/graphs.rs`) includes this file as a module: it reuses the DAG
+//! The GPU benchmark (`benches/graphs/`) includes this file as a module: it reuses the DAG
 //! shapes ([`Topology`], [`stages`], [`build_shape`]) and [`measure`] for its targets section.
 
 use std::time::Instant;
@@ -192,7 +192,7 @@ pub fn runs_for(n: usize) -> usize {
     }
 }
 
-#[allow(dead_code)] // reason: unused when benches/graphs.rs includes this file as a module
+#[allow(dead_code)] // reason: unused when benches/graphs/ includes this file as a module
 fn main() {
     println!("# cudagraph host-only benchmark: build, validate + lower to RecordingBackend\n");
     println!(

@@ -1,6 +1,6 @@
 //! No heap allocation per update or per launch, shown with a counting global allocator.
 //!
-//! The allocator counts the allocations (`alloc`, `alloc_zeroed`, `realloc`) of the current
+//! The allocator (`tests/support/counting_alloc.rs`, also the GPU benchmark's) counts the allocations (`alloc`, `alloc_zeroed`, `realloc`) of the current
 //! thread only, and only inside a measured section, so other test threads cannot disturb a
 //! count. With `CUDAGRAPH_ALLOC_BACKTRACE=1` it prints a backtrace for every allocation it
 //! counts, to find where one comes from.
@@ -17,10 +17,7 @@
 //!
 //! Custom harness (libtest-mimic), so that GPU tests can be ignored at run time.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::ensure;
 use cudagraph::{
@@ -29,83 +26,10 @@ use cudagraph::{
 };
 use libtest_mimic::{Arguments, Trial};
 
-// ---- the counting allocator ----------------------------------------------------------------
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
-struct Counting;
-
-thread_local! {
-    /// Whether this thread is inside a measured section.
-    static MEASURING: Cell<bool> = const { Cell::new(false) };
-    /// Allocations counted in the current section.
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-    /// Set while a backtrace is captured and printed (its own allocations are not counted).
-    static REPORTING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// `CUDAGRAPH_ALLOC_BACKTRACE=1`: print a backtrace for each counted allocation.
-static BACKTRACES: AtomicBool = AtomicBool::new(false);
-
-fn record(bytes: usize) {
-    // `try_with`: thread-locals may be gone while a thread exits; nothing is measured then.
-    let measuring = MEASURING.try_with(Cell::get).unwrap_or(false);
-    let reporting = REPORTING.try_with(Cell::get).unwrap_or(true);
-    if !measuring || reporting {
-        return;
-    }
-    let n = COUNT.with(|c| {
-        c.set(c.get() + 1);
-        c.get()
-    });
-    if BACKTRACES.load(Ordering::Relaxed) {
-        REPORTING.with(|r| r.set(true));
-        let bt = std::backtrace::Backtrace::force_capture();
-        eprintln!("--- counted allocation #{n} ({bytes} bytes) in a measured section:\n{bt}");
-        REPORTING.with(|r| r.set(false));
-    }
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; counting does not touch
-// the memory.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        record(new_size);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Runs `f` as a measured section and returns how many allocations this thread made in it.
-fn count<R>(f: impl FnOnce() -> R) -> (u64, R) {
-    struct Section;
-    impl Drop for Section {
-        fn drop(&mut self) {
-            MEASURING.with(|m| m.set(false));
-        }
-    }
-    COUNT.with(|c| c.set(0));
-    MEASURING.with(|m| m.set(true));
-    let section = Section;
-    let r = f();
-    drop(section);
-    (COUNT.with(Cell::get), r)
-}
+use counting_alloc::count;
 
 /// Runs `iterations` measured iterations of `body`; fails naming those that allocated.
 fn assert_no_alloc_per_iteration(
@@ -351,9 +275,8 @@ fn host_test(name: &str, f: fn() -> anyhow::Result<()>) -> Trial {
 }
 
 fn main() {
-    BACKTRACES.store(
+    counting_alloc::set_backtraces(
         std::env::var("CUDAGRAPH_ALLOC_BACKTRACE").is_ok_and(|v| v == "1"),
-        Ordering::Relaxed,
     );
     let args = Arguments::from_args();
     let trials = vec![

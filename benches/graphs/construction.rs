@@ -1,0 +1,174 @@
+//! Experiment `construction`: build, validate + lower, instantiate, and the total, per node.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use cudagraph::result::runtime as rt;
+
+use crate::bench::{progress, us_per_node, Bench, CAPTURE, CRATE, RAW};
+use crate::host::{median, stages, Topology};
+use crate::report::{ratio_summary, Report, Table};
+
+/// Construction: build, validate + lower, instantiate, and the total, per node.
+pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
+    let t_start = Instant::now();
+    let ns = b.ns.clone();
+    const CAP_T: &str = "stream capture: capture + instantiate";
+    const RAW_T: &str = "raw graph: build + instantiate";
+    const CRATE_T: &str = "cudagraph: build + Dag::into_exec";
+    const CRATE_T_COPY: &str = "cudagraph: build + Dag::instantiate (keeps the DAG: copies it)";
+    for topology in [Topology::Chain, Topology::FAN8] {
+        let name = topology.name();
+        let key = topology.key();
+        let mut build = Table::new(
+            &format!("construction-{key}-build"),
+            &format!("Construction, {name}: build (nodes added), per node"),
+            "Stream capture: `cudaStreamBeginCapture` + the launches + `cudaStreamEndCapture`. \
+             Raw graph: `cudaGraphCreate` + `cudaGraphAddKernelNode` per node. cudagraph: \
+             `Dag::add_kernel` + `Dag::add_dependency` (host only; the CUDA graph is made when \
+             lowering).",
+            &ns,
+        );
+        let bc = build.row(CAPTURE, None);
+        let br = build.row(RAW, None);
+        let bk = build.row(CRATE, None);
+        let mut lower = Table::new(
+            &format!("construction-{key}-lower"),
+            &format!("Construction, {name}: validation + lowering, per node"),
+            "cudagraph: `Dag::lower` into a `CudaBackend` (validation, then one \
+             `cudaGraphAddKernelNode` per node), compared with the raw graph's build, which \
+             makes the same CUDA calls.",
+            &ns,
+        );
+        let lr = lower.row("raw graph: build (same CUDA calls)", None);
+        let lk = lower.row(
+            "cudagraph: validate + lower",
+            Some("raw graph: build (same CUDA calls)"),
+        );
+        let mut inst = Table::new(
+            &format!("construction-{key}-instantiate"),
+            &format!("Construction, {name}: instantiation, per node"),
+            "`cudaGraphInstantiate` of each method's graph; for cudagraph also all of \
+             `Dag::into_exec` (validation + lowering + instantiation; `Dag::instantiate` also copies \
+             the DAG).",
+            &ns,
+        );
+        let ic = inst.row(CAPTURE, Some(RAW));
+        let ir = inst.row(RAW, None);
+        let ik = inst.row("cudagraph: cudaGraphInstantiate", Some(RAW));
+        let ia = inst.row("cudagraph: Dag::into_exec (all)", None);
+        let mut total = Table::new(
+            &format!("construction-{key}-total"),
+            &format!("Construction, {name}: from nothing to a launchable graph, per node"),
+            "Build + (validation + lowering +) instantiation, timed in one go.",
+            &ns,
+        );
+        let tc = total.row(CAP_T, Some(RAW_T));
+        let tr = total.row(RAW_T, None);
+        let tk = total.row(CRATE_T, Some(RAW_T));
+        let tkc = total.row(CRATE_T_COPY, Some(RAW_T));
+        for (ni, &n) in ns.iter().enumerate() {
+            let st = stages(topology, n);
+            let reps = b.reps(n).construction;
+            let mut s: Vec<Vec<f64>> = vec![Vec::new(); 12];
+            for rep in 0..=reps {
+                b.sync()?;
+                let mut v = [0f64; 12];
+                // raw
+                let t0 = Instant::now();
+                let g = b.build_raw(topology, n, 1)?;
+                let t1 = Instant::now();
+                let e = b.instantiate_raw(&g)?;
+                let t2 = Instant::now();
+                drop((e, g));
+                v[0] = us_per_node(t1 - t0, n);
+                v[1] = us_per_node(t2 - t1, n);
+                v[2] = us_per_node(t2 - t0, n);
+                // capture
+                let t0 = Instant::now();
+                let g = b.capture(&st, 1)?;
+                let t1 = Instant::now();
+                let e = b.instantiate_raw(&g)?;
+                let t2 = Instant::now();
+                drop((e, g));
+                v[3] = us_per_node(t1 - t0, n);
+                v[4] = us_per_node(t2 - t1, n);
+                v[5] = us_per_node(t2 - t0, n);
+                // cudagraph, end to end, the DAG consumed
+                let t0 = Instant::now();
+                let (dag, _) = b.build_dag(topology, n, 1)?;
+                let t1 = Instant::now();
+                let exec = dag.into_exec(&b.device)?;
+                let t2 = Instant::now();
+                drop(exec);
+                v[6] = us_per_node(t1 - t0, n);
+                v[7] = us_per_node(t2 - t1, n);
+                v[8] = us_per_node(t2 - t0, n);
+                // cudagraph, end to end, the DAG kept (copied into the Exec)
+                let t0 = Instant::now();
+                let (dag, _) = b.build_dag(topology, n, 1)?;
+                let exec = dag.instantiate(&b.device)?;
+                let t1 = Instant::now();
+                drop(exec);
+                v[11] = us_per_node(t1 - t0, n);
+                // cudagraph, by phase: validate + lower, then CUDA's instantiation alone
+                let t0 = Instant::now();
+                let mut backend = cudagraph::CudaBackend::new(&b.device)?;
+                let handles = dag.lower(&mut backend)?;
+                let t1 = Instant::now();
+                // SAFETY: the backend's graph is live and complete.
+                let e = unsafe { rt::graph_instantiate(backend.raw_graph(), 0)? };
+                let t2 = Instant::now();
+                // SAFETY: never launched.
+                unsafe { rt::graph_exec_destroy(e)? };
+                drop((handles, backend, dag));
+                v[9] = us_per_node(t1 - t0, n);
+                v[10] = us_per_node(t2 - t1, n);
+                if rep > 0 {
+                    for (k, x) in v.iter().enumerate() {
+                        s[k].push(*x);
+                    }
+                }
+            }
+            let mut m = |k: usize| median(&mut s[k]);
+            let (rb, ri, rt_) = (m(0), m(1), m(2));
+            let (cb, ci, ct) = (m(3), m(4), m(5));
+            let (kb, ka, kt) = (m(6), m(7), m(8));
+            let (kl, ki) = (m(9), m(10));
+            let ktc = m(11);
+            total.set(tkc, ni, ktc);
+            build.set(bc, ni, cb);
+            build.set(br, ni, rb);
+            build.set(bk, ni, kb);
+            lower.set(lr, ni, rb);
+            lower.set(lk, ni, kl);
+            inst.set(ic, ni, ci);
+            inst.set(ir, ni, ri);
+            inst.set(ik, ni, ki);
+            inst.set(ia, ni, ka);
+            total.set(tc, ni, ct);
+            total.set(tr, ni, rt_);
+            total.set(tk, ni, kt);
+            progress(
+                &format!("construction, {name}, N={n} ({reps} reps)"),
+                t_start,
+            );
+        }
+        let (all, _) = ratio_summary(&total, CRATE_T, &ns);
+        let (at_big, worst_big) = ratio_summary(&total, CRATE_T, &[1_000, 10_000]);
+        report.target(
+            format!(
+                "build + validate + lower + instantiate, {name}: within 15% of raw build + \
+                 instantiate at N = 1,000 and 10,000"
+            ),
+            format!("{at_big} (all N: {all})"),
+            worst_big,
+            1.15,
+        );
+        report.table(build);
+        report.table(lower);
+        report.table(inst);
+        report.table(total);
+    }
+    Ok(())
+}
