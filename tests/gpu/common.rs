@@ -1,8 +1,9 @@
-//! The one helper that decides whether a GPU test runs.
+//! The one helper that decides whether a GPU test runs ([`gpu_test`]), and the setup the tests
+//! share: kernels from [`KERNELS`], launching an `Exec` and waiting for it, comparing floats.
 
 use std::sync::OnceLock;
 
-use cudagraph::{Device, Module, Stream};
+use cudagraph::{Device, Exec, Kernel, Module, Stream};
 use libtest_mimic::{Completion, Trial};
 
 /// What a GPU test gets.
@@ -15,6 +16,32 @@ impl Gpu {
     /// Compiles and loads `source` for this GPU.
     pub fn module(&self, source: &str) -> anyhow::Result<Module> {
         Ok(Module::from_source(&self.device, source)?)
+    }
+
+    /// The kernel `name` of [`KERNELS`] (compiled and loaded for this GPU; the kernel keeps
+    /// its module alive).
+    pub fn kernel(&self, name: &str) -> anyhow::Result<Kernel> {
+        Ok(self.module(KERNELS)?.kernel(name)?)
+    }
+
+    /// The kernels `names` of [`KERNELS`], from one module.
+    pub fn kernels<const N: usize>(&self, names: [&str; N]) -> anyhow::Result<[Kernel; N]> {
+        let m = self.module(KERNELS)?;
+        let mut kernels = Vec::with_capacity(N);
+        for name in names {
+            kernels.push(m.kernel(name)?);
+        }
+        Ok(kernels
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("one kernel per name")))
+    }
+
+    /// Launches `exec` on this GPU's stream, then waits for its launches
+    /// (`Exec::synchronize`).
+    pub fn launch_and_wait(&self, exec: &mut Exec) -> anyhow::Result<()> {
+        exec.launch(&self.stream)?;
+        exec.synchronize()?;
+        Ok(())
     }
 }
 

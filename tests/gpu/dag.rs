@@ -39,8 +39,7 @@ pub fn tests() -> Vec<Trial> {
 /// D2D and empty nodes.
 fn every_node_kind(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let (scale, add) = (m.kernel("scale")?, m.kernel("add")?);
+    let [scale, add] = gpu.kernels(["scale", "add"])?;
     let n = 4096usize;
     let input: Vec<f32> = (0..n).map(|i| i as f32).collect();
     let h_in = HostBuffer::from_slice(d, &input)?;
@@ -115,8 +114,7 @@ fn pitched_copies_and_fills(gpu: &Gpu) -> anyhow::Result<()> {
     let down = dag.add_memcpy(&host, &dst)?;
     dag.chain(&[fill, copy, down])?;
     let mut exec = dag.instantiate(d)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     let got = host.to_vec()?;
     for r in 0..h {
         for c in 0..dw {
@@ -137,9 +135,7 @@ fn pitched_copies_and_fills(gpu: &Gpu) -> anyhow::Result<()> {
 
 fn kernel_updates(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let write = m.kernel("write_slot")?;
-    let scale = m.kernel("scale")?;
+    let [write, scale] = gpu.kernels(["write_slot", "scale"])?;
     let a = DeviceBuffer::<u32>::zeros(d, 8)?;
     let b = DeviceBuffer::<u32>::zeros(d, 8)?;
     let f = DeviceBuffer::from_slice(d, &[1.0f32; 1000])?;
@@ -158,8 +154,7 @@ fn kernel_updates(gpu: &Gpu) -> anyhow::Result<()> {
     exec.set_kernel_args(w, &args![&b, 7u32, 9u32])?;
     exec.launch(&gpu.stream)?;
     exec.set_launch_config(s, LaunchConfig::new(10, 100))?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(
         a.to_vec()? == [5, 0, 0, 5, 0, 0, 0, 0],
         "a = {:?}",
@@ -205,8 +200,7 @@ fn memcpy_memset_host_updates(gpu: &Gpu) -> anyhow::Result<()> {
     let host = dag.add_host(move || t.store(1, Ordering::SeqCst));
     dag.chain(&[set, cp, host])?;
     let mut exec = dag.instantiate(d)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(dst.to_vec()?[..16] == [1; 16] && dst.to_vec()?[16..] == [5; 16]);
     ensure!(tag.load(Ordering::SeqCst) == 1);
 
@@ -214,8 +208,7 @@ fn memcpy_memset_host_updates(gpu: &Gpu) -> anyhow::Result<()> {
     exec.set_memset_value(set, 6u32)?;
     let t = tag.clone();
     exec.set_host_fn(host, move || t.store(2, Ordering::SeqCst))?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     let v = dst.to_vec()?;
     ensure!(v[..16] == [2; 16] && v[16..] == [6; 16], "{v:?}");
     ensure!(tag.load(Ordering::SeqCst) == 2);
@@ -238,8 +231,7 @@ fn memcpy_memset_host_updates(gpu: &Gpu) -> anyhow::Result<()> {
 
 fn enable_disable(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let inc = m.kernel("inc")?;
+    let inc = gpu.kernel("inc")?;
     let c = DeviceBuffer::<u32>::zeros(d, 1)?;
     let mut dag = Dag::new();
     let a = dag.add_kernel(&inc, LaunchConfig::new(1, 1), &args![&c])?;
@@ -265,8 +257,7 @@ fn enable_disable(gpu: &Gpu) -> anyhow::Result<()> {
 
 fn whole_graph_update(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let write = m.kernel("write_slot")?;
+    let write = gpu.kernel("write_slot")?;
     let out = DeviceBuffer::<u32>::zeros(d, 4)?;
     let mut dag = Dag::new();
     let w = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 0u32, 1u32])?;
@@ -279,13 +270,11 @@ fn whole_graph_update(gpu: &Gpu) -> anyhow::Result<()> {
     dag.set_kernel_args(w, &args![&out, 1u32, 2u32])?;
     dag.set_memset_value(fill, 8u32)?;
     exec.update(&dag)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(out.to_vec()? == [1, 2, 0, 8], "{:?}", out.to_vec()?);
     // Per-node updates still work after a whole-graph update.
     exec.set_kernel_arg(w, 1, 2u32)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(out.to_vec()? == [1, 2, 2, 8]);
     ensure!(exec.cuda_dot()?.contains("digraph"));
 
@@ -305,21 +294,18 @@ fn whole_graph_update(gpu: &Gpu) -> anyhow::Result<()> {
     ensure!(matches!(e, Error::UpdateRefused { .. }), "{e}");
     // ... and update_or_reinstantiate handles both.
     ensure!(exec.update_or_reinstantiate(&rewired)? == UpdateOutcome::Reinstantiated);
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(out.to_vec()? == [3, 2, 2, 4], "{:?}", out.to_vec()?);
     rewired.set_memset_value(f2, 5u32)?;
     ensure!(exec.update_or_reinstantiate(&rewired)? == UpdateOutcome::Updated);
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(out.to_vec()? == [3, 2, 2, 5]);
     Ok(())
 }
 
 fn host_panic_is_an_error(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let inc = m.kernel("inc")?;
+    let inc = gpu.kernel("inc")?;
     let c = DeviceBuffer::<u32>::zeros(d, 1)?;
     let mut dag = Dag::new();
     let k = dag.add_kernel(&inc, LaunchConfig::new(1, 1), &args![&c])?;
@@ -340,8 +326,7 @@ fn host_panic_is_an_error(gpu: &Gpu) -> anyhow::Result<()> {
     // The process lives on, the graph still works, and a launch after a panic reports it.
     ensure!(c.to_vec()? == [2], "both kernels ran: {:?}", c.to_vec()?);
     exec.set_host_fn(h, || {})?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(c.to_vec()? == [4]);
     exec.set_host_fn(h, || panic!("again"))?;
     exec.launch(&gpu.stream)?;
@@ -381,8 +366,7 @@ fn dropped_buffers_stay_alive(gpu: &Gpu) -> anyhow::Result<()> {
     let junk: Vec<_> = (0..4)
         .map(|_| DeviceBuffer::from_slice(d, &vec![-7.0f32; n]))
         .collect::<Result<_, _>>()?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(out.to_vec()?.iter().all(|&v| v == 3.0));
     drop(junk);
     Ok(())
@@ -390,8 +374,7 @@ fn dropped_buffers_stay_alive(gpu: &Gpu) -> anyhow::Result<()> {
 
 fn chain_of_10000(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let inc = m.kernel("inc")?;
+    let inc = gpu.kernel("inc")?;
     let c = DeviceBuffer::<u32>::zeros(d, 1)?;
     let mut dag = Dag::new();
     let mut prev = None;
@@ -404,16 +387,14 @@ fn chain_of_10000(gpu: &Gpu) -> anyhow::Result<()> {
     }
     let mut exec = dag.instantiate(d)?;
     exec.launch(&gpu.stream)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(c.to_vec()? == [20_000], "{:?}", c.to_vec()?);
     Ok(())
 }
 
 fn cuda_dot(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let inc = m.kernel("inc")?;
+    let inc = gpu.kernel("inc")?;
     let c = DeviceBuffer::<u32>::zeros(d, 1)?;
     let mut dag = Dag::new();
     let a = dag.add_kernel(&inc, LaunchConfig::new(1, 1), &args![&c])?;
@@ -435,8 +416,7 @@ fn cuda_dot(gpu: &Gpu) -> anyhow::Result<()> {
 
 fn validation_on_device(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let inc = m.kernel("inc")?;
+    let inc = gpu.kernel("inc")?;
     let c = DeviceBuffer::<u32>::zeros(d, 1)?;
     let mut dag = Dag::new();
     let k = dag.add_kernel(&inc, LaunchConfig::new(1, 2048), &args![&c])?;
@@ -459,8 +439,7 @@ fn validation_on_device(gpu: &Gpu) -> anyhow::Result<()> {
 
 fn into_exec(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let inc = m.kernel("inc")?;
+    let inc = gpu.kernel("inc")?;
     let c = DeviceBuffer::<u32>::zeros(d, 1)?;
     let mut dag = Dag::new();
     let a = dag.add_kernel(&inc, LaunchConfig::new(1, 3), &args![&c])?;
@@ -469,8 +448,7 @@ fn into_exec(gpu: &Gpu) -> anyhow::Result<()> {
     ensure!(exec.dag().node(a)?.name() == "three");
     exec.launch(&gpu.stream)?;
     exec.set_launch_config(a, LaunchConfig::new(1, 4))?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(c.to_vec()? == [7], "{:?}", c.to_vec()?);
     Ok(())
 }

@@ -10,7 +10,7 @@ use libtest_mimic::Trial;
 use rustfft::num_complex::Complex;
 use rustfft::FftPlanner;
 
-use crate::common::{gpu_test, Gpu, KERNELS};
+use crate::common::{gpu_test, Gpu};
 
 const TOL: f64 = 2e-5;
 
@@ -335,8 +335,7 @@ fn integer_loads(gpu: &Gpu) -> anyhow::Result<()> {
     dag.add_fft(spec(&p16, Direction::Forward, &i16d, &out_c2, lp()))?;
     dag.add_fft(spec(&pr, Direction::Forward, &r8d, &out_r, lp()))?;
     let mut exec = dag.instantiate(d)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     let x8: Vec<C64> = raw
         .iter()
         .map(|v| C64::new(v[0] as f64, v[1] as f64) * scale as f64)
@@ -446,8 +445,7 @@ fn r2c_c2r(gpu: &Gpu) -> anyhow::Result<()> {
     ))?;
     dag.add_dependency(a, b)?;
     let mut exec = dag.instantiate(d)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     let xc: Vec<C64> = x.iter().map(|&v| C64::new(v as f64, 0.0)).collect();
     let full = reference(&xc, n, false);
     let want: Vec<C64> = full.chunks(n).flat_map(|c| c[..h].to_vec()).collect();
@@ -473,8 +471,7 @@ fn two_d(gpu: &Gpu) -> anyhow::Result<()> {
     let mut dag = Dag::new();
     dag.add_fft(spec(&plan, Direction::Forward, &xd, &yd, FftParams::none()))?;
     let mut exec = dag.instantiate(d)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     // Reference: rows, then columns, per batch.
     let mut want = reference(&to64(&x), cols, false);
     let mut p = FftPlanner::<f64>::new();
@@ -506,8 +503,7 @@ fn double_precision(gpu: &Gpu) -> anyhow::Result<()> {
     let mut dag = Dag::new();
     dag.add_fft(spec(&plan, Direction::Forward, &xd, &yd, FftParams::none()))?;
     let mut exec = dag.instantiate(d)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     let want = reference(&x, n, false);
     let got = yd.to_vec()?;
     let err = got
@@ -569,8 +565,7 @@ __device__ float2 window_load(void* dataIn, unsigned long long offset, void* inf
         ),
     ))?;
     let mut exec = dag.instantiate(d)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     let windowed = |gain: f64| -> Vec<C64> {
         to64(&x)
             .iter()
@@ -596,8 +591,7 @@ __device__ float2 window_load(void* dataIn, unsigned long long offset, void* inf
             None,
         ),
     )?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     check(
         &yd.to_vec()?,
         &reference(&windowed(-1.0), n, false),
@@ -617,7 +611,7 @@ __device__ float2 window_load(void* dataIn, unsigned long long offset, void* inf
 /// kernel) affect only later launches.
 fn queued_updates(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let spin = gpu.module(KERNELS)?.kernel("spin")?;
+    let spin = gpu.kernel("spin")?;
     let (n, launches) = (256usize, 16usize);
     let plan = FftPlan::new(
         FftPlanDesc::new(FftType::C2C, &[n as i64], 1).with_store(StoreCallback::Scale),
@@ -684,8 +678,7 @@ fn advanced_layout(gpu: &Gpu) -> anyhow::Result<()> {
     let mut dag = Dag::new();
     dag.add_fft(spec(&plan, Direction::Forward, &xd, &yd, FftParams::none()))?;
     let mut exec = dag.instantiate(d)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     let gathered: Vec<C32> = (0..batch)
         .flat_map(|b| (0..n).map(move |i| (b, i)))
         .map(|(b, i)| x[b * dist + i * stride])
@@ -791,8 +784,7 @@ fn whole_graph_update(gpu: &Gpu) -> anyhow::Result<()> {
     };
     let (first, f, _) = build(&a, &ya, 1.0, &scaled)?;
     let mut exec = first.instantiate(d)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     check(&ya.to_vec()?, &reference(&to64(&x1), n, false), "before")?;
 
     let made = cudagraph::fft::plans_made();
@@ -803,8 +795,7 @@ fn whole_graph_update(gpu: &Gpu) -> anyhow::Result<()> {
         "the update made {} cuFFT plans for unchanged FFT nodes",
         cudagraph::fft::plans_made() - made
     );
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     let want2: Vec<C64> = reference(&to64(&x2), n, false)
         .into_iter()
         .map(|c| c * 2.0)
@@ -817,8 +808,7 @@ fn whole_graph_update(gpu: &Gpu) -> anyhow::Result<()> {
     let e = exec.update(&third).unwrap_err();
     ensure!(matches!(e, cudagraph::Error::UpdateRefused { .. }), "{e}");
     exec.set_fft_params(f, ld_st(None, Some(CallbackParams::store(4.0))))?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     let want4: Vec<C64> = reference(&to64(&x2), n, false)
         .into_iter()
         .map(|c| c * 4.0)
@@ -832,8 +822,7 @@ fn whole_graph_update(gpu: &Gpu) -> anyhow::Result<()> {
     let made = cudagraph::fft::plans_made();
     exec.update(&first)?;
     ensure!(cudagraph::fft::plans_made() == made, "plans remade");
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     check(
         &ya.to_vec()?,
         &reference(&to64(&x1), n, false),

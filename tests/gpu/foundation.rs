@@ -99,8 +99,7 @@ fn memory_round_trips(gpu: &Gpu) -> anyhow::Result<()> {
 }
 
 fn compile_and_launch(gpu: &Gpu) -> anyhow::Result<()> {
-    let m = gpu.module(KERNELS)?;
-    let axpy = m.kernel("axpy")?;
+    let axpy = gpu.kernel("axpy")?;
     let n = 100_000usize;
     let x: Vec<f32> = (0..n).map(|i| (i % 97) as f32).collect();
     let y0: Vec<f32> = (0..n).map(|i| (i % 13) as f32 - 6.0).collect();
@@ -153,8 +152,7 @@ fn compile_error_has_log(gpu: &Gpu) -> anyhow::Result<()> {
 }
 
 fn wrong_arguments_rejected(gpu: &Gpu) -> anyhow::Result<()> {
-    let m = gpu.module(KERNELS)?;
-    let scale = m.kernel("scale")?;
+    let scale = gpu.kernel("scale")?;
     let x = DeviceBuffer::<f32>::zeros(&gpu.device, 16)?;
     let cfg = LaunchConfig::new(1, 16);
     let e = scale
@@ -192,8 +190,7 @@ fn wrong_arguments_rejected(gpu: &Gpu) -> anyhow::Result<()> {
 }
 
 fn bad_launch_shape_rejected(gpu: &Gpu) -> anyhow::Result<()> {
-    let m = gpu.module(KERNELS)?;
-    let inc = m.kernel("inc")?;
+    let inc = gpu.kernel("inc")?;
     let c = DeviceBuffer::<u32>::zeros(&gpu.device, 1)?;
     let e = inc
         .launch(&gpu.stream, LaunchConfig::new(1, 4096), &args![&c])
@@ -245,8 +242,7 @@ template <typename T> __global__ void fill(T* p, T v, int n) {
 }
 
 fn events_time_work(gpu: &Gpu) -> anyhow::Result<()> {
-    let m = gpu.module(KERNELS)?;
-    let spin = m.kernel("spin")?;
+    let spin = gpu.kernel("spin")?;
     let (a, b) = (
         cudagraph::Event::new(&gpu.device)?,
         cudagraph::Event::new(&gpu.device)?,

@@ -91,8 +91,7 @@ fn drop_waits_for_stream_launch(gpu: &Gpu) -> anyhow::Result<()> {
 /// waits, so the copy sees the old contents.
 fn host_write_waits_for_async_copy(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let spin = m.kernel("spin")?;
+    let spin = gpu.kernel("spin")?;
     let s = Stream::new(d)?;
     let n = 1 << 16;
     let mut host = HostBuffer::from_slice(d, &vec![1u32; n])?;
@@ -123,8 +122,7 @@ fn host_write_waits_for_async_copy(gpu: &Gpu) -> anyhow::Result<()> {
 /// read of the pinned ring they write waits for them (no synchronisation before the reads).
 fn host_reads_wait_for_graph_launches(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let (write, spin) = (m.kernel("write_slot")?, m.kernel("spin")?);
+    let [write, spin] = gpu.kernels(["write_slot", "spin"])?;
     let slots = 64u32;
     let out = DeviceBuffer::<u32>::zeros(d, slots as usize)?;
     let ring = HostBuffer::<u32>::zeros(d, slots as usize)?;
@@ -153,8 +151,7 @@ fn host_reads_wait_for_graph_launches(gpu: &Gpu) -> anyhow::Result<()> {
 /// update pairs the nodes by id, and per-node updates afterwards reach the right node.
 fn swapped_fan_out_update(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let write = m.kernel("write_slot")?;
+    let write = gpu.kernel("write_slot")?;
     let out = DeviceBuffer::<u32>::zeros(d, 2)?;
     let build = |swap: bool, va: u32, vb: u32| -> anyhow::Result<(Dag, [cudagraph::NodeId; 4])> {
         let mut dag = Dag::new();
@@ -174,28 +171,24 @@ fn swapped_fan_out_update(gpu: &Gpu) -> anyhow::Result<()> {
     let (first, _) = build(false, 1, 2)?;
     let (second, [_, a, b, _]) = build(true, 10, 20)?;
     let mut exec = first.instantiate(d)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(out.to_vec()? == [1, 2]);
     exec.update(&second)?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(
         out.to_vec()? == [10, 20],
         "after the update: {:?}",
         out.to_vec()?
     );
     exec.set_kernel_args(a, &args![&out, 0u32, 100u32])?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(
         out.to_vec()? == [100, 20],
         "a per-node update of `a` reached {:?}",
         out.to_vec()?
     );
     exec.set_kernel_args(b, &args![&out, 1u32, 200u32])?;
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(out.to_vec()? == [100, 200], "{:?}", out.to_vec()?);
     // Different dependencies are refused by the crate, naming why.
     let mut other = Dag::new();
@@ -214,8 +207,7 @@ fn swapped_fan_out_update(gpu: &Gpu) -> anyhow::Result<()> {
 /// memory stays flat (it would grow by ~6 GiB if they were kept until `Exec::synchronize`).
 fn replaced_buffers_released(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let scale = m.kernel("scale")?;
+    let scale = gpu.kernel("scale")?;
     let n = 16 << 20; // 64 MiB of f32
     let first = DeviceBuffer::<f32>::zeros(d, n)?;
     let mut dag = Dag::new();
@@ -272,8 +264,7 @@ fn child_host_panic(gpu: &Gpu) -> anyhow::Result<()> {
 /// read back; see the closing note of the session that wrote this.)
 fn flags_and_priorities(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let inc = m.kernel("inc")?;
+    let inc = gpu.kernel("inc")?;
     let c = DeviceBuffer::<u32>::zeros(d, 1)?;
     let mut dag = Dag::new();
     let k = dag.add_kernel(&inc, LaunchConfig::new(1, 5), &args![&c])?;
@@ -301,8 +292,7 @@ fn flags_and_priorities(gpu: &Gpu) -> anyhow::Result<()> {
         other.instantiate(d)?.cuda_priority(k2)? == 0,
         "default priority"
     );
-    exec.launch(&gpu.stream)?;
-    exec.synchronize()?;
+    gpu.launch_and_wait(&mut exec)?;
     ensure!(c.to_vec()? == [5]);
     Ok(())
 }
@@ -311,8 +301,7 @@ fn flags_and_priorities(gpu: &Gpu) -> anyhow::Result<()> {
 /// queued kernel sees its result, and a memset right after it is not overtaken by it.
 fn device_helpers_wait(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
-    let m = gpu.module(KERNELS)?;
-    let (spin, scale) = (m.kernel("spin")?, m.kernel("scale")?);
+    let [spin, scale] = gpu.kernels(["spin", "scale"])?;
     let s = Stream::new(d)?;
     let n = 1 << 16;
     let x = DeviceBuffer::from_slice(d, &vec![1.0f32; n])?;
