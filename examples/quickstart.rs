@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use cudagraph::{
-    args, Dag, Device, DeviceBuffer, DeviceLimits, Exec, HostBuffer, Kernel, LaunchConfig, Module,
-    NodeId, RecordingBackend, Stream,
+    args, dst, src, Dag, Device, DeviceBuffer, DeviceLimits, Exec, HostBuffer, Kernel,
+    LaunchConfig, Module, NodeId, RecordingBackend, Stream,
 };
 
 /// Elements per buffer: small, so the timing shows launch overhead rather than bandwidth.
@@ -173,7 +173,7 @@ fn build_dag(r: &Resources, runs: Option<Arc<AtomicU32>>) -> Result<(Dag, NodeId
     let n = N as i32;
     let mut dag = Dag::new();
 
-    let upload = dag.add_memcpy(&r.x, &r.h_in)?;
+    let upload = dag.add_copy(dst(&r.x), src(&r.h_in))?;
     let scale = dag.add_kernel(&r.scale, cfg, &args![&r.a, &r.x, scale_for(0), n])?;
     let offset = dag.add_kernel(&r.offset, cfg, &args![&r.b, &r.x, 1.0f32, n])?;
     let square = dag.add_kernel(&r.square, cfg, &args![&r.c, &r.x, n])?;
@@ -183,7 +183,7 @@ fn build_dag(r: &Resources, runs: Option<Arc<AtomicU32>>) -> Result<(Dag, NodeId
             runs.fetch_add(1, Ordering::Relaxed);
         })
     });
-    let download = dag.add_memcpy(&r.h_out, &r.acc)?;
+    let download = dag.add_copy(dst(&r.h_out), src(&r.acc))?;
 
     dag.set_name(upload, "upload x");
     dag.set_name(scale, "scale: a = x * s");

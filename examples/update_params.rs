@@ -5,7 +5,7 @@
 //!
 //! 1. `set_kernel_arg`: one argument of a kernel node (a fill value);
 //! 2. `set_kernel_args`: all arguments, switching the kernel to another buffer;
-//! 3. `set_memcpy`: the source of a copy node;
+//! 3. `set_copy`: the source of a copy node;
 //! 4. `set_launch_config`: a kernel node's grid and block;
 //! 5. `set_memset_value`: the value a memset node writes;
 //! 6. `set_host_fn`: a host node's closure;
@@ -23,8 +23,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, ensure, Context, Result};
 use cudagraph::{
-    args, Dag, Device, DeviceBuffer, Error, Exec, HostBuffer, Kernel, LaunchConfig, Module, NodeId,
-    Stream, UpdateOutcome,
+    args, dst, src, Dag, Device, DeviceBuffer, Error, Exec, HostBuffer, Kernel, LaunchConfig,
+    Module, NodeId, Stream, UpdateOutcome,
 };
 
 const N: usize = 1024;
@@ -77,7 +77,7 @@ fn build(r: &Resources, extra_edge: bool) -> Result<(Dag, Nodes)> {
     )?;
     let count = dag.add_kernel(&r.count, LaunchConfig::new(1, 32), &args![&r.counter])?;
     let pad = dag.add_memset(&r.pad, 5u32)?;
-    let download = dag.add_memcpy(&r.h_out, &r.a)?;
+    let download = dag.add_copy(dst(&r.h_out), src(&r.a))?;
     let tag = r.tag.clone();
     let host = dag.add_host(move || tag.store(1, Ordering::SeqCst));
     dag.set_name(fill, "fill");
@@ -210,8 +210,8 @@ fn main() -> Result<()> {
     want.counter += 32;
     launch_and_check(&mut exec, &r, want)?;
 
-    println!("3. set_memcpy(download, h_out, b): the download now reads b");
-    exec.set_memcpy(nodes.download, &r.h_out, &r.b)?;
+    println!("3. set_copy(download, dst(h_out), src(b)): the download now reads b");
+    exec.set_copy(nodes.download, dst(&r.h_out), src(&r.b))?;
     want.h_out = 7.0;
     want.counter += 32;
     launch_and_check(&mut exec, &r, want)?;

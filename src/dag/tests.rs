@@ -27,7 +27,7 @@ fn lowering_order_dependencies_and_parameters() {
     let h = r.host_buffer::<f32>(256);
     let k = r.kernel("scale", &[8, 4]);
     let mut dag = Dag::new();
-    let up = dag.add_memcpy(&x, &h).unwrap();
+    let up = dag.add_copy(dst(&x), src(&h)).unwrap();
     let a = dag
         .add_kernel(&k, LaunchConfig::new(1, 256), &args![&x, 2.0f32])
         .unwrap();
@@ -35,7 +35,7 @@ fn lowering_order_dependencies_and_parameters() {
         .add_kernel(&k, LaunchConfig::new(2, 128), &args![&x, 3.0f32])
         .unwrap();
     let join = dag.add_empty();
-    let down = dag.add_memcpy(&h, &x).unwrap();
+    let down = dag.add_copy(dst(&h), src(&x)).unwrap();
     dag.set_name(up, "upload");
     dag.fan_out(up, &[a, b]).unwrap();
     dag.fan_in(&[a, b], join).unwrap();
@@ -211,10 +211,10 @@ fn overlapping_copies_are_rejected() {
     let x = r.device_buffer::<u8>(1024);
     let mut dag = Dag::new();
     let e = dag
-        .add_memcpy(x.region(100..200), x.region(150..250))
+        .add_copy(dst(x.region(100..200)), src(x.region(150..250)))
         .unwrap_err();
     assert!(e.to_string().contains("overlap"), "{e}");
-    dag.add_memcpy(x.region(0..100), x.region(100..200))
+    dag.add_copy(dst(x.region(0..100)), src(x.region(100..200)))
         .unwrap();
     // 2D: even rows into odd rows of one buffer do not overlap; the same rows do.
     let rows = |dst: usize, src: usize| Copy2d {
@@ -283,12 +283,14 @@ fn copy_bounds_errors_name_the_node() {
     let a = r.device_buffer::<f32>(100);
     let b = r.device_buffer::<f32>(50);
     let mut dag = Dag::new();
-    let e = dag.add_memcpy(&a, &b).unwrap_err();
+    let e = dag.add_copy(dst(&a), src(&b)).unwrap_err();
     assert_eq!(
         e.to_string(),
         "node `memcpy#0`: copies 200 bytes into a 400-byte destination (sizes must match)"
     );
-    let e = dag.add_memcpy(a.region(60..110), b.region(..)).unwrap_err();
+    let e = dag
+        .add_copy(dst(a.region(60..110)), src(b.region(..)))
+        .unwrap_err();
     assert!(
         e.to_string()
             .contains("destination range, bytes 240..440, is outside its 400-byte buffer"),
@@ -361,7 +363,7 @@ fn objects_of_another_target_are_rejected_at_validation() {
     let a = other.device_buffer::<u8>(4);
     let b = other.device_buffer::<u8>(4);
     let mut dag = Dag::new();
-    dag.add_memcpy(&a, &b).unwrap();
+    dag.add_copy(dst(&a), src(&b)).unwrap();
     let e = dag.lower(&mut mine).unwrap_err();
     assert!(
         e.to_string().contains("the destination buffer belongs to"),
@@ -401,7 +403,7 @@ fn dot_snapshot() {
     let h = r.host_buffer::<f32>(1024);
     let k = r.kernel("scale", &[8, 4]);
     let mut dag = Dag::new();
-    let up = dag.add_memcpy(&x, &h).unwrap();
+    let up = dag.add_copy(dst(&x), src(&h)).unwrap();
     let a = dag
         .add_kernel(
             &k,

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use anyhow::ensure;
 use cudagraph::{
-    args, Copy2d, Dag, DeviceBuffer, Error, HostBuffer, LaunchConfig, Memset2d, UpdateOutcome,
+    args, dst, src, Copy2d, Dag, DeviceBuffer, Error, HostBuffer, LaunchConfig, Memset2d,
+    UpdateOutcome,
 };
 use libtest_mimic::Trial;
 
@@ -51,13 +52,13 @@ fn every_node_kind(gpu: &Gpu) -> anyhow::Result<()> {
     let calls = Arc::new(AtomicU32::new(0));
 
     let mut dag = Dag::new();
-    let up = dag.add_memcpy(&x, &h_in)?;
+    let up = dag.add_copy(dst(&x), src(&h_in))?;
     let fill = dag.add_memset(&y, 1.0f32)?;
     let fork = dag.add_empty();
     let s = dag.add_kernel(&scale, cfg, &args![&x, 2.0f32, n as i32])?;
     // A child graph: z = copy of y, then z += y (so z = 2).
     let mut child = Dag::new();
-    let c1 = child.add_memcpy(&z, &y)?;
+    let c1 = child.add_copy(dst(&z), src(&y))?;
     let c2 = child.add_kernel(&add, cfg, &args![&z, &y, n as i32])?;
     child.add_dependency(c1, c2)?;
     let ch = dag.add_child(&child);
@@ -66,7 +67,7 @@ fn every_node_kind(gpu: &Gpu) -> anyhow::Result<()> {
     let host = dag.add_host(move || {
         c.fetch_add(1, Ordering::SeqCst);
     });
-    let down = dag.add_memcpy(&h_out, &x)?;
+    let down = dag.add_copy(dst(&h_out), src(&x))?;
     dag.add_dependency(up, fork)?;
     dag.add_dependency(fill, fork)?;
     dag.fan_out(fork, &[s, ch])?;
@@ -91,27 +92,27 @@ fn pitched_copies_and_fills(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     // A 6x4 block of a 10-wide source matrix into an 8-wide destination at column 1.
     let (sw, dw, w, h) = (10usize, 8usize, 4usize, 6usize);
-    let src: Vec<u32> = (0..(sw * h) as u32).collect();
-    let s = DeviceBuffer::from_slice(d, &src)?;
-    let dst = DeviceBuffer::<u32>::zeros(d, dw * h)?;
+    let values: Vec<u32> = (0..(sw * h) as u32).collect();
+    let s = DeviceBuffer::from_slice(d, &values)?;
+    let target = DeviceBuffer::<u32>::zeros(d, dw * h)?;
     let host = HostBuffer::<u32>::zeros(d, dw * h)?;
     let mut dag = Dag::new();
     let fill = dag.add_memset_2d(Memset2d {
-        dst: dst.region(..),
+        dst: target.region(..),
         pitch: dw,
         width: dw,
         height: h,
         value: 7u32.into(),
     })?;
     let copy = dag.add_memcpy_2d(Copy2d {
-        dst: dst.region(1..),
+        dst: target.region(1..),
         dst_pitch: dw,
         src: s.region(2..),
         src_pitch: sw,
         width: w,
         height: h,
     })?;
-    let down = dag.add_memcpy(&host, &dst)?;
+    let down = dag.add_copy(dst(&host), src(&target))?;
     dag.chain(&[fill, copy, down])?;
     let mut exec = dag.instantiate(d)?;
     gpu.launch_and_wait(&mut exec)?;
@@ -119,7 +120,7 @@ fn pitched_copies_and_fills(gpu: &Gpu) -> anyhow::Result<()> {
     for r in 0..h {
         for c in 0..dw {
             let want = if (1..1 + w).contains(&c) {
-                src[r * sw + 2 + (c - 1)]
+                values[r * sw + 2 + (c - 1)]
             } else {
                 7
             };
@@ -191,29 +192,31 @@ fn memcpy_memset_host_updates(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let src1 = DeviceBuffer::from_slice(d, &[1u32; 16])?;
     let src2 = DeviceBuffer::from_slice(d, &[2u32; 16])?;
-    let dst = DeviceBuffer::<u32>::zeros(d, 32)?;
+    let target = DeviceBuffer::<u32>::zeros(d, 32)?;
     let tag = Arc::new(AtomicU32::new(0));
     let mut dag = Dag::new();
-    let set = dag.add_memset(dst.region(16..), 5u32)?;
-    let cp = dag.add_memcpy(dst.region(..16), &src1)?;
+    let set = dag.add_memset(target.region(16..), 5u32)?;
+    let cp = dag.add_copy(dst(target.region(..16)), src(&src1))?;
     let t = tag.clone();
     let host = dag.add_host(move || t.store(1, Ordering::SeqCst));
     dag.chain(&[set, cp, host])?;
     let mut exec = dag.instantiate(d)?;
     gpu.launch_and_wait(&mut exec)?;
-    ensure!(dst.to_vec()?[..16] == [1; 16] && dst.to_vec()?[16..] == [5; 16]);
+    ensure!(target.to_vec()?[..16] == [1; 16] && target.to_vec()?[16..] == [5; 16]);
     ensure!(tag.load(Ordering::SeqCst) == 1);
 
-    exec.set_memcpy(cp, dst.region(..16), &src2)?;
+    exec.set_copy(cp, dst(target.region(..16)), src(&src2))?;
     exec.set_memset_value(set, 6u32)?;
     let t = tag.clone();
     exec.set_host_fn(host, move || t.store(2, Ordering::SeqCst))?;
     gpu.launch_and_wait(&mut exec)?;
-    let v = dst.to_vec()?;
+    let v = target.to_vec()?;
     ensure!(v[..16] == [2; 16] && v[16..] == [6; 16], "{v:?}");
     ensure!(tag.load(Ordering::SeqCst) == 2);
     // Wrong updates are refused with the node's name.
-    let e = exec.set_memcpy(cp, dst.region(..8), &src2).unwrap_err();
+    let e = exec
+        .set_copy(cp, dst(target.region(..8)), src(&src2))
+        .unwrap_err();
     ensure!(e.to_string().contains("sizes must match"), "{e}");
     let e = exec.set_memset_value(set, 1u8).unwrap_err();
     ensure!(e.to_string().contains("4-byte values"), "{e}");
@@ -224,7 +227,9 @@ fn memcpy_memset_host_updates(gpu: &Gpu) -> anyhow::Result<()> {
         "{e}"
     );
     let hbuf = HostBuffer::<u32>::zeros(d, 16)?;
-    let e = exec.set_memcpy(cp, dst.region(..16), &hbuf).unwrap_err();
+    let e = exec
+        .set_copy(cp, dst(target.region(..16)), src(&hbuf))
+        .unwrap_err();
     ensure!(e.to_string().contains("cannot become"), "{e}");
     Ok(())
 }
@@ -347,18 +352,18 @@ fn dropped_buffers_stay_alive(gpu: &Gpu) -> anyhow::Result<()> {
     let out = HostBuffer::<f32>::zeros(d, n)?;
     let mut exec = {
         let x = DeviceBuffer::from_slice(d, &vec![1.5f32; n])?;
-        let src = HostBuffer::from_slice(d, &vec![1.5f32; n])?;
+        let input = HostBuffer::from_slice(d, &vec![1.5f32; n])?;
         let mut dag = Dag::new();
-        let up = dag.add_memcpy(&x, &src)?;
+        let up = dag.add_copy(dst(&x), src(&input))?;
         let k = dag.add_kernel(
             &scale,
             LaunchConfig::for_elements(n as u32, 256),
             &args![&x, 2.0f32, n as i32],
         )?;
-        let down = dag.add_memcpy(&out, &x)?;
+        let down = dag.add_copy(dst(&out), src(&x))?;
         dag.chain(&[up, k, down])?;
         dag.instantiate(d)?
-        // x, src, dag and the module handle are dropped here.
+        // x, input, dag and the module handle are dropped here.
     };
     drop(m);
     drop(scale);
@@ -431,7 +436,7 @@ fn validation_on_device(gpu: &Gpu) -> anyhow::Result<()> {
     let mut rec = cudagraph::RecordingBackend::new(d.limits().clone());
     let fake = rec.device_buffer::<u32>(1);
     let mut dag = Dag::new();
-    dag.add_memcpy(&c, &fake)?;
+    dag.add_copy(dst(&c), src(&fake))?;
     let e = dag.instantiate(d).err().expect("foreign buffer");
     ensure!(e.to_string().contains("recording backend"), "{e}");
     Ok(())

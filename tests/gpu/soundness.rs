@@ -7,7 +7,8 @@
 
 use anyhow::ensure;
 use cudagraph::{
-    args, Dag, DeviceBuffer, Error, Event, HostBuffer, InstantiateFlags, LaunchConfig, Stream,
+    args, dst, src, Dag, DeviceBuffer, Error, Event, HostBuffer, InstantiateFlags, LaunchConfig,
+    Stream,
 };
 use libtest_mimic::Trial;
 
@@ -128,7 +129,7 @@ fn host_reads_wait_for_graph_launches(gpu: &Gpu) -> anyhow::Result<()> {
     let ring = HostBuffer::<u32>::zeros(d, slots as usize)?;
     let mut dag = Dag::new();
     let w = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 0u32, 0u32])?;
-    let down = dag.add_memcpy(&ring, &out)?;
+    let down = dag.add_copy(dst(&ring), src(&out))?;
     dag.add_dependency(w, down)?;
     let mut exec = dag.instantiate(d)?;
     let s = Stream::new(d)?;
@@ -326,16 +327,16 @@ fn device_helpers_wait(gpu: &Gpu) -> anyhow::Result<()> {
 fn refused_update_changes_nothing(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let out = HostBuffer::<u32>::zeros(d, 4)?;
-    let src = DeviceBuffer::from_slice(d, &[7u32, 8, 9, 10])?;
+    let source = DeviceBuffer::from_slice(d, &[7u32, 8, 9, 10])?;
     let mut dag = Dag::new();
-    let c = dag.add_memcpy(&out, &src)?;
+    let c = dag.add_copy(dst(&out), src(&source))?;
     let mut exec = dag.instantiate(d)?;
-    drop(src); // held by the graph only
+    drop(source); // held by the graph only
     let (e1, e2) = (
         DeviceBuffer::<u32>::zeros(d, 4)?,
         HostBuffer::<u32>::zeros(d, 4)?,
     );
-    let r = exec.set_memcpy(c, e2.region(0..0), e1.region(0..0));
+    let r = exec.set_copy(c, dst(e2.region(0..0)), src(e1.region(0..0)));
     ensure!(r.is_err(), "CUDA accepted a zero-byte copy: {r:?}");
     println!("refused as expected: {}", r.unwrap_err());
     let cudagraph::dag::Op::Memcpy(mc) = exec.dag().node(c)?.op() else {

@@ -269,7 +269,8 @@ impl Dag {
         Ok(())
     }
 
-    /// [`Dag::set_copy`] with the ends given by position (destination first).
+    /// [`Dag::set_copy`] with the ends given by position (destination first). Prefer
+    /// [`Dag::set_copy`], whose typed ends cannot be swapped.
     pub fn set_memcpy(
         &mut self,
         id: NodeId,
@@ -349,7 +350,8 @@ impl Exec {
         Ok(())
     }
 
-    /// [`Exec::set_copy`] with the ends given by position (destination first).
+    /// [`Exec::set_copy`] with the ends given by position (destination first). Prefer
+    /// [`Exec::set_copy`], whose typed ends cannot be swapped.
     pub fn set_memcpy(
         &mut self,
         id: NodeId,
