@@ -13,7 +13,7 @@
 //!   last read that device buffer and before the launch that reads it.
 //! - **D2D** (the graph's first node): the device staging buffer into the one device input
 //!   buffer every FFT reads. Which staging buffer is the source changes per block with
-//!   `Exec::set_memcpy`.
+//!   `Exec::set_copy`.
 //! - **FFT node** per product: C2C, `nfft` points, one transform per (coarse channel, antenna,
 //!   polarisation, spectrum of the block). A custom cuFFT LTO load callback reads the recorder's
 //!   `[channel][time][pol][re, im]` integers (4, 8 or 16 bits) straight from the device input:
@@ -44,8 +44,8 @@
 use std::time::{Duration, Instant};
 
 use cudagraph::{
-    args, CallbackParams, CustomCallback, Dag, Device, DeviceBuffer, Direction, Event, Exec,
-    FftParams, FftPlan, FftPlanDesc, FftSpec, FftType, HostBuffer, Kernel, LaunchConfig,
+    args, dst, src, CallbackParams, CustomCallback, Dag, Device, DeviceBuffer, Direction, Event,
+    Exec, FftParams, FftPlan, FftPlanDesc, FftSpec, FftType, HostBuffer, Kernel, LaunchConfig,
     LoadCallback, Module, NodeId, Stream, StreamFft,
 };
 use num_complex::Complex32;
@@ -532,7 +532,7 @@ impl GpuEngine {
         let mut dag = Dag::new();
         let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
         let h2d = dag
-            .add_memcpy(&self.d_in, &self.d_stage[0])
+            .add_copy(dst(&self.d_in), src(&self.d_stage[0]))
             .map_err(|x| e("D2D node", x))?;
         dag.set_name(h2d, "D2D block");
         let mut nodes = Vec::new();
@@ -559,7 +559,7 @@ impl GpuEngine {
                 .map_err(|x| e("detect node", x))?;
             dag.set_name(d, format!("detect+integrate (product {i})"));
             let c = dag
-                .add_memcpy(&gp.out[0], &gp.acc)
+                .add_copy(dst(&gp.out[0]), src(&gp.acc))
                 .map_err(|x| e("D2H node", x))?;
             dag.set_name(c, format!("D2H integrations (product {i})"));
             dag.chain(&[gather.unwrap_or(h2d), f, d, c])
@@ -624,8 +624,12 @@ impl GpuEngine {
         match self.mode {
             GpuMode::Graph => {
                 let exec = self.exec.as_mut().expect("graph mode has an exec");
-                exec.set_memcpy(self.h2d.expect("built"), &self.d_in, &self.d_stage[j])
-                    .map_err(|x| e("switching the staging buffer", x))?;
+                exec.set_copy(
+                    self.h2d.expect("built"),
+                    dst(&self.d_in),
+                    src(&self.d_stage[j]),
+                )
+                .map_err(|x| e("switching the staging buffer", x))?;
                 for gp in &self.products {
                     let (_, d, c) = gp.nodes.expect("built");
                     let (complete, g0) = Self::block_spectra(gp, k);
@@ -640,7 +644,7 @@ impl GpuEngine {
                     }
                     exec.set_kernel_arg(d, G0_ARG, g0)
                         .map_err(|x| e("block index", x))?;
-                    exec.set_memcpy(c, &gp.out[j], &gp.acc)
+                    exec.set_copy(c, dst(&gp.out[j]), src(&gp.acc))
                         .map_err(|x| e("switching the output buffer", x))?;
                 }
                 exec.launch(&self.stream).map_err(|x| e("launch", x))?;
