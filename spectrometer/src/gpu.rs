@@ -726,24 +726,28 @@ impl GpuEngine {
             if done <= gp.emitted {
                 continue;
             }
-            // Waits for the launch (or stream work) that wrote it, and no later one.
-            let host = gp.out[j]
-                .to_vec()
-                .map_err(|x| gpu_err("reading integrations", x))?;
+            // Waits for the launch (or stream work) that wrote it, and no later one; reads the
+            // completed integrations in place (no copy of the whole slot ring).
             let nout = self.plan.outputs.len();
             let per_out = gp.p.nifs * gp.p.nchans;
-            for idx in gp.emitted..done {
-                let slot = (idx % gp.nslots as u64) as usize;
-                for o in 0..nout {
-                    let at = slot * gp.slot_len + o * per_out;
-                    out.push(Integration {
-                        product: gp.p.index,
-                        output: o,
-                        index: idx,
-                        data: host[at..at + per_out].to_vec(),
-                    });
-                }
-            }
+            let (emitted, nslots, slot_len, product) =
+                (gp.emitted, gp.nslots as u64, gp.slot_len, gp.p.index);
+            gp.out[j]
+                .read_with(|host| {
+                    for idx in emitted..done {
+                        let slot = (idx % nslots) as usize;
+                        for o in 0..nout {
+                            let at = slot * slot_len + o * per_out;
+                            out.push(Integration {
+                                product,
+                                output: o,
+                                index: idx,
+                                data: host[at..at + per_out].to_vec(),
+                            });
+                        }
+                    }
+                })
+                .map_err(|x| gpu_err("reading integrations", x))?;
             gp.emitted = done;
         }
         Ok(())
