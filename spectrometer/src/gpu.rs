@@ -528,6 +528,26 @@ impl GpuEngine {
         }
     }
 
+    /// Integrations of `gp` complete after block `k` (capped at the plan's count).
+    fn done_after(gp: &GpuProduct, k: u64) -> u64 {
+        let end_g = match &gp.long {
+            None => (k + 1) * gp.spb as u64,
+            Some(l) => (k + 1) / l.blocks as u64,
+        };
+        (end_g / gp.p.nint as u64).min(gp.p.integrations)
+    }
+
+    /// Whether block `k` completes an integration of `gp` (only then are the integrations
+    /// copied back).
+    fn completes_integration(gp: &GpuProduct, k: u64) -> bool {
+        let before = if k == 0 {
+            0
+        } else {
+            Self::done_after(gp, k - 1)
+        };
+        Self::done_after(gp, k) > before
+    }
+
     fn build_graph(&mut self) -> Result<()> {
         let mut dag = Dag::new();
         let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
@@ -644,8 +664,14 @@ impl GpuEngine {
                     }
                     exec.set_kernel_arg(d, G0_ARG, g0)
                         .map_err(|x| e("block index", x))?;
-                    exec.set_copy(c, dst(&gp.out[j]), src(&gp.acc))
-                        .map_err(|x| e("switching the output buffer", x))?;
+                    // The integrations go back only from a block that completes one.
+                    let copy = Self::completes_integration(gp, k);
+                    exec.set_enabled(c, copy)
+                        .map_err(|x| e("enabling the D2H", x))?;
+                    if copy {
+                        exec.set_copy(c, dst(&gp.out[j]), src(&gp.acc))
+                            .map_err(|x| e("switching the output buffer", x))?;
+                    }
                 }
                 exec.launch(&self.stream).map_err(|x| e("launch", x))?;
             }
@@ -665,9 +691,6 @@ impl GpuEngine {
                     let args = self.detect_args(&self.products[i], g0);
                     let gp = &mut self.products[i];
                     if !complete {
-                        gp.acc
-                            .copy_to_host_async(&mut gp.out[j], &self.stream)
-                            .map_err(|x| e("D2H", x))?;
                         continue;
                     }
                     gp.stream_fft
@@ -684,9 +707,11 @@ impl GpuEngine {
                     self.detect
                         .launch(&self.stream, gp.detect_args.0, &args)
                         .map_err(|x| e("detect", x))?;
-                    gp.acc
-                        .copy_to_host_async(&mut gp.out[j], &self.stream)
-                        .map_err(|x| e("D2H", x))?;
+                    if Self::completes_integration(gp, k) {
+                        gp.acc
+                            .copy_to_host_async(&mut gp.out[j], &self.stream)
+                            .map_err(|x| e("D2H", x))?;
+                    }
                 }
             }
         }
@@ -718,11 +743,7 @@ impl GpuEngine {
     /// Emits the integrations block `k` (copied into output buffer `j`) completed.
     fn collect(&mut self, k: u64, j: usize, out: &mut Vec<Integration>) -> Result<()> {
         for gp in &mut self.products {
-            let end_g = match &gp.long {
-                None => (k + 1) * gp.spb as u64,
-                Some(l) => (k + 1) / l.blocks as u64,
-            };
-            let done = (end_g / gp.p.nint as u64).min(gp.p.integrations);
+            let done = Self::done_after(gp, k);
             if done <= gp.emitted {
                 continue;
             }
