@@ -100,11 +100,7 @@ fn main() -> anyhow::Result<()> {
         (&small, &small_products[..], "64x16:i"),
         (&realistic, &headline[..], "1024x16:i"),
         (&realistic, &fullpol[..], "1024x16:full"),
-        (
-            &realistic,
-            &trio[..],
-            "8x128:iquv + 1024x3072:i + 131072x1:i",
-        ),
+        (&realistic, &trio[..], "2^20x51 + 8x128 + 1024x3072 (i)"),
     ] {
         for mode in [GpuMode::Graph, GpuMode::Stream] {
             let r = run_once(s, products, mode, &base)?;
