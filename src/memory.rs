@@ -478,21 +478,16 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        // SAFETY: both ranges are `size_bytes` long, live and distinct; the marker noted below
-        // keeps them from being freed until the copy has run.
+        // SAFETY: both ranges are `size_bytes` long, live and distinct allocations.
         unsafe {
-            rt::memcpy_async(
-                self.alloc.ptr as *mut c_void,
-                src.alloc.ptr as *const c_void,
+            queue_copy(
+                &self.alloc,
+                &src.alloc,
                 self.size_bytes(),
                 sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice,
-                stream.raw(),
-            )?
-        };
-        let m = stream.mark()?;
-        self.alloc.uses.add_marker(&m);
-        src.alloc.uses.add_marker(&m);
-        Ok(())
+                stream,
+            )
+        }
     }
 
     /// Queues a copy from the pinned `src` (same length) on `stream`. Both buffers may be
@@ -505,21 +500,17 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        // SAFETY: both ranges are `size_bytes` long and live; the marker noted below keeps
-        // them from being freed or written by the host until the copy has run.
+        // SAFETY: both ranges are `size_bytes` long and live, one device and one pinned
+        // allocation; host writes to `src` wait for the marker `queue_copy` notes.
         unsafe {
-            rt::memcpy_async(
-                self.alloc.ptr as *mut c_void,
-                src.alloc.ptr as *const c_void,
+            queue_copy(
+                &self.alloc,
+                &src.alloc,
                 self.size_bytes(),
                 sys::cudaMemcpyKind::cudaMemcpyHostToDevice,
-                stream.raw(),
-            )?
-        };
-        let m = stream.mark()?;
-        self.alloc.uses.add_marker(&m);
-        src.alloc.uses.add_marker(&m);
-        Ok(())
+                stream,
+            )
+        }
     }
 }
 
@@ -534,27 +525,49 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        // Host access to `dst` is excluded while the copy is issued (`&mut`) and waits for the
-        // marker noted below afterwards; graphs that use `dst` are excluded by its lock.
-        let _host = dst.alloc.uses.lock();
-        // SAFETY: both ranges are `size_bytes` long and live; the marker noted below keeps
-        // them from being freed, and `dst` from being read or written by the host, until the
-        // copy has run.
+        // SAFETY: both ranges are `size_bytes` long and live, one device and one pinned
+        // allocation; host access to `dst` is excluded while the copy is issued (`&mut`) and
+        // waits for the marker `queue_copy` notes afterwards.
         unsafe {
-            rt::memcpy_async(
-                dst.alloc.ptr as *mut c_void,
-                self.alloc.ptr as *const c_void,
+            queue_copy(
+                &dst.alloc,
+                &self.alloc,
                 self.size_bytes(),
                 sys::cudaMemcpyKind::cudaMemcpyDeviceToHost,
-                stream.raw(),
-            )?
-        };
-        let m = stream.mark()?;
-        drop(_host);
-        self.alloc.uses.add_marker(&m);
-        dst.alloc.uses.add_marker(&m);
-        Ok(())
+                stream,
+            )
+        }
     }
+}
+
+/// Queues a copy of `bytes` from `src` to `dst` on `stream`, then notes a marker of it on both
+/// allocations, so that neither is freed, and pinned memory not accessed by the host, before
+/// the copy has run.
+///
+/// # Safety
+/// Both allocations are real memory of the stream's device (or pinned), hold at least
+/// `bytes` from their start, are distinct, and match `kind`.
+unsafe fn queue_copy(
+    dst: &Arc<Allocation>,
+    src: &Arc<Allocation>,
+    bytes: usize,
+    kind: sys::cudaMemcpyKind,
+    stream: &Stream,
+) -> Result<()> {
+    // SAFETY: the caller's contract; the markers below keep both alive until the copy ran.
+    unsafe {
+        rt::memcpy_async(
+            dst.ptr as *mut c_void,
+            src.ptr as *const c_void,
+            bytes,
+            kind,
+            stream.raw(),
+        )?
+    };
+    let m = stream.mark()?;
+    dst.uses.add_marker(&m);
+    src.uses.add_marker(&m);
+    Ok(())
 }
 
 /// A typed array in page-locked (pinned) host memory.

@@ -18,7 +18,7 @@ use rayon::prelude::*;
 use rustfft::{Fft, FftPlanner};
 
 use crate::engine::{BlockView, Engine, Integration};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::plan::{AntennaMode, Detection, Plan, ProductPlan};
 
 /// The CPU reference engine.
@@ -92,14 +92,7 @@ impl Engine for CpuEngine {
     }
 
     fn process_block(&mut self, block: &BlockView<'_>, out: &mut Vec<Integration>) -> Result<()> {
-        if block.data.len() != self.plan.geometry.blocsize {
-            return Err(Error::Engine(format!(
-                "block {} has {} bytes, expected BLOCSIZE {}",
-                block.seq,
-                block.data.len(),
-                self.plan.geometry.blocsize
-            )));
-        }
+        crate::engine::check_block(&self.plan, block)?;
         let t = Instant::now();
         let valid = self.plan.geometry.new_samples();
         for ps in &mut self.products {

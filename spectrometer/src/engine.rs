@@ -81,6 +81,19 @@ pub trait Engine {
     fn timings(&self) -> Vec<(&'static str, Duration)>;
 }
 
+/// An error unless `block` has exactly the plan's `BLOCSIZE` bytes.
+pub fn check_block(plan: &Plan, block: &BlockView<'_>) -> Result<()> {
+    if block.data.len() != plan.geometry.blocsize {
+        return Err(crate::error::Error::Engine(format!(
+            "block {} has {} bytes, expected BLOCSIZE {}",
+            block.seq,
+            block.data.len(),
+            plan.geometry.blocsize
+        )));
+    }
+    Ok(())
+}
+
 /// Checks an integration against the plan's layout contract (for engine tests).
 pub fn check_integration(plan: &Plan, it: &Integration) -> std::result::Result<(), String> {
     let p: &ProductPlan = plan

@@ -790,14 +790,7 @@ impl Engine for GpuEngine {
     }
 
     fn process_block(&mut self, block: &BlockView<'_>, out: &mut Vec<Integration>) -> Result<()> {
-        if block.data.len() != self.plan.geometry.blocsize {
-            return Err(Error::Engine(format!(
-                "block {} has {} bytes, expected BLOCSIZE {}",
-                block.seq,
-                block.data.len(),
-                self.plan.geometry.blocsize
-            )));
-        }
+        crate::engine::check_block(&self.plan, block)?;
         let j = (self.launched % 2) as usize;
         let t = Instant::now();
         // Waits only for the launch two blocks back, the last one that read this buffer; the
