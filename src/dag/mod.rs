@@ -27,10 +27,11 @@ use nodes::host::HostFn;
 pub use crate::device::DeviceKey;
 pub use crate::error::DagError;
 pub use exec::{Exec, InstantiateFlags, UpdateOutcome};
-pub use lower::{Backend, CudaBackend, EdgeData, NodeParams, RecordedCall, RecordingBackend};
+pub use lower::{CudaBackend, RecordedCall, RecordingBackend};
 pub use nodes::{
-    dst, src, ChildNode, Copy2d, CopyKind, Dst, EmptyNode, FftNode, FftSpec, HostNode, KernelNode,
-    MemcpyNode, Memset2d, MemsetNode, MemsetValue, NodeKind, Op, Src,
+    dst, src, Backend, ChildNode, Copy2d, CopyKind, Dst, EdgeData, EmptyNode, FftNode, FftSpec,
+    HostNode, KernelNode, MemcpyNode, Memset2d, MemsetNode, MemsetValue, NodeKind, NodeParams, Op,
+    Src,
 };
 
 /// A node of a [`Dag`]: a small copyable id.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::host::HostFn;
 use super::{Label, NodeOp};
-use crate::dag::lower::NodeParams;
+use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, Op};
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};

@@ -1,7 +1,7 @@
 //! Empty nodes: join and fork points (`cudaGraphNodeTypeEmpty`).
 
 use super::{Label, NodeOp};
-use crate::dag::lower::NodeParams;
+use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, Op};
 use crate::fft::WorkShare;
 use crate::sys;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{Label, NodeOp};
 use crate::dag::exec::Exec;
-use crate::dag::lower::NodeParams;
+use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, Op};
 use crate::error::Result;
 use crate::fft::WorkShare;

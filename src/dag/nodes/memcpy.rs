@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{oob, span, wrong_device, Label, NodeOp};
 use crate::dag::exec::Exec;
-use crate::dag::lower::NodeParams;
+use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, Op};
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::Result;

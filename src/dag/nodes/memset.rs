@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::memcpy::check_owner;
 use super::{oob, span, Label, NodeOp};
 use crate::dag::exec::Exec;
-use crate::dag::lower::NodeParams;
+use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, Op};
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::Result;

@@ -7,6 +7,7 @@
 //! Adding a kind: write `nodes/<kind>.rs` with the node type, `impl NodeOp for` it and its
 //! `impl Dag { add_<kind> }`, then add one line to `node_kinds!`.
 
+pub(crate) mod backend;
 pub(crate) mod child;
 pub(crate) mod empty;
 pub(crate) mod fft;
@@ -17,6 +18,7 @@ pub(crate) mod memset;
 
 use std::sync::Arc;
 
+pub use backend::{Backend, EdgeData, NodeParams};
 pub use child::ChildNode;
 pub use empty::EmptyNode;
 pub use fft::{FftNode, FftSpec};
@@ -25,7 +27,6 @@ pub use kernel::KernelNode;
 pub use memcpy::{dst, src, Copy2d, CopyKind, Dst, MemcpyNode, Src};
 pub use memset::{Memset2d, MemsetNode, MemsetValue};
 
-use super::lower::{Backend, NodeParams};
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;

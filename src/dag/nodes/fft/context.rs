@@ -9,7 +9,7 @@ use std::sync::Arc;
 use petgraph::visit::NodeIndexable;
 
 use super::FftNode;
-use crate::dag::lower::NodeParams;
+use crate::dag::nodes::backend::NodeParams;
 use crate::dag::nodes::KernelNode;
 use crate::dag::{Dag, Op};
 use crate::device::Device;

@@ -11,7 +11,7 @@ pub(crate) use context::{work_shares, LoweringContext};
 
 use super::{Label, NodeOp};
 use crate::dag::exec::Exec;
-use crate::dag::lower::NodeParams;
+use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, NodeKind, Op};
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};

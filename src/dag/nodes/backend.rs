@@ -1,0 +1,109 @@
+//! What a node kind lowers to and through: [`NodeParams`] (one node as a backend receives it),
+//! [`EdgeData`], and the sealed [`Backend`] trait with its one `add_node` method. Nothing here
+//! names a backend: [`Dag::lower`](crate::dag::Dag::lower) and the backends live in
+//! `dag/lower.rs`, which imports this; the node kinds import this and never `dag::lower`.
+
+use super::{FftNode, KernelNode};
+use crate::dag::Dag;
+use crate::device::{DeviceKey, DeviceLimits};
+use crate::error::Result;
+use crate::fft::WorkShare;
+use crate::sys;
+
+/// An edge's data (`cudaGraphEdgeData`: ports and type), given to `cudaGraphAddNode` with
+/// the dependencies. Lowering passes none yet (every edge is a full dependency); programmatic
+/// launch ports will.
+pub type EdgeData = sys::cudaGraphEdgeData;
+
+/// One node as lowering hands it to a backend: for every kind CUDA's generic node API can
+/// add, the `cudaGraphNodeParams` `cudaGraphAddNode` takes, so both backends see (and the
+/// recording backend records) the same description.
+#[allow(clippy::large_enum_variant)] // reason: made on the stack per node and passed by reference; boxing would allocate per node
+pub enum NodeParams<'a> {
+    /// `cudaGraphAddNode` with these parameters. `kernel` is the DAG's kernel node when the
+    /// parameters are a kernel's: its launch priority has no generic field (it is set with
+    /// `cudaGraphKernelNodeSetAttribute` after adding), and the recording backend names the
+    /// kernel and its argument bytes from it (the generic parameters name them by address).
+    Generic {
+        /// The parameters, with `type_` naming the union member that is set.
+        raw: sys::cudaGraphNodeParams,
+        /// The kernel node, for kernel parameters.
+        kernel: Option<&'a KernelNode>,
+    },
+    /// A 1D copy, kept on `cudaGraphAddMemcpyNode1D`: through the generic API it would be a
+    /// `cudaMemcpy3DParms` copy whose pitch is the byte count, which CUDA limits
+    /// (`cudaDevAttrMaxPitch`) where a 1D copy has no limit, and per-node updates of 1D copies
+    /// use `cudaGraphExecMemcpyNodeSetParams1D`.
+    Copy1d {
+        /// Destination address.
+        dst: u64,
+        /// Source address.
+        src: u64,
+        /// Bytes.
+        bytes: usize,
+        /// Direction.
+        kind: sys::cudaMemcpyKind,
+    },
+    /// A child graph: the DAG is lowered by a backend of the same kind, then added as a
+    /// `cudaGraphNodeTypeGraph` node (cloned by CUDA).
+    Child(&'a Dag),
+    /// An FFT: cuFFT has no node API, so the transform is captured from a stream into the
+    /// graph (after a parameter-setting kernel node, added through the generic path).
+    Fft {
+        /// The node.
+        node: &'a FftNode,
+        /// The work area it may share.
+        work: &'a WorkShare,
+    },
+}
+
+impl NodeParams<'_> {
+    /// Zeroed generic parameters of `type_` (all-zero is what CUDA wants in the reserved
+    /// fields, and a valid value of every union member).
+    pub(crate) fn zeroed(type_: sys::cudaGraphNodeType) -> sys::cudaGraphNodeParams {
+        // SAFETY: every field is an integer, a pointer, an optional function pointer or a
+        // C enum whose value 0 exists (`type_` is overwritten below).
+        let mut raw: sys::cudaGraphNodeParams = unsafe { std::mem::zeroed() };
+        raw.type_ = type_;
+        raw
+    }
+}
+
+pub(crate) mod sealed {
+    use super::*;
+
+    /// The backend interface lowering uses; sealed, so adding a node kind or a method is not
+    /// a breaking change.
+    pub trait Lower {
+        /// The backend's handle for a node it created.
+        type Node: Copy;
+        /// The device objects must belong to.
+        fn key(&self) -> DeviceKey;
+        /// The limits launch shapes are validated against.
+        fn limits(&self) -> &DeviceLimits;
+        /// Adds one node after `deps` (with `edges`, one per dependency, or none for plain
+        /// dependencies).
+        fn add_node(
+            &mut self,
+            name: &str,
+            deps: &[Self::Node],
+            edges: &[EdgeData],
+            params: &NodeParams<'_>,
+        ) -> Result<Self::Node>;
+        /// Called once before the nodes of `dag` are added, with the work-area share of each
+        /// FFT node (by node index), when the DAG has FFT nodes. The CUDA backend makes the
+        /// cuFFT plans here, so that shared work areas are sized for the plans actually made.
+        fn prepare_ffts(&mut self, dag: &Dag, shares: &[Option<WorkShare>]) -> Result<()> {
+            let _ = (dag, shares);
+            Ok(())
+        }
+    }
+}
+
+/// Where lowering sends its nodes: [`CudaBackend`](crate::dag::CudaBackend) or
+/// [`RecordingBackend`](crate::dag::RecordingBackend). The trait is
+/// sealed: every node reaches a backend through one method taking the node's parameters and
+/// incoming edges, so new node kinds need no new backend methods.
+pub trait Backend: sealed::Lower {}
+
+impl<T: sealed::Lower> Backend for T {}

@@ -1,0 +1,494 @@
+//! Kernels: [`Kernel`] with its parameter layout, the checks of arguments and launch shapes,
+//! plain stream launches, and the launch shapes themselves ([`Dim3`], [`LaunchConfig`]).
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::args::KernelArg;
+use super::module::ModuleInner;
+use crate::device::{Device, DeviceKey, DeviceLimits};
+use crate::error::{Error, Result};
+use crate::result::runtime as rt;
+use crate::stream::Stream;
+use crate::sys;
+
+/// Where one kernel parameter lies in the parameter buffer, from `cudaFuncGetParamInfo`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamInfo {
+    /// Byte offset.
+    pub offset: usize,
+    /// Size in bytes.
+    pub size: usize,
+}
+
+pub(super) enum KernelOrigin {
+    Module {
+        module: Arc<ModuleInner>,
+    },
+    /// A recording backend's kernel: a layout without code.
+    Recording(u64),
+}
+
+pub(crate) struct KernelInner {
+    pub(super) name: String,
+    pub(super) raw: Option<sys::cudaKernel_t>,
+    pub(super) params: Vec<ParamInfo>,
+    pub(super) max_threads_per_block: u32,
+    pub(super) static_shared_mem: usize,
+    pub(super) max_dynamic_shared_mem: AtomicUsize,
+    pub(super) origin: KernelOrigin,
+}
+
+// SAFETY: kernel handles may be used from any thread.
+unsafe impl Send for KernelInner {}
+// SAFETY: as above.
+unsafe impl Sync for KernelInner {}
+
+/// A kernel of a [`Module`](super::Module), with its parameter layout. Cheap to clone; keeps its
+/// module loaded.
+#[derive(Clone)]
+pub struct Kernel {
+    pub(crate) inner: Arc<KernelInner>,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("name", &self.inner.name)
+            .field("params", &self.inner.params)
+            .finish()
+    }
+}
+
+impl Kernel {
+    /// A kernel that has a name and a parameter layout but no code, made by a
+    /// [`RecordingBackend`](crate::dag::RecordingBackend).
+    pub(crate) fn recording(name: &str, param_sizes: &[usize], backend_id: u64) -> Kernel {
+        let mut offset = 0usize;
+        let params = param_sizes
+            .iter()
+            .map(|&size| {
+                let align = size.clamp(1, 8).next_power_of_two();
+                offset = offset.div_ceil(align) * align;
+                let p = ParamInfo { offset, size };
+                offset += size;
+                p
+            })
+            .collect();
+        Kernel {
+            inner: Arc::new(KernelInner {
+                name: name.to_string(),
+                raw: None,
+                params,
+                max_threads_per_block: 1024,
+                static_shared_mem: 0,
+                max_dynamic_shared_mem: AtomicUsize::new(48 * 1024),
+                origin: KernelOrigin::Recording(backend_id),
+            }),
+        }
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The parameter layout.
+    pub fn params(&self) -> &[ParamInfo] {
+        &self.inner.params
+    }
+
+    /// The most threads per block this kernel can be launched with (registers permitting).
+    pub fn max_threads_per_block(&self) -> u32 {
+        self.inner.max_threads_per_block
+    }
+
+    /// The most dynamic shared memory a launch may ask for (bytes).
+    pub fn max_dynamic_shared_mem(&self) -> usize {
+        self.inner.max_dynamic_shared_mem.load(Ordering::Relaxed)
+    }
+
+    /// Lets launches of this kernel use up to `bytes` of dynamic shared memory (above the
+    /// 48 KiB default, up to the device's opt-in limit).
+    pub fn set_max_dynamic_shared_mem(&self, bytes: usize) -> Result<()> {
+        if let Some(raw) = self.inner.raw {
+            // SAFETY: the kernel is live.
+            unsafe {
+                rt::func_set_attribute(
+                    raw as *const c_void,
+                    sys::cudaFuncAttribute::cudaFuncAttributeMaxDynamicSharedMemorySize,
+                    i32::try_from(bytes).unwrap_or(i32::MAX),
+                )?
+            };
+        }
+        self.inner
+            .max_dynamic_shared_mem
+            .store(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The raw handle, or `None` for a recording backend's kernel.
+    pub(crate) fn raw(&self) -> Option<sys::cudaKernel_t> {
+        self.inner.raw
+    }
+
+    /// The device of the kernel's module, or the recording backend's id.
+    /// The device (or recording backend) the kernel belongs to.
+    pub(crate) fn key(&self) -> DeviceKey {
+        match self.home() {
+            Ok(d) => d.key(),
+            Err(id) => DeviceKey::Recording(id),
+        }
+    }
+
+    pub(crate) fn home(&self) -> std::result::Result<&Device, u64> {
+        match &self.inner.origin {
+            KernelOrigin::Module { module } => Ok(&module.device),
+            KernelOrigin::Recording(id) => Err(*id),
+        }
+    }
+
+    /// Checks `args` against the parameter layout: count, each size, and buffers on the
+    /// kernel's device. The error says which argument is wrong.
+    pub fn check_args(&self, args: &[KernelArg]) -> Result<()> {
+        self.args_problem(args).map_or(Ok(()), |problem| {
+            Err(Error::KernelArgs {
+                kernel: self.name().to_string(),
+                problem,
+            })
+        })
+    }
+
+    pub(crate) fn args_problem(&self, args: &[KernelArg]) -> Option<String> {
+        let params = &self.inner.params;
+        if args.len() != params.len() {
+            return Some(format!(
+                "takes {} argument{} but {} were given",
+                params.len(),
+                if params.len() == 1 { "" } else { "s" },
+                args.len()
+            ));
+        }
+        args.iter()
+            .enumerate()
+            .find_map(|(i, a)| self.arg_problem(i, a))
+    }
+
+    /// What is wrong with `a` as argument `i`, if anything.
+    pub(crate) fn arg_problem(&self, i: usize, a: &KernelArg) -> Option<String> {
+        let params = &self.inner.params;
+        let Some(p) = params.get(i) else {
+            return Some(format!(
+                "has {} parameters; there is no argument {i}",
+                params.len()
+            ));
+        };
+        if a.size() != p.size {
+            return Some(format!(
+                "argument {i} is {} bytes ({}) but parameter {i} is {} bytes",
+                a.size(),
+                a.describe(),
+                p.size
+            ));
+        }
+        if let Some(alloc) = &a.buffer {
+            let same = match (self.home(), &alloc.owner) {
+                (Ok(d), crate::memory::Owner::Cuda(bd)) => d == bd,
+                (Err(k), crate::memory::Owner::Recording(b)) => k == *b,
+                _ => false,
+            };
+            if !same {
+                return Some(format!(
+                    "argument {i} is a buffer of another device or backend than the kernel's"
+                ));
+            }
+            if alloc.space != crate::memory::MemorySpace::Device {
+                return Some(format!(
+                    "argument {i} is a pinned host buffer; kernels take device buffers"
+                ));
+            }
+        }
+        None
+    }
+
+    /// Checks a launch shape against the device's and this kernel's limits.
+    pub fn check_launch(&self, limits: &DeviceLimits, cfg: &LaunchConfig) -> Result<()> {
+        self.launch_problem(limits, cfg).map_or(Ok(()), |problem| {
+            Err(Error::LaunchShape {
+                kernel: self.name().to_string(),
+                problem,
+            })
+        })
+    }
+
+    pub(crate) fn launch_problem(
+        &self,
+        limits: &DeviceLimits,
+        cfg: &LaunchConfig,
+    ) -> Option<String> {
+        // Formats only when something is wrong: this runs for every kernel node.
+        let (g, b) = (cfg.grid, cfg.block);
+        let shape = || format!("grid {g} block {b}");
+        let gd = [g.x, g.y, g.z];
+        let bd = [b.x, b.y, b.z];
+        if gd.contains(&0) || bd.contains(&0) {
+            return Some(format!("{} has a zero dimension", shape()));
+        }
+        for (i, axis) in ["x", "y", "z"].iter().enumerate() {
+            if bd[i] > limits.max_block_dim[i] {
+                return Some(format!(
+                    "{}: block.{axis} = {} exceeds the device's {}",
+                    shape(),
+                    bd[i],
+                    limits.max_block_dim[i]
+                ));
+            }
+            if gd[i] > limits.max_grid_dim[i] {
+                return Some(format!(
+                    "{}: grid.{axis} = {} exceeds the device's {}",
+                    shape(),
+                    gd[i],
+                    limits.max_grid_dim[i]
+                ));
+            }
+        }
+        let threads = bd.iter().map(|&d| d as u64).product::<u64>();
+        let max = limits
+            .max_threads_per_block
+            .min(self.inner.max_threads_per_block.max(1)) as u64;
+        if threads > max {
+            return Some(format!(
+                "{}: {threads} threads per block exceed the limit of {max} (device {}, kernel {})",
+                shape(),
+                limits.max_threads_per_block,
+                self.inner.max_threads_per_block
+            ));
+        }
+        let dynamic = cfg.shared_mem_bytes as usize;
+        let allowed = self
+            .max_dynamic_shared_mem()
+            .min(limits.max_shared_mem_per_block_optin);
+        if dynamic > allowed {
+            return Some(format!(
+                "{}: {dynamic} bytes of dynamic shared memory exceed the {allowed} allowed \
+                 (raise it with Kernel::set_max_dynamic_shared_mem, up to the device's {})",
+                shape(),
+                limits.max_shared_mem_per_block_optin
+            ));
+        }
+        if dynamic + self.inner.static_shared_mem > limits.max_shared_mem_per_block_optin {
+            return Some(format!(
+                "{}: {dynamic} dynamic + {} static bytes of shared memory exceed the device's {}",
+                shape(),
+                self.inner.static_shared_mem,
+                limits.max_shared_mem_per_block_optin
+            ));
+        }
+        None
+    }
+
+    /// Launches the kernel on `stream` (a plain stream launch, outside any graph), after
+    /// checking the arguments and the launch shape. The buffers passed and the kernel's module
+    /// may be dropped at once: their memory is released only after the launch has run (and
+    /// host access to them waits for it). The launch is ordered with the work on `stream` only.
+    ///
+    /// Kernel code is trusted as FFI code is: the crate checks each argument's size against
+    /// the parameter's, keeps tracked buffers alive, and cannot check what the kernel does
+    /// with them.
+    pub fn launch(&self, stream: &Stream, cfg: LaunchConfig, args: &[KernelArg]) -> Result<()> {
+        let device = stream.device();
+        let module = match &self.inner.origin {
+            KernelOrigin::Module { module } if &module.device == device => module,
+            _ => {
+                return Err(Error::WrongDevice(format!(
+                    "kernel `{}` is not on the stream's device",
+                    self.name()
+                )))
+            }
+        };
+        self.check_args(args)?;
+        self.check_launch(device.limits(), &cfg)?;
+        // SAFETY: arguments and shape were just checked against the kernel's layout and the
+        // device; the kernel is live (its module is held); the buffers and the module are kept
+        // from being freed until the launch has run by the marker noted below.
+        unsafe { self.launch_unchecked(stream, cfg, args)? };
+        let m = stream.mark()?;
+        module.uses.add_marker(&m);
+        for a in args {
+            if let Some(b) = &a.buffer {
+                b.uses.add_marker(&m);
+            }
+        }
+        Ok(())
+    }
+
+    /// Launches without checking anything.
+    ///
+    /// # Safety
+    /// `args` match the parameter layout ([`Kernel::check_args`]), the shape is valid
+    /// ([`Kernel::check_launch`]), the kernel and the stream are on one device, and the
+    /// buffers and the kernel's module stay alive, and pinned memory the kernel uses is not
+    /// accessed by the host, until the launch has run (nothing here tracks them).
+    pub unsafe fn launch_unchecked(
+        &self,
+        stream: &Stream,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        let Some(raw) = self.inner.raw else {
+            return Err(Error::WrongDevice(format!(
+                "kernel `{}` was made by a RecordingBackend and has no code",
+                self.name()
+            )));
+        };
+        const MAX: usize = 64;
+        if args.len() > MAX {
+            let mut ptrs: Vec<*mut c_void> = args.iter().map(|a| a.as_ptr()).collect();
+            return rt::launch_kernel(
+                raw as *const c_void,
+                cfg.grid.into(),
+                cfg.block.into(),
+                ptrs.as_mut_ptr(),
+                cfg.shared_mem_bytes as usize,
+                stream.raw(),
+            );
+        }
+        let mut ptrs = [std::ptr::null_mut::<c_void>(); MAX];
+        for (p, a) in ptrs.iter_mut().zip(args) {
+            *p = a.as_ptr();
+        }
+        rt::launch_kernel(
+            raw as *const c_void,
+            cfg.grid.into(),
+            cfg.block.into(),
+            ptrs.as_mut_ptr(),
+            cfg.shared_mem_bytes as usize,
+            stream.raw(),
+        )
+    }
+}
+
+// ---- launch shapes -------------------------------------------------------------------------
+
+/// Three dimensions of a grid or block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Dim3 {
+    /// x
+    pub x: u32,
+    /// y
+    pub y: u32,
+    /// z
+    pub z: u32,
+}
+
+impl From<u32> for Dim3 {
+    fn from(x: u32) -> Dim3 {
+        Dim3 { x, y: 1, z: 1 }
+    }
+}
+impl From<(u32, u32)> for Dim3 {
+    fn from((x, y): (u32, u32)) -> Dim3 {
+        Dim3 { x, y, z: 1 }
+    }
+}
+impl From<(u32, u32, u32)> for Dim3 {
+    fn from((x, y, z): (u32, u32, u32)) -> Dim3 {
+        Dim3 { x, y, z }
+    }
+}
+impl From<Dim3> for sys::dim3 {
+    fn from(d: Dim3) -> sys::dim3 {
+        sys::dim3 {
+            x: d.x,
+            y: d.y,
+            z: d.z,
+        }
+    }
+}
+impl std::fmt::Display for Dim3 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "({},{},{})", self.x, self.y, self.z)
+    }
+}
+
+/// A launch shape: grid and block dimensions and dynamic shared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LaunchConfig {
+    /// Blocks in the grid.
+    pub grid: Dim3,
+    /// Threads in a block.
+    pub block: Dim3,
+    /// Dynamic shared memory per block, bytes.
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A shape with no dynamic shared memory.
+    pub fn new(grid: impl Into<Dim3>, block: impl Into<Dim3>) -> Self {
+        LaunchConfig {
+            grid: grid.into(),
+            block: block.into(),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// Enough blocks of `block` threads (1D) to cover `n` elements.
+    pub fn for_elements(n: u32, block: u32) -> Self {
+        LaunchConfig::new(n.div_ceil(block.max(1)).max(1), block)
+    }
+
+    /// The same shape with `bytes` of dynamic shared memory.
+    pub fn with_shared_mem(mut self, bytes: u32) -> Self {
+        self.shared_mem_bytes = bytes;
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrong_count_and_size_are_named() {
+        let k = Kernel::recording("saxpy", &[4, 8], 1);
+        let e = k.check_args(&crate::args![1.0f32]).unwrap_err().to_string();
+        assert!(
+            e.contains("saxpy") && e.contains("takes 2 arguments but 1"),
+            "{e}"
+        );
+        let e = k
+            .check_args(&crate::args![1.0f32, 2u32])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("argument 1 is 4 bytes (u32"), "{e}");
+    }
+
+    #[test]
+    fn launch_shapes_are_checked() {
+        let k = Kernel::recording("k", &[], 1);
+        let l = DeviceLimits::hopper();
+        assert!(k.check_launch(&l, &LaunchConfig::new(10, 256)).is_ok());
+        let e = k
+            .check_launch(&l, &LaunchConfig::new(1, 2048))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("block.x = 2048"), "{e}");
+        let e = k
+            .check_launch(&l, &LaunchConfig::new(1, (32, 32, 2)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2048 threads per block"), "{e}");
+        let e = k
+            .check_launch(&l, &LaunchConfig::new(0, 1))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("zero"), "{e}");
+        let e = k
+            .check_launch(&l, &LaunchConfig::new(1, 1).with_shared_mem(100_000))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("dynamic shared memory"), "{e}");
+        assert_eq!(LaunchConfig::for_elements(1000, 256).grid.x, 4);
+    }
+}

@@ -1,0 +1,20 @@
+//! Kernels: compiling CUDA C++ with NVRTC, loading it as a module, reading each kernel's
+//! parameter layout, typed arguments, launch shapes, and plain stream launches.
+//!
+//! - `compile`: NVRTC [`compile`], [`CompileOptions`], [`CodeKind`], [`Compiled`], the
+//!   architecture picked, the toolkit's include directory, the on-disk cache (`crate::cache`).
+//! - `module`: [`Module`] (`cudaLibrary_t`).
+//! - `launch`: [`Kernel`] and its [`ParamInfo`] layout, argument and launch-shape checks,
+//!   stream launches, [`Dim3`], [`LaunchConfig`].
+//! - `args`: [`KernelArg`], [`args!`](crate::args), `PackedArgs`, `ArgScratch`.
+
+mod args;
+mod compile;
+mod launch;
+mod module;
+
+pub use args::KernelArg;
+pub(crate) use args::{ArgScratch, PackedArgs};
+pub use compile::{compile, nvrtc_version, CodeKind, CompileOptions, Compiled};
+pub use launch::{Dim3, Kernel, LaunchConfig, ParamInfo};
+pub use module::Module;
