@@ -8,8 +8,8 @@
 //! - Every allocation and module has a [`Uses`] list: the markers of stream operations that used
 //!   it (at most one per stream: a newer marker on a stream implies the older ones), and the
 //!   [`LaunchLog`] of every executable graph that refers to it now.
-//! - Waiting for an object ([`Uses::wait`], [`wait_locked`]) waits for those markers and for the latest
-//!   launch of those graphs on each stream. `Drop` of an allocation or module waits before
+//! - Waiting for an object ([`Uses::wait`], [`wait_locked`]) waits for those markers and for
+//!   the latest launch of those graphs on each stream. `Drop` of an allocation or module waits before
 //!   freeing; host reads and writes of pinned memory wait before touching it, and synchronous
 //!   device helpers wait before running.
 //!
