@@ -696,10 +696,10 @@ impl<T: DeviceRepr> HostBuffer<T> {
             let s: &[T] = if n == 0 {
                 &[]
             } else {
-                // SAFETY: the allocation is real memory (checked by `with_gpu_idle`) holding
-                // `n` initialised elements; no GPU work uses it (waited for, none can start
-                // while the lock is held); host writes need `&mut self`, so none runs now; the
-                // slice does not outlive the call.
+                // The allocation is real memory (checked by `with_gpu_idle`) holding `n`
+                // initialised elements; no GPU work uses it (waited for, none can start while
+                // the lock is held); host writes need `&mut self`, so none runs now.
+                // SAFETY: see above; the slice does not outlive the call.
                 unsafe { std::slice::from_raw_parts(ptr, n) }
             };
             f(s)

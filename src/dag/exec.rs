@@ -270,10 +270,10 @@ impl Exec {
         stream.check_device(&self.device, "the graph")?;
         let (raw, log, markers) = (self.raw, &self.log, &mut self.markers);
         with_locked(&self.pinned, &mut || -> Result<()> {
-            // SAFETY: the exec is live and of the stream's device; everything it refers to is
-            // held by `self.dag`, the FFT context or `self.retired`, which outlive the launch
-            // (`Drop` waits for it); no host access of its pinned memory runs now (their use
-            // lists are locked), and any later one waits for the marker noted below.
+            // What the launch uses is held by `self.dag`, the FFT context or `self.retired`,
+            // which outlive it (`Drop` waits for it); no host access of its pinned memory runs
+            // now (their use lists are locked), and any later one waits for the marker below.
+            // SAFETY: the exec is live and of the stream's device; see above.
             unsafe { rt::graph_launch(raw, stream.raw())? };
             log.set_latest(markers.record(stream)?)
         })?;

@@ -421,10 +421,10 @@ impl sealed::Lower for CudaBackend {
         match params {
             NodeParams::Generic { raw, kernel } => {
                 let mut raw = *raw;
-                // SAFETY: validated node: what the parameters point to (kernel and argument
-                // values, regions of live allocations of this device, the host closure) is
-                // valid; CUDA copies the parameters during the call, and the DAG (and any
-                // Exec made from it) keeps the kernel, buffers and closure alive.
+                // Validated node: what the parameters point to (kernel and argument values,
+                // regions of live allocations of this device, the host closure) is valid.
+                // SAFETY: see above; CUDA copies the parameters during the call, and the DAG
+                // (and any Exec made from it) keeps the kernel, buffers and closure alive.
                 let node = unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? };
                 if let Some(prio) = kernel.and_then(|k| k.priority) {
                     // SAFETY: `node` is the kernel node just added.
