@@ -46,6 +46,10 @@ pub fn tests() -> Vec<Trial> {
             refused_update_changes_nothing,
         ),
         gpu_test(
+            "soundness::an_argument_that_becomes_a_buffer_is_tracked",
+            value_argument_becomes_buffer,
+        ),
+        gpu_test(
             "soundness::instantiate_flags_and_priorities_reach_cuda",
             flags_and_priorities,
         ),
@@ -349,5 +353,31 @@ fn refused_update_changes_nothing(gpu: &Gpu) -> anyhow::Result<()> {
     );
     exec.launch(&gpu.stream)?;
     ensure!(out.to_vec()? == [7, 8, 9, 10], "{:?}", out.to_vec()?);
+    Ok(())
+}
+
+/// A pointer parameter first given as a plain value, then as a buffer: the graph refers to the
+/// buffer from then on, so a host read of it waits for the graph's launches (it would read
+/// the old contents if the crate had lost count of the buffer).
+fn value_argument_becomes_buffer(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let [spin, scale] = gpu.kernels(["spin", "scale"])?;
+    let n = 1 << 16;
+    let x = DeviceBuffer::from_slice(d, &vec![1.0f32; n])?;
+    let mut dag = Dag::new();
+    let k = dag.add_kernel(
+        &scale,
+        LaunchConfig::for_elements(n as u32, 256),
+        &args![0u64, 2.0f32, n as i32],
+    )?;
+    let mut exec = dag.instantiate(d)?;
+    exec.set_kernel_arg(k, 0, &x)?;
+    let s = Stream::new(d)?;
+    spin.launch(&s, LaunchConfig::new(1, 1), &args![SPIN])?;
+    exec.launch(&s)?;
+    ensure!(
+        x.to_vec()?.iter().all(|&v| v == 2.0),
+        "the read did not wait for the launch that scales the buffer"
+    );
     Ok(())
 }

@@ -277,8 +277,17 @@ impl Exec {
         id: NodeId,
         args: impl Iterator<Item = (usize, &'a KernelArg)> + Clone,
     ) {
-        for (_, a) in args.clone() {
-            if let Some(b) = &a.buffer {
+        // Hold every new buffer first (so a buffer that only moves between arguments never
+        // drops to no reference), skipping those already in their argument.
+        for (i, a) in args.clone() {
+            let Some(b) = &a.buffer else { continue };
+            let Op::Kernel(k) = &self.dag.graph[id.idx].op else {
+                unreachable!("checked by the caller")
+            };
+            let unchanged = k.args.buffers[i]
+                .as_ref()
+                .is_some_and(|cur| Arc::ptr_eq(cur, b));
+            if !unchanged {
                 self.hold(b);
             }
         }
@@ -286,16 +295,10 @@ impl Exec {
             let Op::Kernel(k) = &mut self.dag.graph[id.idx].op else {
                 unreachable!("checked by the caller")
             };
-            let replaced = k.args.set(i, a);
-            // `set` returns the old buffer only when it differs; an unchanged one was held
-            // once more above.
-            match replaced {
-                Some(old) => self.release(old),
-                None => {
-                    if let Some(b) = &a.buffer {
-                        self.release(b.clone());
-                    }
-                }
+            // `set` gives back the old buffer when the argument's buffer changed (to another
+            // buffer or to a plain value); a new buffer was held above.
+            if let Some(old) = k.args.set(i, a) {
+                self.release(old);
             }
         }
     }
