@@ -137,8 +137,9 @@ mod track;
 /// The crate [`DeviceRepr`] builds on: derive `bytemuck::Pod` for your own plain-data types.
 pub use bytemuck;
 pub use dag::{
-    dst, src, Backend, Copy2d, CudaBackend, Dag, Dst, Exec, FftNode, FftSpec, InstantiateFlags,
-    Memset2d, MemsetValue, NodeId, NodeKind, RecordingBackend, Src, UpdateOutcome,
+    dst, src, Backend, CaptureStream, Copy2d, CudaBackend, Dag, Dst, Exec, FftNode, FftSpec,
+    InstantiateFlags, Memset2d, MemsetValue, NodeId, NodeKind, RecordingBackend, Src,
+    UpdateOutcome,
 };
 pub use device::{versions, Device, DeviceLimits, DeviceProperties};
 pub use error::{DagError, Error, Library, Result, Version};

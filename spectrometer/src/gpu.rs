@@ -34,9 +34,9 @@
 //!
 //! - **FFTs longer than a block** (e.g. 2^20 points from 131,072-sample blocks): a gather
 //!   kernel node copies each block's samples into its column of a long buffer (the column is a
-//!   kernel argument updated per block); the FFT reads the long buffer; the detect node is
-//!   enabled (`Exec::set_enabled`) only on the block that completes a spectrum. The FFT itself
-//!   runs every block (CUDA cannot disable a captured node), its result used only then.
+//!   kernel argument updated per block); the FFT reads the long buffer; the FFT and detect
+//!   nodes are enabled (`Exec::set_enabled`, which disables all of an FFT node's captured
+//!   kernels) only on the block that completes a spectrum.
 //!
 //! Limits of this engine (checked when it is made, with an error naming the product): `nfft`
 //! must divide the block's new samples (`ntime − OVERLAP`) or be a multiple of them.
@@ -651,14 +651,16 @@ impl GpuEngine {
                 )
                 .map_err(|x| e("switching the staging buffer", x))?;
                 for gp in &self.products {
-                    let (_, d, c) = gp.nodes.expect("built");
+                    let (f, d, c) = gp.nodes.expect("built");
                     let (complete, g0) = Self::block_spectra(gp, k);
                     if let Some(l) = &gp.long {
                         let col = (k % l.blocks as u64) * l.row_bytes;
                         exec.set_kernel_arg(l.node.expect("built"), COL_ARG, col)
                             .map_err(|x| e("gather column", x))?;
-                        // Detection runs only on the block that completes a spectrum (the
-                        // FFT runs every block: CUDA cannot disable a captured node).
+                        // The FFT and detection run only on the block that completes a
+                        // spectrum (the FFT's captured kernels are disabled together).
+                        exec.set_enabled(f, complete)
+                            .map_err(|x| e("enabling the FFT", x))?;
                         exec.set_enabled(d, complete)
                             .map_err(|x| e("enabling detection", x))?;
                     }

@@ -4,7 +4,8 @@ use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
-use super::lower::CudaBackend;
+use super::lower::{CudaBackend, NodeKey};
+use super::nodes::captured::set_captured_enabled;
 use super::nodes::fft::LoweringContext;
 use super::{Dag, DagError, HostFn, NodeId, NodeKind};
 use crate::device::Device;
@@ -62,6 +63,8 @@ pub struct Exec {
     pub(super) dag: Dag,
     /// CUDA node handles of `graph`, by node index.
     handles: Vec<Option<sys::cudaGraphNode_t>>,
+    /// The nodes of `graph` each captured node (FFT or other) made, by its handle.
+    captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
     /// Host closures of the DAG and its children, with their names (for panic reports).
     pub(super) hosts: Vec<(String, Arc<HostFn>)>,
     pub(super) fft: LoweringContext,
@@ -146,7 +149,12 @@ impl Dag {
             }
         };
         let lowered = lower_to_cuda(&self, device, &mut None)?;
-        let (graph, handles, fft) = (lowered.graph, lowered.handles, lowered.fft);
+        let (graph, handles, fft, captured) = (
+            lowered.graph,
+            lowered.handles,
+            lowered.fft,
+            lowered.captured,
+        );
         let mut f = 0u64;
         if flags.use_node_priority {
             f |= sys::cudaGraphInstantiateFlagUseNodePriority as u64;
@@ -173,6 +181,7 @@ impl Dag {
             device: device.clone(),
             dag: self,
             handles,
+            captured,
             hosts,
             fft,
             log: LaunchLog::new(),
@@ -197,6 +206,7 @@ struct Lowered {
     graph: sys::cudaGraph_t,
     handles: Vec<Option<sys::cudaGraphNode_t>>,
     fft: LoweringContext,
+    captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
     /// The FFT states of `reuse` that were not reused.
     leftover: Option<LoweringContext>,
 }
@@ -215,12 +225,13 @@ fn lower_to_cuda(
     }
     match dag.lower_validated(&mut backend) {
         Ok(handles) => {
-            let (graph, mut fft) = backend.into_graph();
-            let leftover = fft.take_reuse();
+            let mut built = backend.into_graph();
+            let leftover = built.fft.take_reuse();
             Ok(Lowered {
-                graph,
+                graph: built.graph,
                 handles,
-                fft,
+                fft: built.fft,
+                captured: built.captured,
                 leftover,
             })
         }
@@ -367,20 +378,34 @@ impl Exec {
             .ok_or(Error::Dag(DagError::UnknownNode(id.serial())))
     }
 
-    /// Enables or disables node `id` for later launches (kernel, memcpy and memset nodes).
+    /// Enables or disables node `id` for later launches: kernel, memcpy and memset nodes,
+    /// and FFT and captured nodes (all the CUDA nodes their capture made, which must then be
+    /// kernel, memcpy or memset nodes; an FFT's parameter-setting kernel too). A disabled node
+    /// does nothing when the graph runs; its dependencies still order the nodes around it.
     pub fn set_enabled(&mut self, id: NodeId, enabled: bool) -> Result<()> {
         let h = self.handle(id)?;
+        let raw = self.raw;
         let node = self.dag.node_mut(id)?;
-        if !matches!(
-            node.kind(),
-            NodeKind::Kernel | NodeKind::Memcpy | NodeKind::Memset
-        ) {
-            return Err(
-                node.wrong_kind("a kernel, memcpy or memset node (CUDA can disable only those)")
-            );
+        match node.kind() {
+            NodeKind::Kernel | NodeKind::Memcpy | NodeKind::Memset => {
+                // SAFETY: `h` is a node of `raw`'s graph, of a kind CUDA can disable.
+                unsafe { rt::graph_node_set_enabled(raw, h, enabled)? };
+            }
+            NodeKind::Fft | NodeKind::Captured => {
+                let nodes = self
+                    .captured
+                    .get(&(h as NodeKey))
+                    .map_or(&[][..], Vec::as_slice);
+                // SAFETY: the nodes are of the graph `raw` was instantiated from.
+                unsafe { set_captured_enabled(raw, &node.name, nodes, enabled)? };
+            }
+            _ => {
+                return Err(node.wrong_kind(
+                    "a kernel, memcpy, memset, FFT or captured node (CUDA can disable only \
+                     kernel, memcpy and memset nodes)",
+                ))
+            }
         }
-        // SAFETY: `h` is a node of a kind CUDA can disable.
-        unsafe { rt::graph_node_set_enabled(self.raw, h, enabled)? };
         node.enabled = enabled;
         Ok(())
     }
@@ -435,11 +460,13 @@ impl Exec {
                 return Err(e);
             }
         };
+        // The captured-node map stays the original graph's: per-node calls name its nodes.
         let Lowered {
             graph,
             handles,
             fft: mut new_fft,
             leftover,
+            ..
         } = lowered;
         // SAFETY: both are live.
         let verdict = unsafe { rt::graph_exec_update(self.raw, graph) };

@@ -6,6 +6,7 @@
 //! launch shapes and devices checked). A backend may still fail (CUDA can), but it does not
 //! re-validate.
 
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -307,6 +308,13 @@ impl sealed::Lower for RecordingBackend {
                 Ok(self.record("cudaGraphAddNode", "graph", name, deps, p))
             }
             NodeParams::Fft { node: f, work } => self.add_fft(name, deps, f, work),
+            NodeParams::Captured(work) => Ok(self.record(
+                "cudaStreamBeginCaptureToGraph",
+                "captured",
+                name,
+                deps,
+                work.describe(),
+            )),
         }
     }
 }
@@ -359,12 +367,27 @@ impl RecordingBackend {
 
 // ---- CUDA backend --------------------------------------------------------------------------
 
+/// What a [`CudaBackend`] built, handed over by `into_graph`.
+pub(crate) struct Built {
+    /// The graph (the caller destroys it).
+    pub(crate) graph: sys::cudaGraph_t,
+    /// The FFT state the graph uses.
+    pub(crate) fft: super::nodes::fft::LoweringContext,
+    /// The nodes each captured node made, by the node it returned.
+    pub(crate) captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+}
+
 /// A backend that builds a real `cudaGraph_t` with the CUDA runtime.
 pub struct CudaBackend {
     graph: sys::cudaGraph_t,
     device: Device,
     pub(crate) fft: super::nodes::fft::LoweringContext,
+    /// The nodes each captured node (FFT or other) made, by the node it returned.
+    pub(crate) captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
 }
+
+/// A CUDA node handle as a map key.
+pub(crate) type NodeKey = usize;
 
 impl CudaBackend {
     /// Creates an empty CUDA graph on `device` to lower into.
@@ -376,7 +399,14 @@ impl CudaBackend {
             graph,
             device: device.clone(),
             fft: super::nodes::fft::LoweringContext::default(),
+            captured: HashMap::new(),
         })
+    }
+
+    /// Notes the nodes a capture made; returns the node later nodes depend on.
+    fn keep_captured(&mut self, c: super::nodes::captured::Captured) -> sys::cudaGraphNode_t {
+        self.captured.insert(c.out as NodeKey, c.nodes);
+        c.out
     }
 
     /// The graph being built. It stays owned by the backend.
@@ -385,9 +415,12 @@ impl CudaBackend {
     }
 
     /// Gives up ownership of the graph (the caller destroys it) and of the FFT state.
-    pub(crate) fn into_graph(mut self) -> (sys::cudaGraph_t, super::nodes::fft::LoweringContext) {
-        let graph = std::mem::replace(&mut self.graph, std::ptr::null_mut());
-        (graph, std::mem::take(&mut self.fft))
+    pub(crate) fn into_graph(mut self) -> Built {
+        Built {
+            graph: std::mem::replace(&mut self.graph, std::ptr::null_mut()),
+            fft: std::mem::take(&mut self.fft),
+            captured: std::mem::take(&mut self.captured),
+        }
     }
 }
 
@@ -465,17 +498,36 @@ impl sealed::Lower for CudaBackend {
                 // SAFETY: both graphs are live; CUDA clones the child.
                 let node = unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? };
                 // FFT states of the child stay with the parent's lowering context.
-                let (g, fft) = sub.into_graph();
+                // The child's captured nodes are not enabled or disabled one by one (nor are
+                // any of a child's nodes): only its FFT state is kept.
+                let built = sub.into_graph();
                 // SAFETY: the clone lives in the parent; the original is ours to destroy.
-                unsafe { rt::graph_destroy(g)? };
-                self.fft.absorb(fft);
+                unsafe { rt::graph_destroy(built.graph)? };
+                self.fft.absorb(built.fft);
                 Ok(node)
             }
             NodeParams::Fft { node, .. } => {
                 debug_assert!(edges.is_empty(), "captured work takes plain dependencies");
                 let graph = self.graph;
                 let device = self.device.clone();
-                self.fft.lower(&device, graph, deps, node)
+                let captured = self.fft.lower(&device, graph, deps, node)?;
+                Ok(self.keep_captured(captured))
+            }
+            NodeParams::Captured(work) => {
+                debug_assert!(edges.is_empty(), "captured work takes plain dependencies");
+                self.device.bind()?;
+                let stream = self.fft.capture_stream(&self.device)?;
+                let enqueue = |s| {
+                    // SAFETY: `capture_into` passes its own stream, live and capturing.
+                    unsafe { work.enqueue(s) }
+                };
+                // SAFETY: graph and stream are live and of the bound device; `deps` are nodes
+                // of the graph; the work was declared (unsafely, by its maker) to enqueue only
+                // stream-ordered work on the stream it is given.
+                let captured = unsafe {
+                    super::nodes::captured::capture_into(self.graph, stream.raw(), deps, enqueue)?
+                };
+                Ok(self.keep_captured(captured))
             }
         }
     }

@@ -3,7 +3,7 @@
 use super::*;
 use crate::args;
 use crate::device::DeviceLimits;
-use crate::LaunchConfig;
+use crate::{LaunchConfig, Region};
 use nodes::host::host_trampoline;
 
 fn rec() -> RecordingBackend {
@@ -529,4 +529,47 @@ fn host_closure_panics_are_caught_and_kept() {
     unsafe { host_trampoline(Arc::as_ptr(&h) as *mut _) };
     assert_eq!(h.take_panic().as_deref(), Some("boom 42"));
     assert_eq!(h.take_panic(), None, "reported once");
+}
+
+#[test]
+fn captured_nodes_lower_as_one_capture_after_their_dependencies() {
+    let mut r = rec();
+    let x = r.device_buffer::<f32>(64);
+    let k = r.kernel("k", &[8]);
+    let mut dag = Dag::new();
+    let before = dag
+        .add_kernel(&k, LaunchConfig::new(1, 64), &args![&x])
+        .unwrap();
+    // SAFETY: the work enqueues nothing (the recording backend never calls it anyway).
+    let cap = unsafe { dag.add_captured("library call", [Region::from(&x)], |_| Ok(())) };
+    dag.set_name(cap, "lib");
+    dag.add_dependency(before, cap).unwrap();
+    let after = dag.add_empty();
+    dag.add_dependency(cap, after).unwrap();
+    check(
+        &dag,
+        &mut r,
+        "
+0 cudaGraphAddNode kernel `kernel#0` deps=[] kernel=k grid=(1,1,1) block=(64,1,1) smem=0 args=[0000000000700000]
+1 cudaStreamBeginCaptureToGraph captured `lib` deps=[0] work=`library call` uses=[@0000+256]
+2 cudaGraphAddNode empty `empty#2` deps=[1] ",
+    );
+    assert_eq!(dag.node(cap).unwrap().kind(), NodeKind::Captured);
+    let dot = dag.to_dot();
+    assert!(dot.contains("captured: library call"), "{dot}");
+    assert!(dot.contains("uses 1 buffers, 256 B"), "{dot}");
+
+    // Its buffers count as the node's: kept alive, checked against the target.
+    let mut n = 0;
+    dag.for_each_allocation(&mut |_| n += 1);
+    assert_eq!(n, 2, "the kernel's and the captured node's reference to x");
+    let mut other = rec();
+    let y = other.device_buffer::<f32>(4);
+    let mut dag = Dag::new();
+    // SAFETY: as above.
+    unsafe { dag.add_captured("elsewhere", [Region::from(&y)], |_| Ok(())) };
+    let e = dag.lower(&mut r).unwrap_err();
+    let e = e.to_string();
+    assert!(e.contains("captured#0"), "{e}");
+    assert!(e.contains("the captured work's buffer belongs to"), "{e}");
 }

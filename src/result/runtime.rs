@@ -608,6 +608,44 @@ pub unsafe fn graph_nodes(graph: sys::cudaGraph_t) -> Result<Vec<sys::cudaGraphN
     Ok(nodes)
 }
 
+/// `cudaGraphNodeGetDependencies`: the nodes `node` depends on, copied out.
+///
+/// # Safety
+/// `node` is a node of a live graph.
+pub unsafe fn graph_node_dependencies(
+    node: sys::cudaGraphNode_t,
+) -> Result<Vec<sys::cudaGraphNode_t>> {
+    let mut n = 0usize;
+    rt!(cudaGraphNodeGetDependencies(
+        node,
+        ptr::null_mut(),
+        ptr::null_mut(),
+        &mut n
+    ))?;
+    let mut deps = vec![ptr::null_mut(); n];
+    if n > 0 {
+        rt!(cudaGraphNodeGetDependencies(
+            node,
+            deps.as_mut_ptr(),
+            ptr::null_mut(),
+            &mut n
+        ))?;
+    }
+    deps.truncate(n);
+    Ok(deps)
+}
+
+/// `cudaGraphNodeGetType`, read as the raw integer (a type newer than these bindings must
+/// not be read as their Rust enum).
+///
+/// # Safety
+/// `node` is a node of a live graph.
+pub unsafe fn graph_node_type(node: sys::cudaGraphNode_t) -> Result<u32> {
+    let mut t = 0u32;
+    rt!(cudaGraphNodeGetType(node, (&mut t as *mut u32).cast()))?;
+    Ok(t)
+}
+
 /// `cudaGraphDebugDotPrint`.
 ///
 /// # Safety

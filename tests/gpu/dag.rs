@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::ensure;
 use cudagraph::{
-    args, dst, src, Copy2d, Dag, DeviceBuffer, Error, HostBuffer, LaunchConfig, Memset2d,
+    args, dst, src, Copy2d, Dag, DeviceBuffer, Error, HostBuffer, LaunchConfig, Memset2d, Region,
     UpdateOutcome,
 };
 use libtest_mimic::Trial;
@@ -33,6 +33,7 @@ pub fn tests() -> Vec<Trial> {
         gpu_test("dag::into_exec_consumes_the_dag", into_exec),
         gpu_test("dag::cuda_dot", cuda_dot),
         gpu_test("dag::validation_on_device", validation_on_device),
+        gpu_test("dag::captured_nodes", captured_nodes),
     ]
 }
 
@@ -455,5 +456,76 @@ fn into_exec(gpu: &Gpu) -> anyhow::Result<()> {
     exec.set_launch_config(a, LaunchConfig::new(1, 4))?;
     gpu.launch_and_wait(&mut exec)?;
     ensure!(c.to_vec()? == [7], "{:?}", c.to_vec()?);
+    Ok(())
+}
+
+/// A captured node (a `cudaMemsetAsync` recorded from the capture stream) between kernel
+/// nodes: it runs in DAG order, can be disabled and enabled, and a failing or panicking capture
+/// leaves nothing behind (the next instantiation captures normally).
+fn captured_nodes(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let [scale, inc] = gpu.kernels(["scale", "inc"])?;
+    let n = 1024usize;
+    let x = DeviceBuffer::<f32>::zeros(d, n)?;
+    let count = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let region = Region::from(&x);
+    let fill = move |s: &cudagraph::CaptureStream<'_>| {
+        // cudaMemsetAsync sets bytes: every element becomes 0x40404040 (about 3.01).
+        // SAFETY: the region is of a live buffer the node keeps; the memset is stream-ordered.
+        unsafe {
+            cudagraph::result::runtime::memset_async(
+                region.addr() as *mut std::ffi::c_void,
+                0x40,
+                region.len_bytes(),
+                s.raw(),
+            )
+        }
+    };
+    let mut dag = Dag::new();
+    let first = dag.add_kernel(&inc, LaunchConfig::new(1, 1), &args![&count])?;
+    // SAFETY: the work only enqueues a memset of `x`, which is declared in `uses`.
+    let cap = unsafe { dag.add_captured("memset x to 0x40 bytes", [Region::from(&x)], fill) };
+    let after = dag.add_kernel(
+        &scale,
+        LaunchConfig::for_elements(n as u32, 256),
+        &args![&x, 0.5f32, n as i32],
+    )?;
+    dag.add_dependency(first, cap)?;
+    dag.add_dependency(cap, after)?;
+    let mut exec = dag.instantiate(d)?;
+    gpu.launch_and_wait(&mut exec)?;
+    let filled = f32::from_bits(0x4040_4040);
+    let want = vec![filled * 0.5; n];
+    assert_close(&x.to_vec()?, &want, 0.0)?;
+
+    // Disabled: the memset does not run, so the kernel halves again.
+    exec.set_enabled(cap, false)?;
+    gpu.launch_and_wait(&mut exec)?;
+    assert_close(&x.to_vec()?, &vec![filled * 0.25; n], 0.0)?;
+    exec.set_enabled(cap, true)?;
+    gpu.launch_and_wait(&mut exec)?;
+    assert_close(&x.to_vec()?, &want, 0.0)?;
+    ensure!(count.to_vec()? == [3], "{:?}", count.to_vec()?);
+
+    // A failing capture step fails the instantiation with its error.
+    let mut bad = Dag::new();
+    // SAFETY: enqueues nothing.
+    unsafe {
+        bad.add_captured("fails", [], |_| {
+            Err(Error::Invalid("the library refused".into()))
+        })
+    };
+    let e = bad.instantiate(d).err().expect("the capture step failed");
+    ensure!(e.to_string().contains("the library refused"), "{e}");
+    // A panicking one unwinds to the caller after the capture ended ...
+    let mut panics = Dag::new();
+    // SAFETY: enqueues nothing.
+    unsafe { panics.add_captured("panics", [], |_| panic!("inside the capture")) };
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| panics.instantiate(d)));
+    ensure!(caught.is_err(), "the panic reached the caller");
+    // ... and the same graph works again once the step works (a fresh capture).
+    let mut exec2 = dag.instantiate(d)?;
+    gpu.launch_and_wait(&mut exec2)?;
+    assert_close(&x.to_vec()?, &want, 0.0)?;
     Ok(())
 }

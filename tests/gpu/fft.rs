@@ -37,6 +37,7 @@ pub fn tests() -> Vec<Trial> {
             "fft::whole_graph_update_keeps_unchanged_plans",
             whole_graph_update,
         ),
+        gpu_test("fft::disable_and_enable", disable_and_enable),
     ]
 }
 
@@ -828,4 +829,55 @@ fn whole_graph_update(gpu: &Gpu) -> anyhow::Result<()> {
         &reference(&to64(&x1), n, false),
         "back to the first",
     )
+}
+
+/// An FFT node disabled for some launches does nothing on them (its captured kernels and its
+/// parameter-setting kernel are all disabled); parameters set while it is disabled apply
+/// once it is enabled again.
+fn disable_and_enable(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let n = 4096usize;
+    let x = signal(n, 9);
+    let xd = DeviceBuffer::from_slice(d, &x)?;
+    let acc = DeviceBuffer::<f32>::zeros(d, n)?;
+    let plan = FftPlan::new(
+        FftPlanDesc::new(FftType::C2C, &[n as i64], 1).with_store(StoreCallback::Power),
+    )?;
+    let store = |scale: f32| CallbackParams::Store {
+        scale,
+        output: None,
+        accumulate: true,
+    };
+    let mut dag = Dag::new();
+    let node = dag.add_fft(spec(
+        &plan,
+        Direction::Forward,
+        &xd,
+        &acc,
+        ld_st(None, Some(store(1.0))),
+    ))?;
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?; // +1
+    exec.set_enabled(node, false)?;
+    exec.launch(&gpu.stream)?; // nothing
+    exec.set_fft_params(node, ld_st(None, Some(store(10.0))))?;
+    exec.launch(&gpu.stream)?; // nothing
+    exec.synchronize()?;
+    let f = reference(&to64(&x), n, false);
+    let p1: Vec<f64> = f.iter().map(|c| c.norm_sqr()).collect();
+    check_real(&acc.to_vec()?, &p1, "one enabled launch")?;
+    exec.set_enabled(node, true)?;
+    exec.launch(&gpu.stream)?; // +10
+    exec.synchronize()?;
+    let p11: Vec<f64> = f.iter().map(|c| c.norm_sqr() * 11.0).collect();
+    check_real(
+        &acc.to_vec()?,
+        &p11,
+        "enabled again with the parameters set while disabled",
+    )?;
+    ensure!(
+        exec.dag().node(node)?.is_enabled(),
+        "the DAG's copy says enabled"
+    );
+    Ok(())
 }

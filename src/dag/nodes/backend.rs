@@ -47,14 +47,32 @@ pub enum NodeParams<'a> {
     /// A child graph: the DAG is lowered by a backend of the same kind, then added as a
     /// `cudaGraphNodeTypeGraph` node (cloned by CUDA).
     Child(&'a Dag),
+    /// Work recorded from a stream into the graph (`cudaStreamBeginCaptureToGraph` after the
+    /// node's dependencies, then [`CaptureWork::enqueue`], then `cudaStreamEndCapture`): for
+    /// work that only a library call on a stream can make (no node API), such as a user's
+    /// captured node or an NCCL collective.
+    Captured(&'a dyn CaptureWork),
     /// An FFT: cuFFT has no node API, so the transform is captured from a stream into the
-    /// graph (after a parameter-setting kernel node, added through the generic path).
+    /// graph (after a parameter-setting kernel node, added through the generic path), through
+    /// the same capture step as [`NodeParams::Captured`].
     Fft {
         /// The node.
         node: &'a FftNode,
         /// The work area it may share.
         work: &'a WorkShare,
     },
+}
+
+/// Work that a captured node enqueues on a stream while CUDA records it into the graph.
+pub trait CaptureWork {
+    /// Enqueues the node's work on `stream`, which is capturing into the graph after the
+    /// node's dependencies. Called once per lowering (instantiation, whole-graph update).
+    ///
+    /// # Safety
+    /// `stream` is a live stream of the lowering device, in capture mode.
+    unsafe fn enqueue(&self, stream: sys::cudaStream_t) -> Result<()>;
+    /// What the work is, in words (the recording backend's transcript, DOT).
+    fn describe(&self) -> String;
 }
 
 impl NodeParams<'_> {

@@ -8,6 +8,7 @@
 //! `impl Dag { add_<kind> }`, then add one line to `node_kinds!`.
 
 pub(crate) mod backend;
+pub(crate) mod captured;
 pub(crate) mod child;
 pub(crate) mod empty;
 pub(crate) mod fft;
@@ -18,7 +19,8 @@ pub(crate) mod memset;
 
 use std::sync::Arc;
 
-pub use backend::{Backend, EdgeData, NodeParams};
+pub use backend::{Backend, CaptureWork, EdgeData, NodeParams};
+pub use captured::{CaptureFn, CaptureStream, CapturedNode};
 pub use child::ChildNode;
 pub use empty::EmptyNode;
 pub use fft::{FftNode, FftSpec};
@@ -129,6 +131,8 @@ node_kinds! {
     Child(ChildNode) = "child",
     /// A cuFFT transform.
     Fft(FftNode) = "fft",
+    /// Work recorded from a stream (a library call with no node API).
+    Captured(CapturedNode) = "captured",
 }
 
 impl Op {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use petgraph::visit::NodeIndexable;
 
 use super::FftNode;
-use crate::dag::nodes::backend::NodeParams;
+use crate::dag::nodes::captured::{capture_into, Captured};
 use crate::dag::nodes::KernelNode;
 use crate::dag::{Dag, Op};
 use crate::device::Device;
@@ -205,7 +205,9 @@ impl LoweringContext {
         Ok(())
     }
 
-    fn stream(&mut self, device: &Device) -> Result<Stream> {
+    /// The stream captures are made on (FFT nodes bind their plans to it; other captured
+    /// nodes use it too), made on first use and kept with the lowering state.
+    pub(crate) fn capture_stream(&mut self, device: &Device) -> Result<Stream> {
         if self.stream.is_none() {
             self.stream = Some(Stream::new(device)?);
         }
@@ -213,17 +215,19 @@ impl LoweringContext {
     }
 
     /// Lowers one FFT node (prepared by [`LoweringContext::prepare`]) into `graph` after
-    /// `deps`; returns the node later nodes depend on.
+    /// `deps`; returns the node later nodes depend on and the nodes it made (the captured
+    /// transform and the parameter-setting kernel node), which are enabled and disabled
+    /// together.
     pub(crate) fn lower(
         &mut self,
         device: &Device,
         graph: sys::cudaGraph_t,
         deps: &[sys::cudaGraphNode_t],
         f: &FftNode,
-    ) -> Result<sys::cudaGraphNode_t> {
+    ) -> Result<Captured> {
         device.bind()?;
         let d = &f.plan.inner.desc;
-        let stream = self.stream(device)?;
+        let stream = self.capture_stream(device)?;
         let at = self
             .prepared
             .iter()
@@ -286,57 +290,40 @@ impl LoweringContext {
         };
 
         // Capture the transform into the graph.
-        // SAFETY: stream and graph are live; the dependencies are nodes of the graph.
-        unsafe {
-            rt::stream_begin_capture_to_graph(
-                stream.raw(),
-                graph,
-                &capture_deps,
-                sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal,
-            )?
+        // SAFETY: stream and graph are live and of the bound device; the dependencies are
+        // nodes of the graph; the node's regions were validated against the plan, and the
+        // capture records the call instead of running it.
+        let captured = unsafe {
+            capture_into(graph, stream.raw(), &capture_deps, |s| {
+                debug_assert_eq!(s, stream.raw());
+                cf::exec(
+                    handle.raw(),
+                    d.kind.raw(),
+                    f.input.raw_addr() as *mut c_void,
+                    f.output.raw_addr() as *mut c_void,
+                    f.direction.raw(),
+                )
+            })?
         };
-        // SAFETY: the node's regions were validated against the plan; the capture records the
-        // call instead of running it.
-        let exec = unsafe {
-            cf::exec(
-                handle.raw(),
-                d.kind.raw(),
-                f.input.raw_addr() as *mut c_void,
-                f.output.raw_addr() as *mut c_void,
-                f.direction.raw(),
-            )
-        };
-        // SAFETY: the stream is capturing (or the capture was invalidated).
-        let info = unsafe { rt::stream_capture_dependencies(stream.raw()) };
-        // SAFETY: always end the capture we began.
-        let ended = unsafe { rt::stream_end_capture(stream.raw()) };
-        exec?;
-        let (_, terminals) = info?;
-        ended?;
-        // The capture's dependency set moves past `capture_deps` only if it recorded nodes.
-        let mut sorted = terminals.clone();
-        sorted.sort();
-        let mut before = capture_deps.clone();
-        before.sort();
-        if terminals.is_empty() || sorted == before {
+        if captured.nodes.is_empty() {
             return Err(Error::Invalid(format!(
                 "capturing the cuFFT call for a {:?} plan added no nodes to the graph",
                 d.kind
             )));
         }
-        let out = if terminals.len() == 1 {
-            terminals[0]
-        } else {
-            let mut raw = NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeEmpty);
-            // SAFETY: the terminals are nodes of the graph.
-            unsafe { rt::graph_add_node(graph, &terminals, &[], &mut raw)? }
-        };
+        let mut nodes = captured.nodes;
+        if let Some((h, _)) = &setter {
+            nodes.push(h.0);
+        }
         self.nodes.push(Lowered {
             uid: f.uid,
             state: Some(state),
             setter,
         });
-        Ok(out)
+        Ok(Captured {
+            out: captured.out,
+            nodes,
+        })
     }
 
     /// Keeps a child graph's FFT state alive with this one (its nodes are not updatable per
