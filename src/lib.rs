@@ -128,6 +128,7 @@ pub mod error;
 pub mod fft;
 mod kernel;
 pub mod load;
+mod marker;
 mod memory;
 pub mod result;
 mod stream;

@@ -1,10 +1,8 @@
 //! Which queued GPU work uses an object, so that nothing is freed, overwritten or read by the
 //! host while that work may still use it.
 //!
-//! - A [`Marker`] is a CUDA event recorded on a stream right after some work: it completes when
-//!   that work has. Markers come from a [`MarkerPool`] (one per stream, one per `Exec`), which
-//!   re-records a marker only when nobody else holds it, so steady-state launches and updates
-//!   create no event and allocate nothing.
+//! - A [`Marker`] (`crate::marker`) is a CUDA event recorded on a stream right after some work:
+//!   it completes when that work has.
 //! - Every allocation and module has a [`Uses`] list: the markers of stream operations that used
 //!   it (at most one per stream: a newer marker on a stream implies the older ones), and the
 //!   [`LaunchLog`] of every executable graph that refers to it now.
@@ -17,124 +15,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::device::Device;
 use crate::error::Result;
-use crate::result::runtime as rt;
-use crate::stream::Stream;
-use crate::sys;
-
-/// A CUDA event recorded after some work on one stream.
-pub(crate) struct Marker {
-    raw: sys::cudaEvent_t,
-    device: Device,
-    /// The stream it was last recorded on ([`Stream::id`]), 0 before the first record.
-    stream: u64,
-}
-
-// SAFETY: CUDA event handles may be used from any thread; a marker is re-recorded only through
-// `&mut` (so by one thread), and shared references only query or wait, which CUDA allows
-// concurrently.
-unsafe impl Send for Marker {}
-// SAFETY: as above.
-unsafe impl Sync for Marker {}
-
-impl Marker {
-    fn new(device: &Device) -> Result<Marker> {
-        device.bind()?;
-        // SAFETY: the event is owned by the marker and destroyed in its Drop.
-        let raw = unsafe { rt::event_create(sys::cudaEventDisableTiming)? };
-        Ok(Marker {
-            raw,
-            device: device.clone(),
-            stream: 0,
-        })
-    }
-
-    fn record(&mut self, stream: &Stream) -> Result<()> {
-        // SAFETY: both handles are live and of one device (the pool's owner checks it).
-        unsafe { rt::event_record(self.raw, stream.raw())? };
-        self.stream = stream.id();
-        Ok(())
-    }
-
-    /// Waits until the marked work has completed.
-    pub(crate) fn wait(&self) -> Result<()> {
-        if self.stream == 0 {
-            return Ok(());
-        }
-        // SAFETY: the event is live.
-        unsafe { rt::event_synchronize(self.raw) }
-    }
-
-    /// Whether the marked work has completed.
-    pub(crate) fn done(&self) -> Result<bool> {
-        if self.stream == 0 {
-            return Ok(true);
-        }
-        // SAFETY: the event is live.
-        unsafe { rt::event_query(self.raw) }
-    }
-
-    /// The stream it marks work on.
-    pub(crate) fn stream(&self) -> u64 {
-        self.stream
-    }
-}
-
-impl Drop for Marker {
-    fn drop(&mut self) {
-        // SAFETY: the event is owned; destroying an event whose work is pending is allowed
-        // (CUDA releases it when the work completes).
-        if let Err(e) = unsafe { rt::event_destroy(self.raw) } {
-            self.device.defer("an event", e);
-        }
-    }
-}
-
-/// Markers owned by one stream or one executable graph, reused once nobody else holds them.
-pub(crate) struct MarkerPool {
-    device: Device,
-    markers: Vec<Arc<Marker>>,
-}
-
-/// Above this many markers, the pool stops keeping markers others still hold.
-const POOL_KEEP: usize = 64;
-
-impl MarkerPool {
-    pub(crate) fn new(device: &Device) -> Self {
-        MarkerPool {
-            device: device.clone(),
-            markers: Vec::new(),
-        }
-    }
-
-    /// A marker recorded on `stream` now (after the work queued so far).
-    pub(crate) fn record(&mut self, stream: &Stream) -> Result<Arc<Marker>> {
-        let free = self
-            .markers
-            .iter()
-            .position(|m| Arc::strong_count(m) == 1 && Arc::weak_count(m) == 0);
-        let i = match free {
-            Some(i) => i,
-            None => {
-                if self.markers.len() >= POOL_KEEP {
-                    // Those still held elsewhere are released by their holders.
-                    self.markers.retain(|m| Arc::strong_count(m) == 1);
-                }
-                // Two at a time: a stream's latest marker is held while the next one is
-                // recorded, so steady state alternates between two.
-                self.markers.push(Arc::new(Marker::new(&self.device)?));
-                self.markers.push(Arc::new(Marker::new(&self.device)?));
-                self.markers.len() - 1
-            }
-        };
-        let m = &mut self.markers[i];
-        Arc::get_mut(m)
-            .expect("a free marker is held by the pool only")
-            .record(stream)?;
-        Ok(m.clone())
-    }
-}
+use crate::marker::Marker;
 
 /// The latest launch of one executable graph on each stream it was launched on.
 pub(crate) struct LaunchLog {

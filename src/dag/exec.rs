@@ -10,11 +10,12 @@ use super::{Dag, DagError, HostFn, NodeId, NodeKind};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernel::ArgScratch;
+use crate::marker::{Marker, MarkerPool};
 use crate::memory::{Allocation, MemorySpace};
 use crate::result::runtime as rt;
 use crate::stream::Stream;
 use crate::sys;
-use crate::track::{LaunchLog, Marker, MarkerPool};
+use crate::track::LaunchLog;
 
 /// Flags for [`Dag::instantiate_with`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -275,7 +276,9 @@ impl Exec {
             // now (their use lists are locked), and any later one waits for the marker below.
             // SAFETY: the exec is live and of the stream's device; see above.
             unsafe { rt::graph_launch(raw, stream.raw())? };
-            log.set_latest(markers.record(stream)?)
+            // SAFETY: the stream is live and of the graph's device (checked above), which is
+            // the pool's.
+            log.set_latest(unsafe { markers.record(stream.raw(), stream.id())? })
         })?;
         self.collect()
     }
