@@ -408,7 +408,7 @@ impl Exec {
                 .unwrap_or(false);
             if !same {
                 return Err(Error::UpdateRefused {
-                    node: Some(new.name.clone()),
+                    node: Some(new.name.to_string()),
                     reason: "the node is new or changed kind".into(),
                 });
             }
@@ -454,7 +454,7 @@ impl Exec {
                     .iter()
                     .position(|h| *h == Some(node) && !node.is_null())
                     .and_then(|i| dag.graph.node_weight(petgraph::graph::NodeIndex::new(i)))
-                    .map(|n| n.name.clone());
+                    .map(|n| n.name.to_string());
                 Some(Error::UpdateRefused {
                     node: name,
                     reason: refusal.name(),

@@ -227,7 +227,7 @@ impl Node {
 
     fn kernel_args_error(&self, k: &KernelNode, problem: String) -> Error {
         Error::Dag(DagError::KernelArgs {
-            node: self.name.clone(),
+            node: self.name.to_string(),
             kernel: k.kernel.name().to_string(),
             problem,
         })
@@ -333,7 +333,7 @@ impl Exec {
         let k = node.kernel()?;
         if let Some(problem) = k.kernel.launch_problem(self.device.limits(), &config) {
             return Err(Error::Dag(DagError::LaunchShape {
-                node: node.name.clone(),
+                node: node.name.to_string(),
                 kernel: k.kernel.name().to_string(),
                 problem,
             }));
