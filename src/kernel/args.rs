@@ -91,6 +91,11 @@ impl KernelArg {
         }
     }
 
+    /// Whether the bytes are held inline (8-byte aligned, no heap).
+    pub(super) fn is_inline(&self) -> bool {
+        matches!(self.bytes, ArgBytes::Inline(..))
+    }
+
     pub(super) fn as_ptr(&self) -> *mut c_void {
         self.as_bytes().as_ptr() as *mut c_void
     }

@@ -118,6 +118,33 @@ impl PackedArgs {
         scratch.ptrs.as_mut_ptr()
     }
 
+    /// The `kernelParams` array for these arguments with `args` (checked against the layout)
+    /// instead of theirs, staged in `scratch`; nothing of `self` changes. Arguments held
+    /// inline (values up to 64 bytes, 8-byte aligned: every buffer and scalar) are pointed to
+    /// where they are, so an update copies no argument bytes: CUDA reads them during the call
+    /// the array is for, while `args` are borrowed. Others are copied into `scratch` with the
+    /// rest of the arguments. Allocates only when `scratch` grows.
+    pub(crate) fn staged_args<'a>(
+        &self,
+        scratch: &mut ArgScratch,
+        args: impl Iterator<Item = (usize, &'a KernelArg)> + Clone,
+    ) -> *mut *mut c_void {
+        if !args.clone().all(|(_, a)| a.is_inline()) {
+            return self.staged(scratch, &|i| {
+                args.clone()
+                    .find(|&(j, _)| j == i)
+                    .map(|(_, a)| a.as_bytes())
+            });
+        }
+        scratch.ptrs.clear();
+        scratch.ptrs.extend_from_slice(&self.ptrs);
+        for (i, a) in args {
+            assert_eq!(a.size(), self.layout.params[i].size, "parameter {i} size");
+            scratch.ptrs[i] = a.as_ptr();
+        }
+        scratch.ptrs.as_mut_ptr()
+    }
+
     /// The `kernelParams` array.
     pub(crate) fn kernel_params(&self) -> *mut *mut c_void {
         self.ptrs.as_ptr() as *mut *mut c_void
@@ -161,8 +188,8 @@ pub(crate) struct ArgScratch {
     ptrs: Vec<*mut c_void>,
 }
 
-// SAFETY: the pointers point into `storage`, owned by the same value, and are only written and
-// read through `&mut self`.
+// SAFETY: the pointers point into `storage`, owned by the same value, or into arguments borrowed
+// for the one call they are staged for; they are only written and read through `&mut self`.
 unsafe impl Send for ArgScratch {}
 
 #[cfg(test)]
@@ -202,5 +229,50 @@ mod tests {
         // SAFETY: reading the first pointer of the clone's own array.
         let first = unsafe { *c.kernel_params() };
         assert_eq!(first as *const u8, c.param_bytes(0).as_ptr());
+    }
+
+    #[test]
+    fn staged_arguments_point_at_inline_values_and_copy_big_ones() {
+        let k = Kernel::recording("k", &[4, 8, 100], 1);
+        let args = crate::args![1.5f32, 7u64, [3u8; 100]];
+        k.check_args(&args).unwrap();
+        let p = PackedArgs::new(&k, &args);
+        let mut scratch = ArgScratch::default();
+        let nine = KernelArg::from(9u64);
+        let ptrs = p.staged_args(&mut scratch, std::iter::once((1, &nine)));
+        // SAFETY: `ptrs` has one entry per parameter, each pointing at its value (the node's
+        // own, or `nine`'s, alive here).
+        let (p0, p1) = unsafe { (*ptrs, *ptrs.add(1)) };
+        assert_eq!(p0.cast_const().cast::<u8>(), p.param_bytes(0).as_ptr());
+        assert_eq!(
+            p1.cast_const(),
+            nine.as_ptr().cast_const(),
+            "no copy of an inline value"
+        );
+        // SAFETY: as above; an inline value is 8-byte aligned.
+        assert_eq!(unsafe { *p1.cast::<u64>() }, 9);
+        assert_eq!(
+            p.param_bytes(1),
+            &7u64.to_ne_bytes(),
+            "the node is unchanged"
+        );
+        // A value kept on the heap is copied with the rest, in the scratch.
+        let big = KernelArg::from([5u8; 100]);
+        let ptrs = p.staged_args(&mut scratch, std::iter::once((2, &big)));
+        // SAFETY: as above.
+        let (q1, q2) = unsafe { (*ptrs.add(1), *ptrs.add(2)) };
+        // SAFETY: the scratch copy holds parameter 1 (8 bytes) and parameter 2 (100 bytes).
+        let (v1, v2) = unsafe {
+            (
+                std::slice::from_raw_parts(q1.cast::<u8>(), 8),
+                std::slice::from_raw_parts(q2.cast::<u8>(), 100),
+            )
+        };
+        assert_eq!(v1, &7u64.to_ne_bytes());
+        assert!(v2.iter().all(|&b| b == 5));
+        assert!(
+            p.param_bytes(2).iter().all(|&b| b == 3),
+            "the node is unchanged"
+        );
     }
 }
