@@ -13,6 +13,10 @@ use crate::error::Result;
 use crate::result::runtime as rt;
 use crate::sys;
 
+/// The stream id of a marker recorded by a graph's event-record node (stream ids count up from 1
+/// and never reach it).
+const RECORDED_BY_A_GRAPH: u64 = u64::MAX;
+
 /// A CUDA event recorded after some work on one stream.
 pub(crate) struct Marker {
     raw: sys::cudaEvent_t,
@@ -38,6 +42,20 @@ impl Marker {
             device: device.clone(),
             stream: 0,
         })
+    }
+
+    /// A marker that an executable graph records: its event-record node records it at the end
+    /// of every launch (so [`Marker::wait`] always asks CUDA; an event never recorded is
+    /// complete).
+    pub(crate) fn for_graph(device: &Device) -> Result<Marker> {
+        let mut m = Marker::new(device)?;
+        m.stream = RECORDED_BY_A_GRAPH;
+        Ok(m)
+    }
+
+    /// The raw event, for an event-record node.
+    pub(crate) fn raw(&self) -> sys::cudaEvent_t {
+        self.raw
     }
 
     /// Records the marker on the stream `raw`, whose process-unique id is `id`.

@@ -78,11 +78,6 @@ impl Stream {
         &self.inner.device
     }
 
-    /// A process-unique id of the stream.
-    pub(crate) fn id(&self) -> u64 {
-        self.inner.id
-    }
-
     /// A marker recorded on this stream now: it completes when the work queued so far has.
     pub(crate) fn mark(&self) -> Result<Arc<Marker>> {
         let mut pool = self.inner.markers.lock().unwrap_or_else(|p| p.into_inner());

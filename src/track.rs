@@ -7,68 +7,73 @@
 //!   it (at most one per stream: a newer marker on a stream implies the older ones), and the
 //!   [`LaunchLog`] of every executable graph that refers to it now.
 //! - Waiting for an object ([`Uses::wait`], [`wait_locked`]) waits for those markers and for
-//!   the latest launch of those graphs on each stream. `Drop` of an allocation or module waits before
+//!   the launches of those graphs (the event their last node records). `Drop` of an allocation or module waits before
 //!   freeing; host reads and writes of pinned memory wait before touching it, and synchronous
 //!   device helpers wait before running.
 //!
-//! Lock order: an object's `Uses` before a `LaunchLog` (every path takes them in that order).
+//! Lock order: only use lists have locks (a `LaunchLog` is an event and a counter); a launch
+//! takes the lists of its pinned allocations in address order.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use crate::device::Device;
 use crate::error::Result;
 use crate::marker::Marker;
+use crate::sys;
 
-/// The latest launch of one executable graph on each stream it was launched on.
+/// The launches of one executable graph.
+///
+/// Launches of one `cudaGraphExec_t` never overlap: CUDA orders each launch after the previous
+/// launches of the same executable graph, whatever their streams (`cudaGraphLaunch`). So the
+/// latest launch completing means every launch has, and one event covers them all: the graph
+/// ends with an event-record node that records `event` as part of every launch (no
+/// `cudaEventRecord` call per launch). Waiting for the log waits for exactly this graph's
+/// launches, never for later work queued on their streams.
 pub(crate) struct LaunchLog {
-    latest: Mutex<Vec<Arc<Marker>>>,
+    /// Recorded by every launch, after all of the graph's work.
+    event: Marker,
+    /// Launches issued so far (counted after `cudaGraphLaunch` returned).
+    launches: AtomicU64,
 }
 
 impl LaunchLog {
-    pub(crate) fn new() -> Arc<LaunchLog> {
-        Arc::new(LaunchLog {
-            latest: Mutex::new(Vec::new()),
-        })
+    pub(crate) fn new(device: &Device) -> Result<Arc<LaunchLog>> {
+        Ok(Arc::new(LaunchLog {
+            event: Marker::for_graph(device)?,
+            launches: AtomicU64::new(0),
+        }))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<Arc<Marker>>> {
-        self.latest.lock().unwrap_or_else(|p| p.into_inner())
+    /// The event the graph's event-record node records.
+    pub(crate) fn event(&self) -> sys::cudaEvent_t {
+        self.event.raw()
     }
 
-    /// Notes `marker` as the latest launch on its stream. Allocates only for a stream not seen
-    /// before (and then first drops the entries of streams whose launches have completed).
-    pub(crate) fn set_latest(&self, marker: Arc<Marker>) -> Result<()> {
-        let mut latest = self.lock();
-        if let Some(slot) = latest.iter_mut().find(|m| m.stream() == marker.stream()) {
-            *slot = marker;
+    /// Notes a launch (after `cudaGraphLaunch` returned).
+    pub(crate) fn launched(&self) {
+        self.launches.fetch_add(1, Ordering::Release);
+    }
+
+    /// Launches issued so far.
+    pub(crate) fn launches(&self) -> u64 {
+        self.launches.load(Ordering::Acquire)
+    }
+
+    /// Waits for every launch issued so far.
+    pub(crate) fn wait(&self) -> Result<()> {
+        if self.launches() == 0 {
             return Ok(());
         }
-        let mut i = 0;
-        while i < latest.len() {
-            if latest[i].done()? {
-                latest.swap_remove(i);
-            } else {
-                i += 1;
-            }
-        }
-        latest.push(marker);
-        Ok(())
+        self.event.wait()
     }
 
-    /// Waits for the latest launch on every stream (so for every launch), then forgets them.
-    pub(crate) fn wait(&self) -> Result<()> {
-        let mut latest = self.lock();
-        for m in latest.iter() {
-            m.wait()?;
+    /// Whether every launch issued so far has completed.
+    pub(crate) fn done(&self) -> Result<bool> {
+        if self.launches() == 0 {
+            return Ok(true);
         }
-        latest.clear();
-        Ok(())
-    }
-
-    /// Calls `f` with the marker of the latest launch on each stream.
-    pub(crate) fn for_each_latest(&self, mut f: impl FnMut(&Arc<Marker>)) {
-        for m in self.lock().iter() {
-            f(m);
-        }
+        self.event.done()
     }
 }
 
@@ -112,11 +117,14 @@ impl Uses {
     }
 
     /// Notes that the graph of `log` no longer refers to the object: its launches so far still
-    /// may, so their markers replace the graph entry.
-    pub(crate) fn end_graph(&self, log: &Arc<LaunchLog>) {
+    /// may, so `so_far` (a marker that completes when they have, or `None` when none may still
+    /// run) replaces the graph entry.
+    pub(crate) fn end_graph(&self, log: &Arc<LaunchLog>, so_far: Option<&Arc<Marker>>) {
         let mut list = self.lock();
         list.retain(|u| !matches!(u, User::Graph(w) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(log))));
-        log.for_each_latest(|m| add_marker_locked(&mut list, m));
+        if let Some(m) = so_far {
+            add_marker_locked(&mut list, m);
+        }
     }
 
     /// Waits for every use, with the list locked.

@@ -110,11 +110,9 @@ fn tokenize(src: &str) -> Vec<Tok> {
             }
         } else if ch == '"' {
             i = skip_string(&c, i + 1);
-        } else if (ch == 'r' || ch == 'b')
-            && matches!(raw_string_start(&c, i), Some(_))
-            && !prev_is_ident_char(&c, i)
+        } else if let Some((hashes, body)) =
+            raw_string_start(&c, i).filter(|_| !prev_is_ident_char(&c, i))
         {
-            let (hashes, body) = raw_string_start(&c, i).unwrap();
             i = body;
             if hashes == usize::MAX {
                 // b"…": an ordinary string with escapes.
