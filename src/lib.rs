@@ -80,8 +80,8 @@
 //! dag.chain(&[up, k, down])?;
 //!
 //! dag.lower(&mut rec)?;
-//! assert_eq!(rec.calls[1].function, "cudaGraphAddNode");
-//! assert_eq!(rec.calls[1].kind, "kernel");
+//! assert_eq!(rec.calls()[1].function, "cudaGraphAddNode");
+//! assert_eq!(rec.calls()[1].kind, "kernel");
 //! assert!(dag.to_dot().contains("scale x"));
 //! # Ok(()) }
 //! ```
@@ -128,6 +128,7 @@ pub mod error;
 pub mod fft;
 mod kernel;
 pub mod load;
+mod marker;
 mod memory;
 pub mod result;
 mod stream;

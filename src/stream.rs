@@ -5,16 +5,16 @@ use std::sync::{Arc, Mutex};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::marker::{Marker, MarkerPool};
 use crate::result::runtime as rt;
 use crate::sys;
-use crate::track::{Marker, MarkerPool};
 
 pub(crate) struct StreamInner {
     pub(crate) raw: sys::cudaStream_t,
     pub(crate) device: Device,
     /// Never reused within a process (raw handles are): what markers name their stream by.
     id: u64,
-    /// Markers of the operations queued on this stream (see `track`).
+    /// Markers of the operations queued on this stream (see `marker` and `track`).
     markers: Mutex<MarkerPool>,
 }
 
@@ -78,18 +78,11 @@ impl Stream {
         &self.inner.device
     }
 
-    /// A process-unique id of the stream.
-    pub(crate) fn id(&self) -> u64 {
-        self.inner.id
-    }
-
     /// A marker recorded on this stream now: it completes when the work queued so far has.
     pub(crate) fn mark(&self) -> Result<Arc<Marker>> {
-        self.inner
-            .markers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .record(self)
+        let mut pool = self.inner.markers.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: the stream is live and of the pool's device (made together in `new`).
+        unsafe { pool.record(self.inner.raw, self.inner.id) }
     }
 
     /// An error unless the stream is on `device`.

@@ -1,192 +1,79 @@
 //! Which queued GPU work uses an object, so that nothing is freed, overwritten or read by the
 //! host while that work may still use it.
 //!
-//! - A [`Marker`] is a CUDA event recorded on a stream right after some work: it completes when
-//!   that work has. Markers come from a [`MarkerPool`] (one per stream, one per `Exec`), which
-//!   re-records a marker only when nobody else holds it, so steady-state launches and updates
-//!   create no event and allocate nothing.
+//! - A [`Marker`] (`crate::marker`) is a CUDA event recorded on a stream right after some work:
+//!   it completes when that work has.
 //! - Every allocation and module has a [`Uses`] list: the markers of stream operations that used
 //!   it (at most one per stream: a newer marker on a stream implies the older ones), and the
 //!   [`LaunchLog`] of every executable graph that refers to it now.
 //! - Waiting for an object ([`Uses::wait`], [`wait_locked`]) waits for those markers and for
-//!   the latest launch of those graphs on each stream. `Drop` of an allocation or module waits before
+//!   the launches of those graphs (the event their last node records). `Drop` of an allocation or module waits before
 //!   freeing; host reads and writes of pinned memory wait before touching it, and synchronous
 //!   device helpers wait before running.
 //!
-//! Lock order: an object's `Uses` before a `LaunchLog` (every path takes them in that order).
+//! Lock order: only use lists have locks (a `LaunchLog` is an event and a counter); a launch
+//! takes the lists of its pinned allocations in address order.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::device::Device;
 use crate::error::Result;
-use crate::result::runtime as rt;
-use crate::stream::Stream;
+use crate::marker::Marker;
 use crate::sys;
 
-/// A CUDA event recorded after some work on one stream.
-pub(crate) struct Marker {
-    raw: sys::cudaEvent_t,
-    device: Device,
-    /// The stream it was last recorded on ([`Stream::id`]), 0 before the first record.
-    stream: u64,
-}
-
-// SAFETY: CUDA event handles may be used from any thread; a marker is re-recorded only through
-// `&mut` (so by one thread), and shared references only query or wait, which CUDA allows
-// concurrently.
-unsafe impl Send for Marker {}
-// SAFETY: as above.
-unsafe impl Sync for Marker {}
-
-impl Marker {
-    fn new(device: &Device) -> Result<Marker> {
-        device.bind()?;
-        // SAFETY: the event is owned by the marker and destroyed in its Drop.
-        let raw = unsafe { rt::event_create(sys::cudaEventDisableTiming)? };
-        Ok(Marker {
-            raw,
-            device: device.clone(),
-            stream: 0,
-        })
-    }
-
-    fn record(&mut self, stream: &Stream) -> Result<()> {
-        // SAFETY: both handles are live and of one device (the pool's owner checks it).
-        unsafe { rt::event_record(self.raw, stream.raw())? };
-        self.stream = stream.id();
-        Ok(())
-    }
-
-    /// Waits until the marked work has completed.
-    pub(crate) fn wait(&self) -> Result<()> {
-        if self.stream == 0 {
-            return Ok(());
-        }
-        // SAFETY: the event is live.
-        unsafe { rt::event_synchronize(self.raw) }
-    }
-
-    /// Whether the marked work has completed.
-    pub(crate) fn done(&self) -> Result<bool> {
-        if self.stream == 0 {
-            return Ok(true);
-        }
-        // SAFETY: the event is live.
-        unsafe { rt::event_query(self.raw) }
-    }
-
-    /// The stream it marks work on.
-    pub(crate) fn stream(&self) -> u64 {
-        self.stream
-    }
-}
-
-impl Drop for Marker {
-    fn drop(&mut self) {
-        // SAFETY: the event is owned; destroying an event whose work is pending is allowed
-        // (CUDA releases it when the work completes).
-        if let Err(e) = unsafe { rt::event_destroy(self.raw) } {
-            self.device.defer("an event", e);
-        }
-    }
-}
-
-/// Markers owned by one stream or one executable graph, reused once nobody else holds them.
-pub(crate) struct MarkerPool {
-    device: Device,
-    markers: Vec<Arc<Marker>>,
-}
-
-/// Above this many markers, the pool stops keeping markers others still hold.
-const POOL_KEEP: usize = 64;
-
-impl MarkerPool {
-    pub(crate) fn new(device: &Device) -> Self {
-        MarkerPool {
-            device: device.clone(),
-            markers: Vec::new(),
-        }
-    }
-
-    /// A marker recorded on `stream` now (after the work queued so far).
-    pub(crate) fn record(&mut self, stream: &Stream) -> Result<Arc<Marker>> {
-        let free = self
-            .markers
-            .iter()
-            .position(|m| Arc::strong_count(m) == 1 && Arc::weak_count(m) == 0);
-        let i = match free {
-            Some(i) => i,
-            None => {
-                if self.markers.len() >= POOL_KEEP {
-                    // Those still held elsewhere are released by their holders.
-                    self.markers.retain(|m| Arc::strong_count(m) == 1);
-                }
-                // Two at a time: a stream's latest marker is held while the next one is
-                // recorded, so steady state alternates between two.
-                self.markers.push(Arc::new(Marker::new(&self.device)?));
-                self.markers.push(Arc::new(Marker::new(&self.device)?));
-                self.markers.len() - 1
-            }
-        };
-        let m = &mut self.markers[i];
-        Arc::get_mut(m)
-            .expect("a free marker is held by the pool only")
-            .record(stream)?;
-        Ok(m.clone())
-    }
-}
-
-/// The latest launch of one executable graph on each stream it was launched on.
+/// The launches of one executable graph.
+///
+/// Launches of one `cudaGraphExec_t` never overlap: CUDA orders each launch after the previous
+/// launches of the same executable graph, whatever their streams (`cudaGraphLaunch`). So the
+/// latest launch completing means every launch has, and one event covers them all: the graph
+/// ends with an event-record node that records `event` as part of every launch (no
+/// `cudaEventRecord` call per launch). Waiting for the log waits for exactly this graph's
+/// launches, never for later work queued on their streams.
 pub(crate) struct LaunchLog {
-    latest: Mutex<Vec<Arc<Marker>>>,
+    /// Recorded by every launch, after all of the graph's work.
+    event: Marker,
+    /// Launches issued so far (counted after `cudaGraphLaunch` returned).
+    launches: AtomicU64,
 }
 
 impl LaunchLog {
-    pub(crate) fn new() -> Arc<LaunchLog> {
-        Arc::new(LaunchLog {
-            latest: Mutex::new(Vec::new()),
-        })
+    pub(crate) fn new(device: &Device) -> Result<Arc<LaunchLog>> {
+        Ok(Arc::new(LaunchLog {
+            event: Marker::for_graph(device)?,
+            launches: AtomicU64::new(0),
+        }))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Vec<Arc<Marker>>> {
-        self.latest.lock().unwrap_or_else(|p| p.into_inner())
+    /// The event the graph's event-record node records.
+    pub(crate) fn event(&self) -> sys::cudaEvent_t {
+        self.event.raw()
     }
 
-    /// Notes `marker` as the latest launch on its stream. Allocates only for a stream not seen
-    /// before (and then first drops the entries of streams whose launches have completed).
-    pub(crate) fn set_latest(&self, marker: Arc<Marker>) -> Result<()> {
-        let mut latest = self.lock();
-        if let Some(slot) = latest.iter_mut().find(|m| m.stream() == marker.stream()) {
-            *slot = marker;
+    /// Notes a launch (after `cudaGraphLaunch` returned).
+    pub(crate) fn launched(&self) {
+        self.launches.fetch_add(1, Ordering::Release);
+    }
+
+    /// Launches issued so far.
+    pub(crate) fn launches(&self) -> u64 {
+        self.launches.load(Ordering::Acquire)
+    }
+
+    /// Waits for every launch issued so far.
+    pub(crate) fn wait(&self) -> Result<()> {
+        if self.launches() == 0 {
             return Ok(());
         }
-        let mut i = 0;
-        while i < latest.len() {
-            if latest[i].done()? {
-                latest.swap_remove(i);
-            } else {
-                i += 1;
-            }
-        }
-        latest.push(marker);
-        Ok(())
+        self.event.wait()
     }
 
-    /// Waits for the latest launch on every stream (so for every launch), then forgets them.
-    pub(crate) fn wait(&self) -> Result<()> {
-        let mut latest = self.lock();
-        for m in latest.iter() {
-            m.wait()?;
+    /// Whether every launch issued so far has completed.
+    pub(crate) fn done(&self) -> Result<bool> {
+        if self.launches() == 0 {
+            return Ok(true);
         }
-        latest.clear();
-        Ok(())
-    }
-
-    /// Calls `f` with the marker of the latest launch on each stream.
-    pub(crate) fn for_each_latest(&self, mut f: impl FnMut(&Arc<Marker>)) {
-        for m in self.lock().iter() {
-            f(m);
-        }
+        self.event.done()
     }
 }
 
@@ -230,11 +117,14 @@ impl Uses {
     }
 
     /// Notes that the graph of `log` no longer refers to the object: its launches so far still
-    /// may, so their markers replace the graph entry.
-    pub(crate) fn end_graph(&self, log: &Arc<LaunchLog>) {
+    /// may, so `so_far` (a marker that completes when they have, or `None` when none may still
+    /// run) replaces the graph entry.
+    pub(crate) fn end_graph(&self, log: &Arc<LaunchLog>, so_far: Option<&Arc<Marker>>) {
         let mut list = self.lock();
         list.retain(|u| !matches!(u, User::Graph(w) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(log))));
-        log.for_each_latest(|m| add_marker_locked(&mut list, m));
+        if let Some(m) = so_far {
+            add_marker_locked(&mut list, m);
+        }
     }
 
     /// Waits for every use, with the list locked.

@@ -190,7 +190,9 @@ fn gpu_setup(gpu: &Gpu) -> anyhow::Result<GpuSetup> {
 
 /// Warm-up iterations before the measured ones: the first updates that swap buffers grow,
 /// once each, the lists that track them (each buffer's use list, the `Exec`'s retired queue
-/// and its allocation counts), and the first launches make the `Exec`'s two events.
+/// and its allocation counts), and the first retirement while a launch runs makes the
+/// `Exec`'s side stream and its markers. (A launch itself never allocates: it records the
+/// `Exec`'s event through the graph's last node.)
 const WARM_UP: u32 = 4;
 
 /// Runs the warm-up iterations (reported, not asserted on), then the measured ones.

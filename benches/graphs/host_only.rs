@@ -42,7 +42,7 @@ pub fn host_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         }
     }
     report.target(
-        "host-only build + validate + lower (RecordingBackend, 10,000 nodes) ≤ 1 µs per node"
+        "host-only build + validate + lower (RecordingBackend, 10,000 nodes) ≤ 0.7 µs per node"
             .into(),
         if details.is_empty() {
             "N=10,000 not in CUDAGRAPH_BENCH_NS".into()

@@ -2,6 +2,7 @@
 
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex};
 
 use super::lower::{CudaBackend, NodeKey};
@@ -11,11 +12,12 @@ use super::{Dag, DagError, HostFn, NodeId, NodeKind};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernel::ArgScratch;
+use crate::marker::Marker;
 use crate::memory::{Allocation, MemorySpace};
 use crate::result::runtime as rt;
 use crate::stream::Stream;
 use crate::sys;
-use crate::track::{LaunchLog, Marker, MarkerPool};
+use crate::track::LaunchLog;
 
 /// Flags for [`Dag::instantiate_with`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -49,8 +51,10 @@ pub enum UpdateOutcome {
 /// [`Exec::synchronize`]); a long pipeline that synchronises through its stream or an event
 /// holds only what its queued launches use.
 ///
-/// Every launch records an event on its stream: [`Exec::synchronize`] and `Drop` wait for this
-/// graph's launches, not for other work on the streams it used. Host access to a buffer the
+/// The graph CUDA gets ends with an event-record node (after every node of the DAG), so each
+/// launch records the `Exec`'s own event with no extra call: [`Exec::synchronize`] and `Drop`
+/// wait for this graph's launches, not for other work on the streams it used. (It shows in
+/// [`Exec::cuda_dot`].) Host access to a buffer the
 /// graph refers to ([`HostBuffer::copy_to_slice`](crate::HostBuffer::copy_to_slice),
 /// [`DeviceBuffer::to_vec`](crate::DeviceBuffer::to_vec), …) waits for its launches too.
 pub struct Exec {
@@ -68,12 +72,17 @@ pub struct Exec {
     /// Host closures of the DAG and its children, with their names (for panic reports).
     pub(super) hosts: Vec<(String, Arc<HostFn>)>,
     pub(super) fft: LoweringContext,
-    /// The latest launch on each stream; allocations the graph refers to point here.
+    /// The launches (and the event each records); allocations the graph refers to point here.
     log: Arc<LaunchLog>,
-    /// The events launches record.
-    markers: MarkerPool,
+    /// A marker for the launches issued so far, by the launch count it was made at (see
+    /// [`Exec::launches_so_far`]).
+    so_far: Option<(u64, Arc<Marker>)>,
+    /// The launch count at which every launch was seen complete.
+    idle_at: u64,
+    /// A stream of this `Exec` only, on which `so_far` markers wait for the graph's event.
+    side: Option<Stream>,
     /// How many references the DAG holds to each allocation (keyed by its address).
-    held: HashMap<usize, u32>,
+    held: HashMap<usize, u32, BuildHasherDefault<AddrHasher>>,
     /// Pinned allocations the DAG refers to, by address: locked during a launch.
     pinned: Vec<Arc<Allocation>>,
     /// What updates replaced, each with a launch that may still use it.
@@ -148,7 +157,8 @@ impl Dag {
                 ))
             }
         };
-        let lowered = lower_to_cuda(&self, device, &mut None)?;
+        let log = LaunchLog::new(device)?;
+        let lowered = lower_to_cuda(&self, device, &mut None, log.event())?;
         let (graph, handles, fft, captured) = (
             lowered.graph,
             lowered.handles,
@@ -184,19 +194,23 @@ impl Dag {
             captured,
             hosts,
             fft,
-            log: LaunchLog::new(),
-            markers: MarkerPool::new(device),
-            held: HashMap::new(),
+            log,
+            so_far: None,
+            idle_at: 0,
+            side: None,
+            held: HashMap::default(),
             pinned: Vec::new(),
             retired: VecDeque::new(),
             scratch: ArgScratch::default(),
         };
-        let mut allocs = Vec::new();
-        exec.dag
-            .for_each_allocation(&mut |a| allocs.push(a.clone()));
-        for a in &allocs {
-            exec.hold(a);
-        }
+        let Exec {
+            dag,
+            held,
+            pinned,
+            log,
+            ..
+        } = &mut exec;
+        dag.for_each_allocation(&mut |a| hold_in(held, pinned, log, a));
         Ok(exec)
     }
 }
@@ -211,19 +225,45 @@ struct Lowered {
     leftover: Option<LoweringContext>,
 }
 
-/// Lowers `dag` into a new CUDA graph; FFT nodes whose plan did not change take their cuFFT
-/// state from `reuse` instead of making it again (it moves into the result). On failure,
-/// `reuse` is left whole.
+/// Lowers `dag` into a new CUDA graph, ending with a node that records `event` after every
+/// node of the DAG; FFT nodes whose plan did not change take their cuFFT state from `reuse`
+/// instead of making it again (it moves into the result). On failure, `reuse` is left whole.
 fn lower_to_cuda(
     dag: &Dag,
     device: &Device,
     reuse: &mut Option<LoweringContext>,
+    event: sys::cudaEvent_t,
 ) -> Result<Lowered> {
     let mut backend = CudaBackend::new(device)?;
     if let Some(r) = reuse.take() {
         backend.fft.set_reuse(r);
     }
-    match dag.lower_validated(&mut backend) {
+    let lowered = dag.lower_validated(&mut backend).and_then(|handles| {
+        // After the sinks (every node is one's ancestor), by serial: the same nodes and edges
+        // give the same last node, which `cudaGraphExecUpdate` pairs by creation and
+        // dependency order.
+        let mut sinks: Vec<(u64, sys::cudaGraphNode_t)> = dag
+            .graph
+            .node_indices()
+            .filter(|&i| {
+                dag.graph
+                    .neighbors_directed(i, petgraph::Direction::Outgoing)
+                    .next()
+                    .is_none()
+            })
+            .filter_map(|i| Some((dag.graph[i].serial, handles[i.index()]?)))
+            .collect();
+        sinks.sort_unstable_by_key(|s| s.0);
+        let deps: Vec<sys::cudaGraphNode_t> = sinks.into_iter().map(|s| s.1).collect();
+        let mut raw =
+            super::NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeEventRecord);
+        raw.__bindgen_anon_1.eventRecord = sys::cudaEventRecordNodeParams { event };
+        // SAFETY: the graph and its nodes are live; the event belongs to the `Exec` that will
+        // own the graph (made for this device), which destroys the graph before the event.
+        unsafe { rt::graph_add_node(backend.raw_graph(), &deps, &[], &mut raw)? };
+        Ok(handles)
+    });
+    match lowered {
         Ok(handles) => {
             let mut built = backend.into_graph();
             let leftover = built.fft.take_reuse();
@@ -274,21 +314,31 @@ impl Exec {
     }
 
     /// Queues one run of the graph on `stream` (of the graph's device). Reports a host-node
-    /// panic from an earlier run (instead of launching). Allocates nothing in steady state
-    /// (after the first launches on a stream).
+    /// panic from an earlier run (instead of launching). Allocates nothing and makes one CUDA
+    /// call: the run records the graph's event itself (its last node).
     pub fn launch(&mut self, stream: &Stream) -> Result<()> {
         self.check_host_panics()?;
         stream.check_device(&self.device, "the graph")?;
-        let (raw, log, markers) = (self.raw, &self.log, &mut self.markers);
-        with_locked(&self.pinned, &mut || -> Result<()> {
+        let (raw, log) = (self.raw, &self.log);
+        let launch = || -> Result<()> {
             // What the launch uses is held by `self.dag`, the FFT context or `self.retired`,
             // which outlive it (`Drop` waits for it); no host access of its pinned memory runs
-            // now (their use lists are locked), and any later one waits for the marker below.
+            // now (their use lists are locked), and any later one waits for the graph's event,
+            // which this launch records after all of its work (its last node).
             // SAFETY: the exec is live and of the stream's device; see above.
             unsafe { rt::graph_launch(raw, stream.raw())? };
-            log.set_latest(markers.record(stream)?)
-        })?;
-        self.collect()
+            log.launched();
+            Ok(())
+        };
+        if self.pinned.is_empty() {
+            launch()?;
+        } else {
+            with_locked(&self.pinned, &mut { launch })?;
+        }
+        if !self.retired.is_empty() {
+            self.collect()?;
+        }
+        Ok(())
     }
 
     /// Uploads the graph to the device ahead of the first launch.
@@ -302,7 +352,9 @@ impl Exec {
     /// reports a host-node panic or an error kept from a `Drop`, and releases what updates
     /// replaced.
     pub fn synchronize(&mut self) -> Result<()> {
+        let n = self.log.launches();
         self.log.wait()?;
+        self.idle_at = n;
         self.retired.clear();
         self.check_host_panics()?;
         self.device.take_deferred()
@@ -325,12 +377,53 @@ impl Exec {
         Ok(())
     }
 
+    /// A marker that completes when the launches issued so far have, and not later; `None`
+    /// when none may still run.
+    ///
+    /// The graph's event can't serve: the next launch records it again. So a stream of this
+    /// `Exec` only waits for the event as it is now (`cudaStreamWaitEvent` takes the latest
+    /// record), and a marker is recorded on it after that wait: it completes when the latest
+    /// launch (so every launch so far) has. Nothing else runs on that stream, so the marker
+    /// waits for no other work (no liveness hazard from later work on the launch streams). One
+    /// marker serves every retirement until the next launch; an update between launches
+    /// that finds the graph idle makes none.
+    fn launches_so_far(&mut self) -> Result<Option<Arc<Marker>>> {
+        let n = self.log.launches();
+        if n == self.idle_at {
+            return Ok(None);
+        }
+        if let Some((at, m)) = &self.so_far {
+            if *at == n {
+                return Ok(Some(m.clone()));
+            }
+        }
+        if self.log.done()? {
+            self.idle_at = n;
+            return Ok(None);
+        }
+        if self.side.is_none() {
+            self.side = Some(Stream::new(&self.device)?);
+        }
+        let side = self.side.as_ref().expect("made above");
+        // SAFETY: both are live and of this device.
+        unsafe { rt::stream_wait_event(side.raw(), self.log.event())? };
+        let m = side.mark()?;
+        self.so_far = Some((n, m.clone()));
+        Ok(Some(m))
+    }
+
     /// Keeps `item` until the launches issued so far have completed (dropped now if none
-    /// may still run).
+    /// may still run). Should CUDA fail to say, the item is leaked rather than freed early.
     fn retire(&mut self, item: Retiree) {
-        let retired = &mut self.retired;
-        self.log
-            .for_each_latest(|m| retired.push_back((m.clone(), item.clone())));
+        match self.launches_so_far() {
+            Ok(None) => drop(item),
+            Ok(Some(m)) => self.retired.push_back((m, item)),
+            Err(e) => {
+                self.device
+                    .defer("an executable graph (keeping what an update replaced)", e);
+                std::mem::forget(item);
+            }
+        }
     }
 
     pub(super) fn retire_other(&mut self, item: impl Any + Send) {
@@ -339,17 +432,7 @@ impl Exec {
 
     /// Notes one more reference of the DAG to `a`.
     pub(super) fn hold(&mut self, a: &Arc<Allocation>) {
-        let n = self.held.entry(Arc::as_ptr(a) as usize).or_insert(0);
-        *n += 1;
-        if *n == 1 {
-            a.uses.add_graph(&self.log);
-            if a.space == MemorySpace::PinnedHost {
-                let at = self
-                    .pinned
-                    .partition_point(|p| Arc::as_ptr(p) < Arc::as_ptr(a));
-                self.pinned.insert(at, a.clone());
-            }
-        }
+        hold_in(&mut self.held, &mut self.pinned, &self.log, a);
     }
 
     /// Notes one reference fewer; the last one hands `a` to the launches so far.
@@ -361,7 +444,11 @@ impl Exec {
             .expect("released allocations were held");
         *n -= 1;
         if *n == 0 {
-            a.uses.end_graph(&self.log);
+            // Should CUDA fail to give a marker, the graph entry stays in the use list: host
+            // access then waits for all of this graph's launches (while it lives), never less.
+            if let Ok(so_far) = self.launches_so_far() {
+                a.uses.end_graph(&self.log, so_far.as_ref());
+            }
             if a.space == MemorySpace::PinnedHost {
                 self.pinned.retain(|p| !Arc::ptr_eq(p, &a));
             }
@@ -430,7 +517,7 @@ impl Exec {
                 .unwrap_or(false);
             if !same {
                 return Err(Error::UpdateRefused {
-                    node: Some(new.name.clone()),
+                    node: Some(new.name.to_string()),
                     reason: "the node is new or changed kind".into(),
                 });
             }
@@ -453,7 +540,7 @@ impl Exec {
         }
         dag.validate(&self.device)?;
         let mut reuse = Some(std::mem::take(&mut self.fft));
-        let lowered = match lower_to_cuda(dag, &self.device, &mut reuse) {
+        let lowered = match lower_to_cuda(dag, &self.device, &mut reuse, self.log.event()) {
             Ok(l) => l,
             Err(e) => {
                 self.fft = reuse.unwrap_or_default();
@@ -478,7 +565,7 @@ impl Exec {
                     .iter()
                     .position(|h| *h == Some(node) && !node.is_null())
                     .and_then(|i| dag.graph.node_weight(petgraph::graph::NodeIndex::new(i)))
-                    .map(|n| n.name.clone());
+                    .map(|n| n.name.to_string());
                 Some(Error::UpdateRefused {
                     node: name,
                     reason: refusal.name(),
@@ -505,10 +592,11 @@ impl Exec {
         if let Some(l) = leftover {
             self.retire_other(l);
         }
-        let mut new_allocs = Vec::new();
-        dag.for_each_allocation(&mut |a| new_allocs.push(a.clone()));
-        for a in &new_allocs {
-            self.hold(a);
+        {
+            let Exec {
+                held, pinned, log, ..
+            } = self;
+            dag.for_each_allocation(&mut |a| hold_in(held, pinned, log, a));
         }
         let old_dag = std::mem::replace(&mut self.dag, dag.clone());
         let mut old_allocs = Vec::new();
@@ -557,6 +645,48 @@ impl Exec {
             .map_err(|e| Error::Invalid(format!("reading CUDA's DOT file: {e}")));
         let _ = std::fs::remove_file(&path);
         text
+    }
+}
+
+/// Notes one more reference to `a` in an `Exec`'s reference counts (`held`), its pinned list
+/// and the allocation's use list (the first reference only).
+fn hold_in(
+    held: &mut HashMap<usize, u32, BuildHasherDefault<AddrHasher>>,
+    pinned: &mut Vec<Arc<Allocation>>,
+    log: &Arc<LaunchLog>,
+    a: &Arc<Allocation>,
+) {
+    let n = held.entry(Arc::as_ptr(a) as usize).or_insert(0);
+    *n += 1;
+    if *n == 1 {
+        a.uses.add_graph(log);
+        if a.space == MemorySpace::PinnedHost {
+            let at = pinned.partition_point(|p| Arc::as_ptr(p) < Arc::as_ptr(a));
+            pinned.insert(at, a.clone());
+        }
+    }
+}
+
+/// A hasher for allocation addresses (distinct, 256-byte-aligned-ish `Arc` pointers): one
+/// multiplication instead of SipHash, which `hold` would run once per node at instantiation.
+#[derive(Default)]
+pub(crate) struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        // Fibonacci hashing; the high bits (which hashbrown uses for its control bytes) mix
+        // every bit of the address.
+        self.0 = (n as u64)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .rotate_left(26);
     }
 }
 

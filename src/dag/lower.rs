@@ -6,8 +6,10 @@
 //! launch shapes and devices checked). A backend may still fail (CUDA can), but it does not
 //! re-validate.
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -19,7 +21,7 @@ use super::Dag;
 use crate::device::{Device, DeviceKey, DeviceLimits};
 use crate::error::Result;
 use crate::fft::WorkShare;
-use crate::kernel::Kernel;
+use crate::kernel::{Dim3, Kernel};
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace};
 use crate::result::runtime as rt;
 use crate::sys;
@@ -90,14 +92,51 @@ static NEXT_RECORDING: AtomicU64 = AtomicU64::new(1);
 /// A backend that records the calls lowering makes, instead of making them. It also hands out
 /// placeholder buffers and kernels (with addresses and parameter layouts but no memory or
 /// code), so a DAG can be built, validated and lowered where there is no GPU.
+///
+/// Recording is cheap: a kernel node's call is kept as data (its kernel, launch shape and
+/// argument bytes, in arenas shared by all calls) and put into words only when
+/// [`RecordingBackend::calls`] or [`RecordingBackend::transcript`] asks for them.
 pub struct RecordingBackend {
     id: u64,
     limits: DeviceLimits,
     next_addr: u64,
     next_fft_handle: u64,
     fft_param_buffers: Vec<Arc<Allocation>>,
-    /// The calls received, in order.
-    pub calls: Vec<RecordedCall>,
+    /// The calls received, in order, as data.
+    entries: Vec<Entry>,
+    /// Arenas the entries point into: node names, dependency lists, kernel argument bytes.
+    names: String,
+    deps: Vec<usize>,
+    arg_bytes: Vec<u8>,
+    /// `entries` in words, made on first request after a change.
+    words: OnceCell<Vec<RecordedCall>>,
+}
+
+/// One recorded call, as data.
+struct Entry {
+    function: &'static str,
+    kind: &'static str,
+    name: Range<usize>,
+    deps: Range<usize>,
+    params: Params,
+}
+
+/// A recorded call's parameters.
+enum Params {
+    /// A kernel node: its words are made from these when asked for.
+    Kernel {
+        kernel: Kernel,
+        grid: Dim3,
+        block: Dim3,
+        smem: u32,
+        /// The packed argument values, parameter after parameter (sizes from `kernel`).
+        args: Range<usize>,
+        priority: Option<i32>,
+        /// Words put after the parameters (edge data), usually empty.
+        suffix: String,
+    },
+    /// Parameters already in words (every other kind: rare, or with nothing to say).
+    Words(String),
 }
 
 impl RecordingBackend {
@@ -109,7 +148,78 @@ impl RecordingBackend {
             next_addr: 0x7000_0000_0000,
             next_fft_handle: 0,
             fft_param_buffers: Vec::new(),
-            calls: Vec::new(),
+            entries: Vec::new(),
+            names: String::new(),
+            deps: Vec::new(),
+            arg_bytes: Vec::new(),
+            words: OnceCell::new(),
+        }
+    }
+
+    /// The calls received, in order.
+    pub fn calls(&self) -> &[RecordedCall] {
+        self.words
+            .get_or_init(|| (0..self.entries.len()).map(|i| self.call(i)).collect())
+    }
+
+    /// How many calls were received (without putting them into words).
+    pub fn call_count(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Forgets the calls received so far (placeholders handed out stay valid).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.names.clear();
+        self.deps.clear();
+        self.arg_bytes.clear();
+        self.words = OnceCell::new();
+    }
+
+    /// Entry `i` in words.
+    fn call(&self, i: usize) -> RecordedCall {
+        use std::fmt::Write;
+        let e = &self.entries[i];
+        let params = match &e.params {
+            Params::Words(w) => w.clone(),
+            Params::Kernel {
+                kernel,
+                grid,
+                block,
+                smem,
+                args,
+                priority,
+                suffix,
+            } => {
+                let bytes = &self.arg_bytes[args.clone()];
+                let mut s = String::with_capacity(96 + 2 * bytes.len());
+                let _ = write!(
+                    s,
+                    "kernel={} grid={grid} block={block} smem={smem} args=[",
+                    kernel.name()
+                );
+                let mut at = 0;
+                for (j, p) in kernel.params().iter().enumerate() {
+                    if j > 0 {
+                        s.push(',');
+                    }
+                    s.push_str(&hex(&bytes[at..at + p.size]));
+                    at += p.size;
+                }
+                s.push(']');
+                if let Some(prio) = priority {
+                    let _ = write!(s, " priority={prio}");
+                }
+                s.push_str(suffix);
+                s
+            }
+        };
+        RecordedCall {
+            function: e.function,
+            kind: e.kind,
+            name: self.names[e.name.clone()].to_string(),
+            deps: self.deps[e.deps.clone()].to_vec(),
+            params,
         }
     }
 
@@ -140,7 +250,7 @@ impl RecordingBackend {
     /// The calls as text, one per line: `index function name deps params`.
     pub fn transcript(&self) -> String {
         let mut s = String::new();
-        for (i, c) in self.calls.iter().enumerate() {
+        for (i, c) in self.calls().iter().enumerate() {
             s.push_str(&format!(
                 "{i} {} {} `{}` deps={:?} {}\n",
                 c.function, c.kind, c.name, c.deps, c.params
@@ -155,16 +265,51 @@ impl RecordingBackend {
         kind: &'static str,
         name: &str,
         deps: &[usize],
-        params: String,
+        params: Params,
     ) -> usize {
-        self.calls.push(RecordedCall {
+        let n = self.names.len();
+        self.names.push_str(name);
+        let d = self.deps.len();
+        self.deps.extend_from_slice(deps);
+        self.entries.push(Entry {
             function,
             kind,
-            name: name.to_string(),
-            deps: deps.to_vec(),
+            name: n..self.names.len(),
+            deps: d..self.deps.len(),
             params,
         });
-        self.calls.len() - 1
+        self.words.take();
+        self.entries.len() - 1
+    }
+
+    /// Records a kernel node's call as data.
+    fn record_kernel(
+        &mut self,
+        name: &str,
+        deps: &[usize],
+        raw: &sys::cudaKernelNodeParamsV2,
+        k: &KernelNode,
+        suffix: String,
+    ) -> usize {
+        let a = self.arg_bytes.len();
+        for i in 0..k.arg_count() {
+            self.arg_bytes.extend_from_slice(k.arg_bytes(i));
+        }
+        let dim = |d: sys::dim3| Dim3 {
+            x: d.x,
+            y: d.y,
+            z: d.z,
+        };
+        let params = Params::Kernel {
+            kernel: k.kernel.clone(),
+            grid: dim(raw.gridDim),
+            block: dim(raw.blockDim),
+            smem: raw.sharedMemBytes,
+            args: a..self.arg_bytes.len(),
+            priority: k.priority,
+            suffix,
+        };
+        self.record("cudaGraphAddNode", "kernel", name, deps, params)
     }
 }
 
@@ -184,41 +329,12 @@ fn copy_kind(k: sys::cudaMemcpyKind) -> String {
         .map_or_else(|| format!("{k:?}"), |c| format!("{c:?}"))
 }
 
-/// The recording's words for generic parameters: the node type and the member it names.
-fn describe_generic(
-    raw: &sys::cudaGraphNodeParams,
-    kernel: Option<&KernelNode>,
-) -> (&'static str, String) {
-    use std::fmt::Write;
+/// The recording's words for generic parameters other than a kernel's: the node type and the
+/// member it names.
+fn describe_generic(raw: &sys::cudaGraphNodeParams) -> (&'static str, String) {
     use sys::cudaGraphNodeType as T;
     let u = &raw.__bindgen_anon_1;
     match raw.type_ {
-        T::cudaGraphNodeTypeKernel => {
-            // SAFETY: the node modules set the member `type_` names.
-            let p = unsafe { &u.kernel };
-            let k = kernel.expect("kernel parameters come with their node");
-            let dim = |d: sys::dim3| format!("({},{},{})", d.x, d.y, d.z);
-            let mut s = String::with_capacity(96 + 20 * k.arg_count());
-            let _ = write!(
-                s,
-                "kernel={} grid={} block={} smem={} args=[",
-                k.kernel.name(),
-                dim(p.gridDim),
-                dim(p.blockDim),
-                p.sharedMemBytes
-            );
-            for i in 0..k.arg_count() {
-                if i > 0 {
-                    s.push(',');
-                }
-                s.push_str(&hex(k.arg_bytes(i)));
-            }
-            s.push(']');
-            if let Some(prio) = k.priority {
-                let _ = write!(s, " priority={prio}");
-            }
-            ("kernel", s)
-        }
         T::cudaGraphNodeTypeMemcpy => {
             // SAFETY: as above.
             let c = unsafe { &u.memcpy.copyParams };
@@ -274,8 +390,15 @@ impl sealed::Lower for RecordingBackend {
         }
         match params {
             NodeParams::Generic { raw, kernel } => {
-                let (kind, p) = describe_generic(raw, *kernel);
-                Ok(self.record("cudaGraphAddNode", kind, name, deps, p + &edge_words))
+                if raw.type_ == sys::cudaGraphNodeType::cudaGraphNodeTypeKernel {
+                    let k = kernel.expect("kernel parameters come with their node");
+                    // SAFETY: the node modules set the member `type_` names.
+                    let p = unsafe { &raw.__bindgen_anon_1.kernel };
+                    return Ok(self.record_kernel(name, deps, p, k, edge_words));
+                }
+                let (kind, p) = describe_generic(raw);
+                let p = Params::Words(p + &edge_words);
+                Ok(self.record("cudaGraphAddNode", kind, name, deps, p))
             }
             NodeParams::Copy1d {
                 dst,
@@ -287,24 +410,23 @@ impl sealed::Lower for RecordingBackend {
                     "dst={dst:#x} src={src:#x} bytes={bytes} kind={}",
                     copy_kind(*kind)
                 );
+                let p = Params::Words(p);
                 Ok(self.record("cudaGraphAddMemcpyNode1D", "memcpy", name, deps, p))
             }
             NodeParams::Child(child) => {
                 let mut sub = RecordingBackend {
                     id: self.id,
-                    limits: self.limits.clone(),
                     next_addr: self.next_addr + 0x1000_0000,
                     next_fft_handle: self.next_fft_handle + 1000,
-                    fft_param_buffers: Vec::new(),
-                    calls: Vec::new(),
+                    ..RecordingBackend::new(self.limits.clone())
                 };
                 child.lower_validated(&mut sub)?;
                 let inner: Vec<String> = sub
-                    .calls
+                    .calls()
                     .iter()
                     .map(|c| format!("{} {} `{}` deps={:?}", c.function, c.kind, c.name, c.deps))
                     .collect();
-                let p = format!("child=[{}]", inner.join("; "));
+                let p = Params::Words(format!("child=[{}]", inner.join("; ")));
                 Ok(self.record("cudaGraphAddNode", "graph", name, deps, p))
             }
             NodeParams::Fft { node: f, work } => self.add_fft(name, deps, f, work),
@@ -313,7 +435,7 @@ impl sealed::Lower for RecordingBackend {
                 "captured",
                 name,
                 deps,
-                work.describe(),
+                Params::Words(work.describe()),
             )),
         }
     }
@@ -353,6 +475,7 @@ impl RecordingBackend {
                 hex(&blob[..bytes])
             );
             self.fft_param_buffers.push(buf);
+            let p = Params::Words(p);
             deps = vec![self.record("cudaGraphAddNode", "kernel", name, &deps, p)];
         }
         Ok(self.record(
@@ -360,7 +483,7 @@ impl RecordingBackend {
             "captured",
             name,
             &deps,
-            plan,
+            Params::Words(plan),
         ))
     }
 }

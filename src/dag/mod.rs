@@ -63,10 +63,67 @@ impl NodeId {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Dependency;
 
+/// A node's name: the default `kind#serial` kept inline (no allocation and no formatting per
+/// node added), or a name given with [`Dag::set_name`].
+#[derive(Clone)]
+pub(crate) enum NodeName {
+    /// ASCII bytes of a default name, and how many are used.
+    Inline([u8; NodeName::INLINE], u8),
+    /// A given name.
+    Given(String),
+}
+
+impl NodeName {
+    /// Room for `memcpy#18446744073709551615` (the longest kind name, the largest serial).
+    const INLINE: usize = 30;
+
+    /// `kind#serial`.
+    pub(crate) fn default_for(kind: &'static str, serial: u64) -> NodeName {
+        let mut buf = [0u8; NodeName::INLINE];
+        let k = kind.len();
+        if k + 21 > NodeName::INLINE {
+            return NodeName::Given(format!("{kind}#{serial}"));
+        }
+        buf[..k].copy_from_slice(kind.as_bytes());
+        buf[k] = b'#';
+        let mut digits = [0u8; 20];
+        let mut n = serial;
+        let mut d = digits.len();
+        loop {
+            d -= 1;
+            digits[d] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let len = k + 1 + digits.len() - d;
+        buf[k + 1..len].copy_from_slice(&digits[d..]);
+        NodeName::Inline(buf, len as u8)
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            // Only `default_for` makes inline names, from ASCII.
+            NodeName::Inline(buf, len) => {
+                std::str::from_utf8(&buf[..*len as usize]).expect("inline names are ASCII")
+            }
+            NodeName::Given(s) => s,
+        }
+    }
+}
+
+impl std::ops::Deref for NodeName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
 /// A named node.
 #[derive(Clone)]
 pub struct Node {
-    pub(crate) name: String,
+    pub(crate) name: NodeName,
     pub(crate) op: Op,
     pub(crate) enabled: bool,
     pub(crate) serial: u64,
@@ -174,14 +231,14 @@ impl Dag {
     pub fn find(&self, name: &str) -> Option<NodeId> {
         self.graph
             .node_indices()
-            .find(|&i| self.graph[i].name == name)
+            .find(|&i| self.graph[i].name.as_str() == name)
             .map(|i| self.id_at(i))
     }
 
     /// Renames a node; returns its id for chaining. An unknown id is ignored.
     pub fn set_name(&mut self, id: NodeId, name: impl Into<String>) -> NodeId {
         if let Ok(n) = self.node_mut(id) {
-            n.name = name.into();
+            n.name = NodeName::Given(name.into());
         }
         id
     }
@@ -189,14 +246,13 @@ impl Dag {
     fn push(&mut self, op: Op) -> NodeId {
         let serial = self.next_serial;
         self.next_serial += 1;
+        let name = NodeName::default_for(op.kind().as_str(), serial);
         let idx = self.graph.add_node(Node {
-            name: String::new(),
+            name,
             op,
             enabled: true,
             serial,
         });
-        let n = &mut self.graph[idx];
-        n.name = format!("{}#{serial}", n.kind().as_str());
         NodeId { idx, serial }
     }
 
@@ -214,7 +270,7 @@ impl Dag {
         self.check_id(before)?;
         self.check_id(after)?;
         if before == after {
-            let n = self.graph[before.idx].name.clone();
+            let n = self.graph[before.idx].name.to_string();
             return Err(Error::Dag(DagError::Cycle {
                 nodes: vec![n.clone(), n],
             }));
@@ -226,10 +282,10 @@ impl Dag {
             // path: after -> ... -> before; the new edge closes before -> after.
             let mut nodes: Vec<String> = std::iter::once(before.idx)
                 .chain(path)
-                .map(|i| self.graph[i].name.clone())
+                .map(|i| self.graph[i].name.to_string())
                 .collect();
             if nodes.len() < 2 || nodes.last() != nodes.first() {
-                nodes.push(self.graph[before.idx].name.clone());
+                nodes.push(self.graph[before.idx].name.to_string());
             }
             return Err(Error::Dag(DagError::Cycle { nodes }));
         }
@@ -414,7 +470,7 @@ impl Node {
 
     pub(crate) fn wrong_kind(&self, wanted: &str) -> Error {
         Error::Dag(DagError::WrongKind {
-            node: self.name.clone(),
+            node: self.name.to_string(),
             problem: format!("is a {} node, not {wanted}", self.kind().as_str()),
         })
     }

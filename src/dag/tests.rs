@@ -13,7 +13,7 @@ fn rec() -> RecordingBackend {
 /// Lowers `dag` to a fresh recording backend and compares the transcript with `expect`
 /// (addresses rewritten relative to the first placeholder, so the text is stable).
 fn check(dag: &Dag, rec: &mut RecordingBackend, expect: &str) {
-    rec.calls.clear();
+    rec.clear();
     dag.lower(rec).unwrap();
     let got = rec.transcript();
     let got = got.replace("0x70000000", "@");
@@ -198,7 +198,7 @@ fn lowering_order_does_not_depend_on_edge_insertion_order() {
     let (one, two) = (build(false), build(true));
     one.lower(&mut r).unwrap();
     let first = r.transcript();
-    r.calls.clear();
+    r.clear();
     two.lower(&mut r).unwrap();
     assert_eq!(first, r.transcript());
     assert_eq!(one.edge_serials(), two.edge_serials());
@@ -241,9 +241,9 @@ fn kernel_priorities_are_lowered() {
     assert!(dag.set_priority(e, 1).is_err(), "only kernel nodes");
     dag.lower(&mut r).unwrap();
     assert!(
-        r.calls[0].params.ends_with("priority=-2"),
+        r.calls()[0].params.ends_with("priority=-2"),
         "{:?}",
-        r.calls[0]
+        r.calls()[0]
     );
 }
 
@@ -339,7 +339,10 @@ fn launch_shapes_are_validated_against_the_target() {
             .starts_with("node `too wide`: kernel `k` launch grid (1,1,1) block (2048,1,1): block.x = 2048 exceeds"),
         "{e}"
     );
-    assert!(r.calls.is_empty(), "nothing is lowered from an invalid DAG");
+    assert!(
+        r.calls().is_empty(),
+        "nothing is lowered from an invalid DAG"
+    );
     dag.set_launch_config(n, LaunchConfig::new((1, 70000), 32))
         .unwrap();
     let e = dag.lower(&mut r).unwrap_err();
@@ -507,9 +510,9 @@ fn ten_thousand_node_dag_builds_validates_and_lowers() {
         prev = Some(n);
     }
     let handles = dag.lower(&mut r).unwrap();
-    assert_eq!(r.calls.len(), 10_000);
+    assert_eq!(r.calls().len(), 10_000);
     assert_eq!(handles.iter().flatten().count(), 10_000);
-    for (i, c) in r.calls.iter().enumerate() {
+    for (i, c) in r.calls().iter().enumerate() {
         let want: Vec<usize> = if i == 0 { vec![] } else { vec![i - 1] };
         assert_eq!(c.deps, want);
     }
@@ -572,4 +575,54 @@ fn captured_nodes_lower_as_one_capture_after_their_dependencies() {
     let e = e.to_string();
     assert!(e.contains("captured#0"), "{e}");
     assert!(e.contains("the captured work's buffer belongs to"), "{e}");
+}
+
+#[test]
+fn default_names_are_kind_and_serial_without_allocating_a_string() {
+    for (kind, serial) in [
+        ("kernel", 0u64),
+        ("host", 9),
+        ("memcpy", 10),
+        ("empty", 12_345),
+    ] {
+        let n = super::NodeName::default_for(kind, serial);
+        assert!(matches!(n, super::NodeName::Inline(..)));
+        assert_eq!(&*n, format!("{kind}#{serial}"));
+    }
+    let longest = super::NodeName::default_for("memcpy", u64::MAX);
+    assert_eq!(&*longest, format!("memcpy#{}", u64::MAX));
+    let mut dag = Dag::new();
+    let e = dag.add_empty();
+    assert_eq!(dag.node(e).unwrap().name(), "empty#0");
+    dag.set_name(e, "join");
+    assert_eq!(dag.node(e).unwrap().name(), "join");
+    assert_eq!(dag.find("join"), Some(e));
+}
+
+#[test]
+fn recording_puts_calls_into_words_on_request_and_again_after_more_calls() {
+    let mut r = rec();
+    let k = r.kernel("k", &[4, 8]);
+    let mut dag = Dag::new();
+    let a = dag
+        .add_kernel(&k, LaunchConfig::new(2, 32), &args![1u32, 2u64])
+        .unwrap();
+    dag.lower(&mut r).unwrap();
+    assert_eq!(r.call_count(), 1);
+    assert_eq!(
+        r.calls()[0].params,
+        "kernel=k grid=(2,1,1) block=(32,1,1) smem=0 args=[01000000,0200000000000000]"
+    );
+    // A second lowering appends; the words are made again.
+    dag.set_kernel_args(a, &args![3u32, 4u64]).unwrap();
+    dag.lower(&mut r).unwrap();
+    assert_eq!(r.calls().len(), 2);
+    assert!(r.calls()[1]
+        .params
+        .contains("args=[03000000,0400000000000000]"));
+    assert_eq!(r.calls()[1].name, "kernel#0");
+    r.clear();
+    assert_eq!(r.call_count(), 0);
+    assert!(r.calls().is_empty());
+    assert_eq!(r.transcript(), "");
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::args::KernelArg;
-use super::module::ModuleInner;
+use super::library::ModuleInner;
 use crate::device::{Device, DeviceKey, DeviceLimits};
 use crate::error::{Error, Result};
 use crate::result::runtime as rt;

@@ -6,15 +6,21 @@
 //! - `module`: [`Module`] (`cudaLibrary_t`).
 //! - `launch`: [`Kernel`] and its [`ParamInfo`] layout, argument and launch-shape checks,
 //!   stream launches, [`Dim3`], [`LaunchConfig`].
-//! - `args`: [`KernelArg`], [`args!`](crate::args), `PackedArgs`, `ArgScratch`.
+//! - `args`: [`KernelArg`], [`args!`](crate::args).
+//! - `packed`: `PackedArgs` (arguments at the parameter offsets, as nodes keep them),
+//!   `ArgScratch`.
+//! - `library`: the loaded `cudaLibrary_t` a [`Module`] and its kernels share (below both
+//!   `module` and `launch`, so neither imports the other's file back).
 
 mod args;
 mod compile;
 mod launch;
+mod library;
 mod module;
+mod packed;
 
 pub use args::KernelArg;
-pub(crate) use args::{ArgScratch, PackedArgs};
 pub use compile::{compile, nvrtc_version, CodeKind, CompileOptions, Compiled};
 pub use launch::{Dim3, Kernel, LaunchConfig, ParamInfo};
 pub use module::Module;
+pub(crate) use packed::{ArgScratch, PackedArgs};

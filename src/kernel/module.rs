@@ -7,38 +7,11 @@ use std::sync::Arc;
 
 use super::compile::{compile, CodeKind, CompileOptions};
 use super::launch::{Kernel, KernelInner, KernelOrigin, ParamInfo};
+use super::library::ModuleInner;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::result::runtime as rt;
-use crate::sys;
 use crate::track::Uses;
-
-pub(super) struct ModuleInner {
-    raw: sys::cudaLibrary_t,
-    pub(super) device: Device,
-    lowered_names: HashMap<String, String>,
-    /// Stream launches of its kernels that may still run.
-    pub(super) uses: Uses,
-}
-
-// SAFETY: library handles may be used from any thread.
-unsafe impl Send for ModuleInner {}
-// SAFETY: as above.
-unsafe impl Sync for ModuleInner {}
-
-impl Drop for ModuleInner {
-    fn drop(&mut self) {
-        if let Err(e) = self.uses.wait() {
-            self.device
-                .defer("a module (waiting for launches of its kernels)", e);
-        }
-        // SAFETY: last reference: every kernel and graph node of this module holds one, and
-        // the stream launches of its kernels have completed (waited for above).
-        if let Err(e) = unsafe { rt::library_unload(self.raw) } {
-            self.device.defer("a module", e);
-        }
-    }
-}
 
 /// Loaded GPU code (`cudaLibrary_t`), from which kernels are taken.
 #[derive(Clone)]

@@ -53,6 +53,10 @@ pub fn tests() -> Vec<Trial> {
             "soundness::instantiate_flags_and_priorities_reach_cuda",
             flags_and_priorities,
         ),
+        gpu_test(
+            "soundness::host_waits_cover_exactly_the_graph_launches",
+            waits_cover_exactly_the_launches,
+        ),
     ]
 }
 
@@ -379,5 +383,71 @@ fn value_argument_becomes_buffer(gpu: &Gpu) -> anyhow::Result<()> {
         x.to_vec()?.iter().all(|&v| v == 2.0),
         "the read did not wait for the launch that scales the buffer"
     );
+    Ok(())
+}
+
+/// Host access waits for the graph's launches (recorded by the graph's own last node, with no
+/// call per launch) and for nothing queued after them on the same stream: a later graph's host
+/// node blocks the stream until the host read has finished (giving up after 10 s). Checked for
+/// a buffer the graph refers to (its use list names the graph) and for one an update replaced
+/// while the launch ran (its use list gets a marker of the launches so far).
+fn waits_cover_exactly_the_launches(gpu: &Gpu) -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let d = &gpu.device;
+    let [write, spin] = gpu.kernels(["write_slot", "spin"])?;
+    let out = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let first = HostBuffer::<u32>::zeros(d, 1)?;
+    let second = HostBuffer::<u32>::zeros(d, 1)?;
+    let mut dag = Dag::new();
+    let s0 = dag.add_kernel(&spin, LaunchConfig::new(1, 1), &args![SPIN])?;
+    let w = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 0u32, 7u32])?;
+    let down = dag.add_copy(dst(&first), src(&out))?;
+    dag.chain(&[s0, w, down])?;
+    let mut exec = dag.instantiate(d)?;
+    // A graph whose host node waits for `flag`, as a later user of the stream might.
+    let blocker = |flag: Arc<AtomicBool>, gave_up: Arc<AtomicBool>| -> anyhow::Result<_> {
+        let mut g = Dag::new();
+        g.add_host(move || {
+            let t = Instant::now();
+            while !flag.load(SeqCst) {
+                if t.elapsed() > Duration::from_secs(10) {
+                    gave_up.store(true, SeqCst);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        Ok(g.instantiate(d)?)
+    };
+    let s = Stream::new(d)?;
+    for round in 0..2 {
+        let (read, gave_up) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let mut later = blocker(read.clone(), gave_up.clone())?;
+        exec.set_kernel_arg(w, 2, 10 + round)?;
+        exec.launch(&s)?;
+        later.launch(&s)?;
+        let got = if round == 0 {
+            // `first` is released by this update while the launch runs.
+            exec.set_copy(down, dst(&second), src(&out))?;
+            first.to_vec()?
+        } else {
+            second.to_vec()?
+        };
+        read.store(true, SeqCst);
+        later.synchronize()?;
+        ensure!(
+            !gave_up.load(SeqCst),
+            "round {round}: the host read waited for work queued after the graph's launch"
+        );
+        ensure!(
+            got == [10 + round],
+            "round {round}: read {got:?} before the launch wrote it"
+        );
+    }
     Ok(())
 }

@@ -135,7 +135,7 @@ impl Exec {
         // SAFETY: `h` is this host node; the new HostFn is held by the DAG from now on, the
         // old one until the queued launches are done.
         unsafe { rt::graph_exec_node_set_params(self.raw, h, &mut raw)? };
-        let name = node.name.clone();
+        let name = node.name.to_string();
         let Op::Host(host) = &mut self.dag.node_mut(id)?.op else {
             unreachable!("checked above")
         };

@@ -227,7 +227,7 @@ impl Node {
 
     fn kernel_args_error(&self, k: &KernelNode, problem: String) -> Error {
         Error::Dag(DagError::KernelArgs {
-            node: self.name.clone(),
+            node: self.name.to_string(),
             kernel: k.kernel.name().to_string(),
             problem,
         })
@@ -243,16 +243,17 @@ impl Exec {
         unsafe { rt::graph_kernel_node_priority(h) }
     }
 
-    /// Sets kernel node `id`'s parameters in the executable graph: its current arguments with
-    /// `replace(i)`'s bytes instead of argument `i` where given, and `config`. Nothing of the
-    /// node changes here.
-    fn push_kernel_params<'r>(
+    /// Sets kernel node `id`'s parameters in the executable graph (`h` is its CUDA node): its
+    /// current arguments with `args` (checked by the caller) instead of theirs, and `config`.
+    /// Nothing of the node changes here. One lookup of the node, no copy of argument bytes for
+    /// values up to 64 bytes (see [`PackedArgs::staged_args`]).
+    fn push_kernel_params<'a>(
         &mut self,
         id: NodeId,
+        h: sys::cudaGraphNode_t,
         config: Option<LaunchConfig>,
-        replace: &dyn Fn(usize) -> Option<&'r [u8]>,
+        args: impl Iterator<Item = (usize, &'a KernelArg)> + Clone,
     ) -> Result<()> {
-        let h = self.handle(id)?;
         let Op::Kernel(k) = &self.dag.graph[id.idx].op else {
             unreachable!("checked by the caller")
         };
@@ -262,11 +263,14 @@ impl Exec {
             params.blockDim = c.block.into();
             params.sharedMemBytes = c.shared_mem_bytes;
         }
-        params.kernelParams = k.args.staged(&mut self.scratch, replace);
+        if args.clone().next().is_some() {
+            params.kernelParams = k.args.staged_args(&mut self.scratch, args);
+        }
         let mut raw = KernelNode::generic(params);
         // SAFETY: `h` is the kernel node of the instantiated graph for this DAG node; the
-        // staged parameters match the kernel's layout (checked by the caller); CUDA copies the
-        // argument values during the call.
+        // staged parameters match the kernel's layout (checked by the caller) and point into
+        // the node's arguments, `self.scratch` or the caller's arguments, all alive during the
+        // call; CUDA copies the argument values during the call.
         unsafe { rt::graph_exec_node_set_params(self.raw, h, &mut raw) }
     }
 
@@ -306,8 +310,9 @@ impl Exec {
     /// Replaces all arguments of kernel node `id` (checked against the kernel's layout).
     /// When CUDA refuses, nothing changes.
     pub fn set_kernel_args(&mut self, id: NodeId, args: &[KernelArg]) -> Result<()> {
-        self.dag.node(id)?.check_kernel_args(args)?;
-        self.push_kernel_params(id, None, &|i| Some(args[i].as_bytes()))?;
+        let h = self.handle(id)?;
+        self.dag.graph[id.idx].check_kernel_args(args)?;
+        self.push_kernel_params(id, h, None, args.iter().enumerate())?;
         self.commit_kernel_args(id, args.iter().enumerate());
         Ok(())
     }
@@ -320,9 +325,9 @@ impl Exec {
         arg: impl Into<KernelArg>,
     ) -> Result<()> {
         let arg = arg.into();
-        self.dag.node(id)?.check_kernel_arg(index, &arg)?;
-        let bytes = arg.as_bytes();
-        self.push_kernel_params(id, None, &|i| (i == index).then_some(bytes))?;
+        let h = self.handle(id)?;
+        self.dag.graph[id.idx].check_kernel_arg(index, &arg)?;
+        self.push_kernel_params(id, h, None, std::iter::once((index, &arg)))?;
         self.commit_kernel_args(id, std::iter::once((index, &arg)));
         Ok(())
     }
@@ -333,12 +338,13 @@ impl Exec {
         let k = node.kernel()?;
         if let Some(problem) = k.kernel.launch_problem(self.device.limits(), &config) {
             return Err(Error::Dag(DagError::LaunchShape {
-                node: node.name.clone(),
+                node: node.name.to_string(),
                 kernel: k.kernel.name().to_string(),
                 problem,
             }));
         }
-        self.push_kernel_params(id, Some(config), &|_| None)?;
+        let h = self.handle(id)?;
+        self.push_kernel_params(id, h, Some(config), std::iter::empty())?;
         self.dag.node_mut(id)?.kernel_mut()?.config = config;
         Ok(())
     }

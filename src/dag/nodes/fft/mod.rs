@@ -161,7 +161,7 @@ impl Dag {
     /// Replaces an FFT node's callback parameters in the DAG (for a whole-graph update).
     pub fn set_fft_params(&mut self, id: NodeId, params: FftParams) -> Result<()> {
         let node = self.node_mut(id)?;
-        let name = node.name.clone();
+        let name = node.name.to_string();
         match &mut node.op {
             Op::Fft(f) => f.apply_params(&name, params).map(|_| ()),
             _ => Err(Error::Dag(DagError::WrongKind {

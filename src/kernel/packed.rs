@@ -1,0 +1,278 @@
+//! Kernel arguments as graph nodes keep them: [`PackedArgs`] (the values at the kernel's
+//! parameter offsets, with the pointer array CUDA reads) and [`ArgScratch`] (room to stage an
+//! update).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use super::args::KernelArg;
+use super::launch::{Kernel, KernelInner};
+use crate::memory::Allocation;
+
+/// Kernel arguments packed at the kernel's parameter offsets, with the pointer array CUDA
+/// reads (`kernelParams`). Updating an argument rewrites bytes in place: the pointers do not
+/// change and nothing is allocated.
+pub(crate) struct PackedArgs {
+    storage: Box<[u64]>,
+    ptrs: Box<[*mut c_void]>,
+    layout: Arc<KernelInner>,
+    /// The buffers the arguments refer to, one slot per parameter.
+    pub(crate) buffers: Box<[Option<Arc<Allocation>>]>,
+}
+
+// SAFETY: the raw pointers point into `storage`, owned by the same value.
+unsafe impl Send for PackedArgs {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for PackedArgs {}
+
+impl PackedArgs {
+    /// Packs `args`, which must already match `kernel`'s layout.
+    pub(crate) fn new(kernel: &Kernel, args: &[KernelArg]) -> Self {
+        let params = &kernel.inner.params;
+        let total = params.iter().map(|p| p.offset + p.size).max().unwrap_or(0);
+        let storage = vec![0u64; total.div_ceil(8).max(1)].into_boxed_slice();
+        let mut packed = PackedArgs {
+            ptrs: vec![std::ptr::null_mut(); params.len()].into_boxed_slice(),
+            storage,
+            layout: kernel.inner.clone(),
+            buffers: vec![None; params.len()].into_boxed_slice(),
+        };
+        packed.fix_ptrs();
+        for (i, a) in args.iter().enumerate() {
+            packed.set(i, a);
+        }
+        packed
+    }
+
+    fn fix_ptrs(&mut self) {
+        let base = self.storage.as_mut_ptr().cast::<u8>();
+        for (p, info) in self.ptrs.iter_mut().zip(&self.layout.params) {
+            // SAFETY: every offset is inside `storage`, which was sized for the layout.
+            *p = unsafe { base.add(info.offset) }.cast();
+        }
+    }
+
+    /// Writes argument `i` (already checked against parameter `i`). Returns the buffer it
+    /// replaced, if any.
+    pub(crate) fn set(&mut self, i: usize, a: &KernelArg) -> Option<Arc<Allocation>> {
+        let info = self.layout.params[i];
+        // The same buffer again (the common case when updating a value next to it): no
+        // reference-count traffic.
+        let same = match (&self.buffers[i], &a.buffer) {
+            (Some(old), Some(new)) => Arc::ptr_eq(old, new),
+            (None, None) => true,
+            _ => false,
+        };
+        let bytes = a.as_bytes();
+        debug_assert_eq!(bytes.len(), info.size);
+        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside `storage`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.storage.as_mut_ptr().cast::<u8>().add(info.offset),
+                info.size,
+            )
+        };
+        if same {
+            return None;
+        }
+        std::mem::replace(&mut self.buffers[i], a.buffer.clone())
+    }
+
+    /// Overwrites parameter `i` with `bytes` (exactly its size), without touching buffers.
+    pub(crate) fn set_bytes(&mut self, i: usize, bytes: &[u8]) {
+        let info = self.layout.params[i];
+        assert_eq!(bytes.len(), info.size, "parameter {i} size");
+        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside `storage`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.storage.as_mut_ptr().cast::<u8>().add(info.offset),
+                info.size,
+            )
+        };
+    }
+
+    /// A copy of the packed arguments in `scratch`, with `replace(i)`'s bytes (exactly
+    /// parameter `i`'s size) instead of argument `i` where it gives some; returns the
+    /// `kernelParams` array pointing into `scratch`. Allocates only when `scratch` grows.
+    pub(crate) fn staged<'r>(
+        &self,
+        scratch: &mut ArgScratch,
+        replace: &dyn Fn(usize) -> Option<&'r [u8]>,
+    ) -> *mut *mut c_void {
+        scratch.storage.clear();
+        scratch.storage.extend_from_slice(&self.storage);
+        let base = scratch.storage.as_mut_ptr().cast::<u8>();
+        scratch.ptrs.clear();
+        for (i, info) in self.layout.params.iter().enumerate() {
+            // SAFETY: every offset is inside the copy of `storage`, sized for the layout.
+            let p = unsafe { base.add(info.offset) };
+            if let Some(bytes) = replace(i) {
+                assert_eq!(bytes.len(), info.size, "parameter {i} size");
+                // SAFETY: parameter `i` occupies `info.size` bytes at `p`.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, info.size) };
+            }
+            scratch.ptrs.push(p.cast());
+        }
+        scratch.ptrs.as_mut_ptr()
+    }
+
+    /// The `kernelParams` array for these arguments with `args` (checked against the layout)
+    /// instead of theirs, staged in `scratch`; nothing of `self` changes. Arguments held
+    /// inline (values up to 64 bytes, 8-byte aligned: every buffer and scalar) are pointed to
+    /// where they are, so an update copies no argument bytes: CUDA reads them during the call
+    /// the array is for, while `args` are borrowed. Others are copied into `scratch` with the
+    /// rest of the arguments. Allocates only when `scratch` grows.
+    pub(crate) fn staged_args<'a>(
+        &self,
+        scratch: &mut ArgScratch,
+        args: impl Iterator<Item = (usize, &'a KernelArg)> + Clone,
+    ) -> *mut *mut c_void {
+        if !args.clone().all(|(_, a)| a.is_inline()) {
+            return self.staged(scratch, &|i| {
+                args.clone()
+                    .find(|&(j, _)| j == i)
+                    .map(|(_, a)| a.as_bytes())
+            });
+        }
+        scratch.ptrs.clear();
+        scratch.ptrs.extend_from_slice(&self.ptrs);
+        for (i, a) in args {
+            assert_eq!(a.size(), self.layout.params[i].size, "parameter {i} size");
+            scratch.ptrs[i] = a.as_ptr();
+        }
+        scratch.ptrs.as_mut_ptr()
+    }
+
+    /// The `kernelParams` array.
+    pub(crate) fn kernel_params(&self) -> *mut *mut c_void {
+        self.ptrs.as_ptr() as *mut *mut c_void
+    }
+
+    /// Bytes of parameter `i`.
+    pub(crate) fn param_bytes(&self, i: usize) -> &[u8] {
+        let info = self.layout.params[i];
+        // SAFETY: in bounds as in `set`.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.storage.as_ptr().cast::<u8>().add(info.offset),
+                info.size,
+            )
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ptrs.len()
+    }
+}
+
+impl Clone for PackedArgs {
+    fn clone(&self) -> Self {
+        let mut c = PackedArgs {
+            storage: self.storage.clone(),
+            ptrs: self.ptrs.clone(),
+            layout: self.layout.clone(),
+            buffers: self.buffers.clone(),
+        };
+        c.fix_ptrs();
+        c
+    }
+}
+
+/// Room to stage kernel parameters for an update before the node's own copy changes (so a
+/// refused update leaves the node as CUDA still has it).
+#[derive(Default)]
+pub(crate) struct ArgScratch {
+    storage: Vec<u64>,
+    ptrs: Vec<*mut c_void>,
+}
+
+// SAFETY: the pointers point into `storage`, owned by the same value, or into arguments borrowed
+// for the one call they are staged for; they are only written and read through `&mut self`.
+unsafe impl Send for ArgScratch {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::ParamInfo;
+
+    #[test]
+    fn values_pack_at_parameter_offsets() {
+        let k = Kernel::recording("k", &[4, 8, 2], 1);
+        assert_eq!(
+            k.params(),
+            &[
+                ParamInfo { offset: 0, size: 4 },
+                ParamInfo { offset: 8, size: 8 },
+                ParamInfo {
+                    offset: 16,
+                    size: 2
+                }
+            ]
+        );
+        let args = crate::args![1.5f32, 7u64, 3u16];
+        k.check_args(&args).unwrap();
+        let mut p = PackedArgs::new(&k, &args);
+        assert_eq!(p.param_bytes(0), &1.5f32.to_ne_bytes());
+        assert_eq!(p.param_bytes(1), &7u64.to_ne_bytes());
+        let ptrs_before = p.kernel_params();
+        p.set(1, &KernelArg::from(9u64));
+        assert_eq!(p.param_bytes(1), &9u64.to_ne_bytes());
+        assert_eq!(
+            p.kernel_params(),
+            ptrs_before,
+            "update must not move the pointer array"
+        );
+        let c = p.clone();
+        assert_eq!(c.param_bytes(1), &9u64.to_ne_bytes());
+        // SAFETY: reading the first pointer of the clone's own array.
+        let first = unsafe { *c.kernel_params() };
+        assert_eq!(first as *const u8, c.param_bytes(0).as_ptr());
+    }
+
+    #[test]
+    fn staged_arguments_point_at_inline_values_and_copy_big_ones() {
+        let k = Kernel::recording("k", &[4, 8, 100], 1);
+        let args = crate::args![1.5f32, 7u64, [3u8; 100]];
+        k.check_args(&args).unwrap();
+        let p = PackedArgs::new(&k, &args);
+        let mut scratch = ArgScratch::default();
+        let nine = KernelArg::from(9u64);
+        let ptrs = p.staged_args(&mut scratch, std::iter::once((1, &nine)));
+        // SAFETY: `ptrs` has one entry per parameter, each pointing at its value (the node's
+        // own, or `nine`'s, alive here).
+        let (p0, p1) = unsafe { (*ptrs, *ptrs.add(1)) };
+        assert_eq!(p0.cast_const().cast::<u8>(), p.param_bytes(0).as_ptr());
+        assert_eq!(
+            p1.cast_const(),
+            nine.as_ptr().cast_const(),
+            "no copy of an inline value"
+        );
+        // SAFETY: as above; an inline value is 8-byte aligned.
+        assert_eq!(unsafe { *p1.cast::<u64>() }, 9);
+        assert_eq!(
+            p.param_bytes(1),
+            &7u64.to_ne_bytes(),
+            "the node is unchanged"
+        );
+        // A value kept on the heap is copied with the rest, in the scratch.
+        let big = KernelArg::from([5u8; 100]);
+        let ptrs = p.staged_args(&mut scratch, std::iter::once((2, &big)));
+        // SAFETY: as above.
+        let (q1, q2) = unsafe { (*ptrs.add(1), *ptrs.add(2)) };
+        // SAFETY: the scratch copy holds parameter 1 (8 bytes) and parameter 2 (100 bytes).
+        let (v1, v2) = unsafe {
+            (
+                std::slice::from_raw_parts(q1.cast::<u8>(), 8),
+                std::slice::from_raw_parts(q2.cast::<u8>(), 100),
+            )
+        };
+        assert_eq!(v1, &7u64.to_ne_bytes());
+        assert!(v2.iter().all(|&b| b == 5));
+        assert!(
+            p.param_bytes(2).iter().all(|&b| b == 3),
+            "the node is unchanged"
+        );
+    }
+}
