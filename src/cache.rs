@@ -208,7 +208,11 @@ mod tests {
         assert!(load_record(&dir, "other", "k1").is_none(), "another kind");
         assert!(load_record(&dir, "r", "k2").is_none(), "another key");
         store_record(&dir, "r", "k1", b"value 2");
-        assert_eq!(load_record(&dir, "r", "k1").unwrap(), b"value 2", "replaced");
+        assert_eq!(
+            load_record(&dir, "r", "k1").unwrap(),
+            b"value 2",
+            "replaced"
+        );
         // A record whose stored key differs (a collision, or a stale file) is not used.
         std::fs::copy(record_path(&dir, "r", "k1"), record_path(&dir, "r", "k3")).unwrap();
         assert!(load_record(&dir, "r", "k3").is_none());

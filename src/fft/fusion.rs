@@ -198,8 +198,10 @@ fn static_decision(plan: &FftPlan, env: Option<FftForm>) -> Option<FusionDecisio
 /// The recording backend's decision: what the plan asks for, `Auto` as fused (deterministic:
 /// neither measured nor read from the environment or a cache).
 pub(crate) fn recording_decision(plan: &FftPlan) -> FusionDecision {
-    static_decision(plan, None)
-        .unwrap_or(FusionDecision::fixed(FftForm::Fused, FusionSource::NotMeasured))
+    static_decision(plan, None).unwrap_or(FusionDecision::fixed(
+        FftForm::Fused,
+        FusionSource::NotMeasured,
+    ))
 }
 
 /// Unfused only when it is faster by more than this fraction of the fused time: within it the
@@ -434,7 +436,11 @@ impl Unfused {
         let inner = plan
             .unfused_plan()
             .ok_or_else(|| Error::Invalid("this FFT plan has no unfused form".into()))?;
-        let load = plan.desc().load.as_ref().expect("an unfused form has a load");
+        let load = plan
+            .desc()
+            .load
+            .as_ref()
+            .expect("an unfused form has a load");
         Ok(Unfused {
             kernel: convert_kernel(device, load)?,
             scratch: zeroed_device(device, inner.input_bytes())?,
@@ -461,8 +467,8 @@ impl Unfused {
     }
 }
 
-/// The conversion kernel's arguments (the recording backend uses them too).
-pub(crate) fn convert_args(
+/// The conversion kernel's arguments.
+fn convert_args(
     scratch: u64,
     input: u64,
     load: [u8; BUILTIN_PARAMS],
@@ -715,7 +721,10 @@ mod tests {
         );
         // The recording backend: auto is fused, unmeasured.
         let d = recording_decision(&auto);
-        assert_eq!((d.form, d.source), (FftForm::Fused, FusionSource::NotMeasured));
+        assert_eq!(
+            (d.form, d.source),
+            (FftForm::Fused, FusionSource::NotMeasured)
+        );
         let unf = plan(
             FftPlanDesc::new(FftType::R2C, &[64], 2)
                 .with_load(LoadCallback::RealI8)
@@ -762,9 +771,7 @@ mod tests {
         assert_eq!(a, b);
         let other_batch = decision_key(
             id,
-            &plan(
-                FftPlanDesc::new(FftType::C2C, &[4096], 16).with_load(LoadCallback::ComplexI8),
-            ),
+            &plan(FftPlanDesc::new(FftType::C2C, &[4096], 16).with_load(LoadCallback::ComplexI8)),
         );
         assert_ne!(a, other_batch);
         let other_load = decision_key(id, &plan(c2c().with_load(LoadCallback::ComplexI16)));
@@ -778,7 +785,13 @@ mod tests {
             ),
         );
         assert_ne!(a, other_store);
-        assert_ne!(a, decision_key(&id.replace("12000", "12001"), &plan(c2c().with_load(LoadCallback::ComplexI8))));
+        assert_ne!(
+            a,
+            decision_key(
+                &id.replace("12000", "12001"),
+                &plan(c2c().with_load(LoadCallback::ComplexI8))
+            )
+        );
         assert!(a.contains(id), "{a}");
     }
 
@@ -806,10 +819,8 @@ mod tests {
 
     #[test]
     fn decisions_round_trip_through_the_disk_cache() {
-        let dir = std::env::temp_dir().join(format!(
-            "cudagraph-fusion-test-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("cudagraph-fusion-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let key = decision_key("device X", &plan(c2c().with_load(LoadCallback::ComplexI8)));
         assert!(crate::cache::load_record(&dir, RECORD_KIND, &key).is_none());
@@ -817,14 +828,17 @@ mod tests {
             fused_us: 12.8,
             unfused_us: 11.5,
         };
-        crate::cache::store_record(&dir, RECORD_KIND, &key, &encode_record(FftForm::Unfused, &t));
-        let back = crate::cache::load_record(&dir, RECORD_KIND, &key).and_then(|b| decode_record(&b));
+        crate::cache::store_record(
+            &dir,
+            RECORD_KIND,
+            &key,
+            &encode_record(FftForm::Unfused, &t),
+        );
+        let back =
+            crate::cache::load_record(&dir, RECORD_KIND, &key).and_then(|b| decode_record(&b));
         assert_eq!(back, Some((FftForm::Unfused, t)));
         // Another shape's key does not read this record.
-        let other = decision_key(
-            "device X",
-            &plan(c2c().with_load(LoadCallback::ComplexI16)),
-        );
+        let other = decision_key("device X", &plan(c2c().with_load(LoadCallback::ComplexI16)));
         assert!(crate::cache::load_record(&dir, RECORD_KIND, &other).is_none());
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -862,16 +876,47 @@ mod tests {
     #[test]
     fn conversion_sources_apply_the_callbacks_own_function() {
         for (cb, kernel, callback, out) in [
-            (LoadCallback::ComplexI8, "cudagraph_fft_convert_ci8", "cudagraph_load_ci8", "float2"),
-            (LoadCallback::ComplexI16, "cudagraph_fft_convert_ci16", "cudagraph_load_ci16", "float2"),
-            (LoadCallback::RealI8, "cudagraph_fft_convert_ri8", "cudagraph_load_ri8", "float"),
-            (LoadCallback::ComplexF32, "cudagraph_fft_convert_cf32", "cudagraph_load_cf32", "float2"),
+            (
+                LoadCallback::ComplexI8,
+                "cudagraph_fft_convert_ci8",
+                "cudagraph_load_ci8",
+                "float2",
+            ),
+            (
+                LoadCallback::ComplexI16,
+                "cudagraph_fft_convert_ci16",
+                "cudagraph_load_ci16",
+                "float2",
+            ),
+            (
+                LoadCallback::RealI8,
+                "cudagraph_fft_convert_ri8",
+                "cudagraph_load_ri8",
+                "float",
+            ),
+            (
+                LoadCallback::ComplexF32,
+                "cudagraph_fft_convert_cf32",
+                "cudagraph_load_cf32",
+                "float2",
+            ),
         ] {
             let (name, src) = convert_source(&cb);
             assert_eq!(name, kernel);
-            assert!(src.contains(&format!("__device__ {out} {callback}(void* dataIn")), "{src}");
-            assert!(src.contains(&format!("void {kernel}({out}* out, void* dataIn, cg_params p")), "{src}");
-            assert!(src.contains(&format!("out[i] = {callback}(dataIn, i, &p, 0);")), "{src}");
+            assert!(
+                src.contains(&format!("__device__ {out} {callback}(void* dataIn")),
+                "{src}"
+            );
+            assert!(
+                src.contains(&format!(
+                    "void {kernel}({out}* out, void* dataIn, cg_params p"
+                )),
+                "{src}"
+            );
+            assert!(
+                src.contains(&format!("out[i] = {callback}(dataIn, i, &p, 0);")),
+                "{src}"
+            );
         }
     }
 }

@@ -45,11 +45,11 @@ use crate::device::DeviceKey;
 use crate::error::{DagError, Error, Result};
 use crate::memory::{DeviceRepr, MemorySpace, Region};
 
+pub(crate) use fusion::{convert_config, recording_decision, Unfused};
 pub use fusion::{
-    decide_fusion, forget_fusion_decisions, fusion_measurements, measure_fusion, FftForm,
-    Fusion, FusionDecision, FusionSource, FusionTimings, FUSION_ENV,
+    decide_fusion, forget_fusion_decisions, fusion_measurements, measure_fusion, FftForm, Fusion,
+    FusionDecision, FusionSource, FusionTimings, FUSION_ENV,
 };
-pub(crate) use fusion::{convert_args, recording_decision, Unfused};
 pub use handle::{plans_made, WorkShare};
 pub use stream::StreamFft;
 
@@ -665,21 +665,22 @@ fn blob(
     store: Option<(usize, &CallbackParams)>,
 ) -> [u8; PARAM_BLOB] {
     let mut blob = [0u8; PARAM_BLOB];
-    let put = |blob: &mut [u8; PARAM_BLOB], at: usize, p: &CallbackParams| match p {
-        CallbackParams::Load { scale, input } => blob[at..at + 16].copy_from_slice(
-            &builtin_bytes(*scale, 0, input.as_ref().map_or(0, |r| r.raw_addr())),
-        ),
-        CallbackParams::Store {
-            scale,
-            output,
-            accumulate,
-        } => blob[at..at + 16].copy_from_slice(&builtin_bytes(
-            *scale,
-            *accumulate as u32,
-            output.as_ref().map_or(0, |r| r.raw_addr()),
-        )),
-        CallbackParams::Custom(b) => blob[at..at + b.len()].copy_from_slice(b),
-    };
+    let put =
+        |blob: &mut [u8; PARAM_BLOB], at: usize, p: &CallbackParams| match p {
+            CallbackParams::Load { scale, input } => blob[at..at + 16].copy_from_slice(
+                &builtin_bytes(*scale, 0, input.as_ref().map_or(0, |r| r.raw_addr())),
+            ),
+            CallbackParams::Store {
+                scale,
+                output,
+                accumulate,
+            } => blob[at..at + 16].copy_from_slice(&builtin_bytes(
+                *scale,
+                *accumulate as u32,
+                output.as_ref().map_or(0, |r| r.raw_addr()),
+            )),
+            CallbackParams::Custom(b) => blob[at..at + b.len()].copy_from_slice(b),
+        };
     if let Some(p) = load {
         put(&mut blob, 0, p);
     }
