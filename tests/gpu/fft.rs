@@ -1085,7 +1085,8 @@ fn both_forms_updates(gpu: &Gpu) -> anyhow::Result<()> {
         let mut exec = dag.instantiate(d)?;
         ensure!(exec.fft_fusion(node)?.form == form);
         // (load scale, load input override, store scale): alone and together, queued.
-        let steps: [(f32, Option<&DeviceBuffer<[i8; 2]>>, f32); 6] = [
+        type Step<'a> = (f32, Option<&'a DeviceBuffer<[i8; 2]>>, f32);
+        let steps: [Step; 6] = [
             (1.0, None, 1.0),
             (0.5, None, 1.0),
             (0.5, None, 4.0),
