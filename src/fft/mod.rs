@@ -34,6 +34,23 @@
 //! input (load) or output (store) address, so the data location can change per launch.
 //! LTO callbacks need libnvJitLink at run time; without it, callback plans fail with an error
 //! that says so, and plain FFT nodes still work.
+//!
+//! # Fused and unfused loads
+//! A plan with a built-in load callback has two forms ([`Fusion`], chosen per plan with
+//! [`FftPlanDesc::with_fusion`]): *fused*, the callback inside the transform; *unfused*, a
+//! conversion kernel node (generated from the same callback template, taking the same
+//! parameter struct by value, so both forms compute the same values, layouts and strides
+//! included) writing float data to the node's own scratch buffer, then the plan without the
+//! load callback (the store callback stays). Neither is always faster (with cuFFT 12.0 the LTO
+//! load callback slows large batches of 4096-point transforms down by more than the
+//! conversion costs), so the default, [`Fusion::Auto`], measures both once per shape and
+//! keeps the faster, remembered per process and on disk ([`decide_fusion`]). The decision is
+//! made where the plans are made: in the prepare pass of lowering (outside any capture) and
+//! in [`StreamFft::new`]. [`Exec::fft_fusion`](crate::Exec::fft_fusion),
+//! [`StreamFft::fusion`] and [`Exec::to_dot`](crate::Exec::to_dot) show it; [`FUSION_ENV`]
+//! forces one form for every `Auto` plan (tests, benchmarks). Custom load callbacks have
+//! only the fused form. Parameter updates work the same in both forms: unfused, the load
+//! parameters become the conversion kernel node's argument.
 
 mod fusion;
 pub(crate) mod handle;
