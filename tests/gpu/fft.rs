@@ -897,7 +897,16 @@ fn both_forms_integer_loads(gpu: &Gpu) -> anyhow::Result<()> {
         DeviceBuffer::from_slice(d, &raw8)?,
         DeviceBuffer::from_slice(d, &raw16)?,
         DeviceBuffer::from_slice(d, &real8)?,
-        DeviceBuffer::from_slice(d, &half8)?,
+        // Room for complex floats: an out-of-place C2R may overwrite its input (cuFFT's docs),
+        // and the fused form's input holds 2-byte elements; only the first `h * batch` are read.
+        DeviceBuffer::from_slice(
+            d,
+            &half8
+                .iter()
+                .copied()
+                .chain(std::iter::repeat_n([0i8; 2], 3 * h * batch))
+                .collect::<Vec<_>>(),
+        )?,
         DeviceBuffer::from_slice(d, &strided)?,
     );
     for (fusion, form) in FORMS {
@@ -950,16 +959,16 @@ fn both_forms_integer_loads(gpu: &Gpu) -> anyhow::Result<()> {
             ))?,
             dag.add_fft(spec(&p16, Direction::Inverse, &i16d, &o16, lp()))?,
             dag.add_fft(spec(&pr, Direction::Forward, &r8d, &or, lp()))?,
-            dag.add_fft(spec(
-                &pc2r,
-                Direction::Inverse,
-                &h8d,
-                &oc2r,
-                ld_st(
+            dag.add_fft(FftSpec {
+                plan: pc2r.clone(),
+                direction: Direction::Inverse,
+                input: h8d.region(..h * batch),
+                output: (&oc2r).into(),
+                params: ld_st(
                     Some(CallbackParams::load(scale)),
                     Some(CallbackParams::store(1.0 / n as f32)),
                 ),
-            ))?,
+            })?,
             dag.add_fft(spec(&ps, Direction::Forward, &sd, &os, lp()))?,
         ];
         let mut exec = dag.instantiate(d)?;
