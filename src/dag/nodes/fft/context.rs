@@ -1,6 +1,9 @@
 //! Per-node cuFFT state of FFT nodes: made in a prepare pass before lowering
 //! ([`LoweringContext::prepare`]), keyed by node serial, kept across whole-graph updates while
-//! the plan is unchanged, and given back when CUDA refuses an update.
+//! the plan is unchanged, and given back when CUDA refuses an update. The prepare pass is also
+//! where each node's form (fused, or unfused: conversion kernel + plan without the load
+//! callback) is decided, with `fft::decide_fusion` (which measures `Fusion::Auto` plans once
+//! per shape, outside any capture); the state keeps the form, so a reused state keeps it too.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -299,8 +302,9 @@ impl LoweringContext {
                 sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal,
             )?
         };
-        // SAFETY: the node's regions were validated against the plan; the capture records the
-        // call instead of running it.
+        // SAFETY: the node's regions were validated against the plan (unfused, the input is the
+        // state's scratch buffer, sized for the callback-free plan's input and kept alive with
+        // the state); the capture records the call instead of running it.
         let exec = unsafe {
             cf::exec(
                 handle.raw(),
