@@ -1,5 +1,6 @@
 //! The on-disk cache of NVRTC output, so that a second run of a program does not compile its
-//! kernels and cuFFT callbacks again.
+//! kernels and cuFFT callbacks again; it also keeps small keyed records for other parts of the
+//! crate (the FFT fusion decisions, `*.fftfusion`), with the same key check and atomic writes.
 //!
 //! The cache lives in `$CUDAGRAPH_CACHE_DIR`, else `$XDG_CACHE_HOME/cudagraph`, else
 //! `$HOME/.cache/cudagraph`; `CUDAGRAPH_CACHE_DIR=off` turns it off. An entry is keyed by
@@ -50,7 +51,12 @@ pub(crate) struct Entry {
 }
 
 fn path_in(dir: &std::path::Path, key: &str) -> PathBuf {
-    dir.join(format!("{:016x}.nvrtc", fnv64(key.as_bytes())))
+    record_path(dir, "nvrtc", key)
+}
+
+/// The file of `key`'s entry of kind `kind` (its extension).
+fn record_path(dir: &std::path::Path, kind: &str, key: &str) -> PathBuf {
+    dir.join(format!("{:016x}.{kind}", fnv64(key.as_bytes())))
 }
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
@@ -113,15 +119,48 @@ pub(crate) fn load(dir: &std::path::Path, key: &str) -> Option<Entry> {
 
 /// Stores the entry for `key` in `dir` (errors are ignored: the cache is an optimisation).
 pub(crate) fn store(dir: &std::path::Path, key: &str, e: &Entry) {
+    write_atomic(dir, &path_in(dir, key), &encode(key, e));
+}
+
+/// Writes `bytes` to `path` in `dir` through a temporary file and a rename, so readers never
+/// see half a file (errors are ignored: the cache is an optimisation).
+fn write_atomic(dir: &std::path::Path, path: &std::path::Path, bytes: &[u8]) {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let _ = (|| -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
-        let path = path_in(dir, key);
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        // Unique per process and write: two threads storing one key never share a file.
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&encode(key, e))?;
+        f.write_all(bytes)?;
         f.sync_all()?;
-        std::fs::rename(&tmp, &path)
+        std::fs::rename(&tmp, path).inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
     })();
+}
+
+const RECORD_MAGIC: &[u8; 12] = b"CGRECORD-v1\n";
+
+/// The value stored for `key` under `kind` in `dir` (a small record of another part of the
+/// crate, e.g. the FFT fusion decisions), if there is a valid one: the whole key is stored
+/// with it and compared, as for NVRTC entries.
+pub(crate) fn load_record(dir: &std::path::Path, kind: &str, key: &str) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(record_path(dir, kind, key)).ok()?;
+    let mut input = bytes.strip_prefix(RECORD_MAGIC.as_slice())?;
+    if take_bytes(&mut input)? != key.as_bytes() {
+        return None;
+    }
+    let value = take_bytes(&mut input)?.to_vec();
+    input.is_empty().then_some(value)
+}
+
+/// Stores `value` for `key` under `kind` in `dir`, atomically (errors are ignored).
+pub(crate) fn store_record(dir: &std::path::Path, kind: &str, key: &str, value: &[u8]) {
+    let mut out = RECORD_MAGIC.to_vec();
+    put_bytes(&mut out, key.as_bytes());
+    put_bytes(&mut out, value);
+    write_atomic(dir, &record_path(dir, kind, key), &out);
 }
 
 #[cfg(test)]
@@ -155,6 +194,43 @@ mod tests {
         let bytes = std::fs::read(&p).unwrap();
         std::fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
         assert!(load(&dir, "k1").is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn records_round_trip_and_check_their_key() {
+        let dir =
+            std::env::temp_dir().join(format!("cudagraph-record-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(load_record(&dir, "r", "k1").is_none(), "empty cache");
+        store_record(&dir, "r", "k1", b"value 1");
+        assert_eq!(load_record(&dir, "r", "k1").unwrap(), b"value 1");
+        assert!(load_record(&dir, "other", "k1").is_none(), "another kind");
+        assert!(load_record(&dir, "r", "k2").is_none(), "another key");
+        store_record(&dir, "r", "k1", b"value 2");
+        assert_eq!(
+            load_record(&dir, "r", "k1").unwrap(),
+            b"value 2",
+            "replaced"
+        );
+        // A record whose stored key differs (a collision, or a stale file) is not used.
+        std::fs::copy(record_path(&dir, "r", "k1"), record_path(&dir, "r", "k3")).unwrap();
+        assert!(load_record(&dir, "r", "k3").is_none());
+        // Nor a truncated one, nor an NVRTC entry under the same name.
+        let p = record_path(&dir, "r", "k1");
+        let bytes = std::fs::read(&p).unwrap();
+        std::fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
+        assert!(load_record(&dir, "r", "k1").is_none());
+        store(&dir, "k4", &entry());
+        std::fs::copy(path_in(&dir, "k4"), record_path(&dir, "r", "k4")).unwrap();
+        assert!(load_record(&dir, "r", "k4").is_none());
+        // No temporary files are left behind.
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains("tmp"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -44,7 +44,7 @@
 //! | host closure | [`Dag::add_host`] | `cudaGraphAddNode` (host) | `cudaGraphExecNodeSetParams` |
 //! | empty | [`Dag::add_empty`] | `cudaGraphAddNode` (empty) | — |
 //! | child DAG | [`Dag::add_child`] | `cudaGraphAddNode` (graph, cloned) | whole-graph update |
-//! | FFT | [`Dag::add_fft`] | a parameter kernel node (`cudaGraphAddNode`) + `cufftExec*` captured with `cudaStreamBeginCaptureToGraph` ([`fft`]) | `cudaGraphExecNodeSetParams` on the parameter node |
+//! | FFT | [`Dag::add_fft`] | a parameter kernel node (`cudaGraphAddNode`) + `cufftExec*` captured with `cudaStreamBeginCaptureToGraph` ([`fft`]); unfused ([`Fusion`]): also a conversion kernel node | `cudaGraphExecNodeSetParams` on the parameter (and conversion) node |
 //! | enable/disable | — | — | `cudaGraphNodeSetEnabled` |
 //! | whole graph | — | `cudaGraphInstantiate` | `cudaGraphExecUpdate` |
 //!
@@ -145,8 +145,8 @@ pub use dag::{
 pub use device::{versions, Device, DeviceLimits, DeviceProperties};
 pub use error::{DagError, Error, Library, Result, Version};
 pub use fft::{
-    nvjitlink_available, CallbackParams, CustomCallback, Direction, FftParams, FftPlan,
-    FftPlanDesc, FftType, Layout, LoadCallback, StoreCallback, StreamFft,
+    nvjitlink_available, CallbackParams, CustomCallback, Direction, FftForm, FftParams, FftPlan,
+    FftPlanDesc, FftType, Fusion, FusionDecision, Layout, LoadCallback, StoreCallback, StreamFft,
 };
 pub use kernel::{
     compile, nvrtc_version, CodeKind, CompileOptions, Compiled, Dim3, Kernel, KernelArg,

@@ -23,13 +23,17 @@
 //! `std::time::Instant`.
 //!
 //! The **FFT experiment** (`fft`) runs batched C2C transforms of complex 8-bit input (256 and
-//! 4,096 points, batch 1, 16, 256 and 1,024) four ways: the crate's FFT node in a graph
-//! (plan with the `ComplexI8` LTO load callback), the same, with `Exec::set_fft_params` before
-//! every launch, the same plan called on a stream (`StreamFft`), and unfused (an NVRTC kernel
-//! converting int8 to complex float, then a callback-free plan through `StreamFft`). Each
-//! plan and graph is made once per configuration; GPU time comes from CUDA events around 200
-//! back-to-back iterations, CPU time from the calls that queue them. Before timing, the graph,
-//! stream and unfused outputs of every configuration are checked against rustfft (f64).
+//! 4,096 points, batch 1, 16, 256 and 1,024) six ways: the crate's FFT node in a graph in each
+//! form — fused (`Fusion::Fused`: plan with the `ComplexI8` LTO load callback), the same with
+//! `Exec::set_fft_params` before every launch, unfused (`Fusion::Unfused`: the node's
+//! conversion kernel node, then a plan without the load callback) and auto (`Fusion::Auto`,
+//! the default: the form the crate measured as faster for the shape, printed per
+//! configuration; `CUDAGRAPH_FFT_FUSION` forces one) — the fused plan called on a stream
+//! (`StreamFft`), and unfused on a stream (an NVRTC kernel converting int8 to complex float,
+//! then a callback-free plan through `StreamFft`). Each plan and graph is made once per
+//! configuration; GPU time comes from CUDA events around 200 back-to-back iterations, CPU
+//! time from the calls that queue them. Before timing, every method's output (but the update
+//! method's) of every configuration is checked against rustfft (f64).
 //! Its tables have one column per (points × batch) configuration, in µs per iteration.
 //!
 //! Output: one Markdown table per measurement on stdout, and `graphs.csv`, `graphs.md` and

@@ -23,8 +23,18 @@ fn esc(s: &str) -> String {
 }
 
 impl Dag {
-    /// The DAG in Graphviz DOT form.
+    /// The DAG in Graphviz DOT form. An FFT node whose plan has an unfused form shows the
+    /// form it asks for (`fusion auto (decided when lowered)`, `fused (requested)`, …);
+    /// [`Exec::to_dot`](crate::Exec::to_dot) shows the form chosen.
     pub fn to_dot(&self) -> String {
+        self.to_dot_with(&|_| None)
+    }
+
+    /// The DOT text, FFT node labels showing the form `fft(uid)` gives (when it gives one).
+    pub(crate) fn to_dot_with(
+        &self,
+        fft: &dyn Fn(u64) -> Option<crate::fft::FusionDecision>,
+    ) -> String {
         let mut s = String::new();
         s.push_str("digraph cudagraph {\n");
         s.push_str("  rankdir=TB;\n");
@@ -35,7 +45,10 @@ impl Dag {
                 lines,
                 shape,
                 color,
-            } = node.op.label();
+            } = match &node.op {
+                super::Op::Fft(f) => f.label_with(fft(f.uid)),
+                op => op.label(),
+            };
             let mut label = esc(&node.name);
             for l in &lines {
                 label.push_str("\\n");

@@ -624,9 +624,11 @@ impl Exec {
         }
     }
 
-    /// The DOT text of the DAG as instantiated, with current parameters and disabled nodes.
+    /// The DOT text of the DAG as instantiated, with current parameters and disabled nodes,
+    /// and the form each FFT node was lowered in (for a plan with an unfused form: `fused` or
+    /// `unfused: convert + FFT`, with why, e.g. `(auto: 37.0 µs, fused 51.5 µs)`).
     pub fn to_dot(&self) -> String {
-        self.dag.to_dot()
+        self.dag.to_dot_with(&|uid| self.fft.decision(uid))
     }
 
     /// CUDA's own view of the graph (`cudaGraphDebugDotPrint`, verbose), as DOT text.

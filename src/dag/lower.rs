@@ -20,7 +20,7 @@ use super::nodes::{FftNode, KernelNode};
 use super::Dag;
 use crate::device::{Device, DeviceKey, DeviceLimits};
 use crate::error::Result;
-use crate::fft::WorkShare;
+use crate::fft::{FftForm, FftPlan, WorkShare};
 use crate::kernel::{Dim3, Kernel};
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace};
 use crate::result::runtime as rt;
@@ -450,40 +450,81 @@ impl RecordingBackend {
         work: &WorkShare,
     ) -> Result<usize> {
         // What the CUDA backend does, per node: its own cuFFT handle and parameter buffer, a
-        // kernel node writing the parameters, then the captured transform.
+        // kernel node writing the parameters, then the captured transform; unfused, also a
+        // conversion kernel node writing the node's own scratch buffer, which the transform
+        // reads. `Fusion::Auto` is fused here: this backend cannot time (and reads neither the
+        // environment nor the on-disk decisions), so transcripts are deterministic.
         self.next_fft_handle += 1;
         let handle = self.next_fft_handle;
-        let d = f.plan().desc();
-        let plan = format!(
-            "handle=#{handle} plan={:?}{:?}x{} dir={:?} in={:#x} out={:#x} work_slot={}",
-            d.kind,
-            d.sizes,
-            d.batch,
-            f.direction(),
-            f.input.raw_addr(),
-            f.output.raw_addr(),
-            work.slot
-        );
-        let bytes = f.param_buffer_bytes();
-        let mut deps = deps.to_vec();
+        let plan = f.plan();
+        let decision = crate::fft::recording_decision(plan);
+        let form = decision.form;
+        let mut capture_deps = Vec::new();
+        let mut input = f.input.raw_addr();
+        if let (FftForm::Unfused, Some(inner), Some(load)) =
+            (form, plan.unfused_plan(), &plan.desc().load)
+        {
+            let elems = plan.inner.in_elems;
+            let scratch = self.placeholder(inner.input_bytes(), MemorySpace::Device);
+            let cfg = crate::fft::convert_config(elems);
+            let p = format!(
+                "kernel={} handle=#{handle} grid={} block={} in={input:#x} scratch={:#x} elems={elems} params={}",
+                crate::fft::handle::convert_source(load).0,
+                cfg.grid,
+                cfg.block,
+                scratch.ptr,
+                hex(&FftPlan::load_param_bytes(f.params()))
+            );
+            capture_deps.push(self.record(
+                "cudaGraphAddNode",
+                "kernel",
+                name,
+                deps,
+                Params::Words(p),
+            ));
+            input = scratch.ptr;
+            self.fft_param_buffers.push(scratch);
+        }
+        let bytes = plan.setter_bytes(form);
         if bytes > 0 {
             let buf = self.placeholder(bytes, MemorySpace::Device);
-            let blob = f.param_blob(f.params());
+            let blob = plan.setter_blob(form, f.params());
             let p = format!(
                 "kernel=cudagraph_fft_set_params handle=#{handle} param_buffer={:#x} bytes={bytes} params={}",
                 buf.ptr,
                 hex(&blob[..bytes])
             );
             self.fft_param_buffers.push(buf);
-            let p = Params::Words(p);
-            deps = vec![self.record("cudaGraphAddNode", "kernel", name, &deps, p)];
+            capture_deps.push(self.record(
+                "cudaGraphAddNode",
+                "kernel",
+                name,
+                deps,
+                Params::Words(p),
+            ));
+        }
+        if capture_deps.is_empty() {
+            capture_deps = deps.to_vec();
+        }
+        let d = plan.desc();
+        let mut words = format!(
+            "handle=#{handle} plan={:?}{:?}x{} dir={:?} in={input:#x} out={:#x} work_slot={}",
+            d.kind,
+            d.sizes,
+            d.batch,
+            f.direction(),
+            f.output.raw_addr(),
+            work.slot
+        );
+        if plan.has_unfused_form() {
+            words.push_str(&format!(" form={}", decision.describe()));
         }
         Ok(self.record(
             "cudaStreamBeginCaptureToGraph+cufftExec",
             "captured",
             name,
-            &deps,
-            Params::Words(plan),
+            &capture_deps,
+            Params::Words(words),
         ))
     }
 }

@@ -129,6 +129,24 @@ pub(crate) fn setter_kernel(device: &Device) -> Result<Kernel> {
     Ok(k)
 }
 
+/// The parameter-setting kernel with its arguments for a parameter buffer at `buffer` of
+/// `bytes` bytes, initially writing `blob`: the packed arguments (checked) and the kernel.
+pub(crate) fn setter_launch(
+    device: &Device,
+    buffer: u64,
+    blob: [u8; super::PARAM_BLOB],
+    bytes: usize,
+) -> Result<(crate::kernel::PackedArgs, Kernel)> {
+    let k = setter_kernel(device)?;
+    let args = [
+        crate::kernel::KernelArg::from(buffer),
+        crate::kernel::KernelArg::from(blob),
+        crate::kernel::KernelArg::from(bytes.div_ceil(8) as i32),
+    ];
+    k.check_args(&args)?;
+    Ok((crate::kernel::PackedArgs::new(&k, &args), k))
+}
+
 const BUILTINS: &str = r#"
 struct cg_params { float scale; unsigned flags; unsigned long long ptr; };
 "#;
@@ -194,6 +212,69 @@ fn builtin_source(name: &str) -> String {
             "(e.x * e.x + e.y * e.y) * p->scale",
         ),
         _ => unreachable!("unknown built-in callback {name}"),
+    }
+}
+
+/// The unfused form's conversion kernel for built-in load callback `cb`: its name and source.
+/// The kernel calls the callback's own device function (from the same template as the LTO
+/// callback) for every element `i` of the input span, with the same parameter struct (passed
+/// by value) and `offset = i`, and writes the value to element `i` of the float scratch
+/// buffer: the callback-free plan then reads at each offset what the fused plan's callback
+/// would have returned there (same layout, strides included).
+pub(crate) fn convert_source(cb: &LoadCallback) -> (&'static str, String) {
+    let (kernel, callback, out) = match cb {
+        LoadCallback::ComplexI8 => ("cudagraph_fft_convert_ci8", "cudagraph_load_ci8", "float2"),
+        LoadCallback::ComplexI16 => (
+            "cudagraph_fft_convert_ci16",
+            "cudagraph_load_ci16",
+            "float2",
+        ),
+        LoadCallback::RealI8 => ("cudagraph_fft_convert_ri8", "cudagraph_load_ri8", "float"),
+        LoadCallback::ComplexF32 => (
+            "cudagraph_fft_convert_cf32",
+            "cudagraph_load_cf32",
+            "float2",
+        ),
+        LoadCallback::Custom(_) => unreachable!("custom load callbacks have no unfused form"),
+    };
+    let source = format!(
+        r#"{BUILTINS}{}
+extern "C" __global__ void {kernel}({out}* out, void* dataIn, cg_params p, unsigned long long n) {{
+    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        out[i] = {callback}(dataIn, i, &p, 0);
+}}
+"#,
+        builtin_source(callback)
+    );
+    (kernel, source)
+}
+
+/// Launches `kernel` on `stream` with packed `args` and shape `cfg`.
+///
+/// # Safety
+/// `args` were packed for `kernel` from checked arguments; every device address among them
+/// stays valid, with the sizes the kernel uses, until the launch has run; `cfg` is a valid
+/// shape for the kernel; `kernel` is a loaded kernel of the stream's device.
+pub(crate) unsafe fn launch_packed(
+    kernel: &Kernel,
+    cfg: crate::kernel::LaunchConfig,
+    args: &crate::kernel::PackedArgs,
+    stream: sys::cudaStream_t,
+) -> Result<()> {
+    let func = kernel
+        .raw()
+        .ok_or_else(|| Error::Invalid("a recording kernel cannot be launched".into()))?;
+    // SAFETY: the caller's contract.
+    unsafe {
+        rt::launch_kernel(
+            func as *const c_void,
+            cfg.grid.into(),
+            cfg.block.into(),
+            args.kernel_params(),
+            cfg.shared_mem_bytes as usize,
+            stream,
+        )
     }
 }
 

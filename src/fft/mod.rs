@@ -34,7 +34,25 @@
 //! input (load) or output (store) address, so the data location can change per launch.
 //! LTO callbacks need libnvJitLink at run time; without it, callback plans fail with an error
 //! that says so, and plain FFT nodes still work.
+//!
+//! # Fused and unfused loads
+//! A plan with a built-in load callback has two forms ([`Fusion`], chosen per plan with
+//! [`FftPlanDesc::with_fusion`]): *fused*, the callback inside the transform; *unfused*, a
+//! conversion kernel node (generated from the same callback template, taking the same
+//! parameter struct by value, so both forms compute the same values, layouts and strides
+//! included) writing float data to the node's own scratch buffer, then the plan without the
+//! load callback (the store callback stays). Neither is always faster (with cuFFT 12.0 the LTO
+//! load callback slows large batches of 4096-point transforms down by more than the
+//! conversion costs), so the default, [`Fusion::Auto`], measures both once per shape and
+//! keeps the faster, remembered per process and on disk ([`decide_fusion`]). The decision is
+//! made where the plans are made: in the prepare pass of lowering (outside any capture) and
+//! in [`StreamFft::new`]. [`Exec::fft_fusion`](crate::Exec::fft_fusion),
+//! [`StreamFft::fusion`] and [`Exec::to_dot`](crate::Exec::to_dot) show it; [`FUSION_ENV`]
+//! forces one form for every `Auto` plan (tests, benchmarks). Custom load callbacks have
+//! only the fused form. Parameter updates work the same in both forms: unfused, the load
+//! parameters become the conversion kernel node's argument.
 
+mod fusion;
 pub(crate) mod handle;
 mod stream;
 
@@ -44,6 +62,11 @@ use crate::device::DeviceKey;
 use crate::error::{DagError, Error, Result};
 use crate::memory::{DeviceRepr, MemorySpace, Region};
 
+pub(crate) use fusion::{convert_config, recording_decision, Unfused};
+pub use fusion::{
+    decide_fusion, forget_fusion_decisions, fusion_measurements, measure_fusion, FftForm, Fusion,
+    FusionDecision, FusionSource, FusionTimings, FUSION_ENV,
+};
 pub use handle::{plans_made, WorkShare};
 pub use stream::StreamFft;
 
@@ -213,6 +236,9 @@ pub struct FftPlanDesc {
     pub load: Option<LoadCallback>,
     /// Store callback.
     pub store: Option<StoreCallback>,
+    /// Whether a built-in load callback runs inside the transform or as a conversion kernel
+    /// before it ([`Fusion`]; default [`Fusion::Auto`]).
+    pub fusion: Fusion,
 }
 
 impl FftPlanDesc {
@@ -225,6 +251,7 @@ impl FftPlanDesc {
             layout: None,
             load: None,
             store: None,
+            fusion: Fusion::Auto,
         }
     }
     /// With a load callback.
@@ -240,6 +267,11 @@ impl FftPlanDesc {
     /// With an advanced layout.
     pub fn with_layout(mut self, layout: Layout) -> Self {
         self.layout = Some(layout);
+        self
+    }
+    /// With a fused, unfused or automatically chosen load ([`Fusion`]).
+    pub fn with_fusion(mut self, fusion: Fusion) -> Self {
+        self.fusion = fusion;
         self
     }
 }
@@ -399,6 +431,16 @@ impl FftPlan {
                 )));
             }
         }
+        if desc.fusion == Fusion::Unfused && !has_unfused_form(&desc) {
+            return Err(plan_err(format!(
+                "Fusion::Unfused needs a built-in load callback (ComplexI8, ComplexI16, RealI8 \
+                 or ComplexF32); this plan has {}",
+                match &desc.load {
+                    None => "none".to_string(),
+                    Some(l) => format!("the custom load callback `{}`", cb_name_load(l)),
+                }
+            )));
+        }
         // Element sizes are at most 16 bytes (and custom callbacks' are checked by
         // `input_bytes`): the byte counts must fit too.
         let fits = |e: u64| {
@@ -458,31 +500,66 @@ impl FftPlan {
         self.load_size()
     }
 
-    /// A node's parameter-buffer contents for `params` (already checked).
+    /// A node's parameter-buffer contents for `params` (already checked), fused form: the
+    /// load part, then the store part.
     pub(crate) fn param_blob(&self, params: &FftParams) -> [u8; PARAM_BLOB] {
-        let mut blob = [0u8; PARAM_BLOB];
-        let put = |blob: &mut [u8; PARAM_BLOB], at: usize, p: &CallbackParams| match p {
-            CallbackParams::Load { scale, input } => blob[at..at + 16].copy_from_slice(
-                &builtin_bytes(*scale, 0, input.as_ref().map_or(0, |r| r.raw_addr())),
-            ),
-            CallbackParams::Store {
-                scale,
-                output,
-                accumulate,
-            } => blob[at..at + 16].copy_from_slice(&builtin_bytes(
-                *scale,
-                *accumulate as u32,
-                output.as_ref().map_or(0, |r| r.raw_addr()),
-            )),
-            CallbackParams::Custom(b) => blob[at..at + b.len()].copy_from_slice(b),
-        };
-        if let Some(p) = &params.load {
-            put(&mut blob, 0, p);
+        blob(
+            params.load.as_ref(),
+            params.store.as_ref().map(|p| (self.store_offset(), p)),
+        )
+    }
+
+    /// What the parameter-setting kernel of a node in `form` writes for `params`: the whole
+    /// blob when fused; the store part only when unfused (the load parameters are then the
+    /// conversion kernel's argument, [`FftPlan::load_param_bytes`]).
+    pub(crate) fn setter_blob(&self, form: FftForm, params: &FftParams) -> [u8; PARAM_BLOB] {
+        match form {
+            FftForm::Fused => self.param_blob(params),
+            FftForm::Unfused => blob(None, params.store.as_ref().map(|p| (0, p))),
         }
-        if let Some(p) = &params.store {
-            put(&mut blob, self.store_offset(), p);
+    }
+
+    /// Bytes of a node's parameter buffer in `form` (0: no buffer, no setter node).
+    pub(crate) fn setter_bytes(&self, form: FftForm) -> usize {
+        match form {
+            FftForm::Fused => self.param_buffer_bytes(),
+            FftForm::Unfused => self.store_size(),
         }
-        blob
+    }
+
+    /// The built-in load callback's 16-byte parameter struct for `params` (scale, flags,
+    /// override address), as the unfused form's conversion kernel takes it by value.
+    pub(crate) fn load_param_bytes(params: &FftParams) -> [u8; BUILTIN_PARAMS] {
+        match &params.load {
+            Some(CallbackParams::Load { scale, input }) => {
+                builtin_bytes(*scale, 0, input.as_ref().map_or(0, |r| r.raw_addr()))
+            }
+            _ => [0; BUILTIN_PARAMS],
+        }
+    }
+
+    /// The fusion the description asks for.
+    pub fn fusion(&self) -> Fusion {
+        self.inner.desc.fusion
+    }
+
+    /// Whether the plan has an unfused form: a built-in load callback, which can run as a
+    /// conversion kernel before a plan without it.
+    pub fn has_unfused_form(&self) -> bool {
+        has_unfused_form(&self.inner.desc)
+    }
+
+    /// The plan the unfused form executes after its conversion kernel: the same shape,
+    /// layout and store callback, without the load callback (its input is complex or real
+    /// float). `None` without an unfused form.
+    pub(crate) fn unfused_plan(&self) -> Option<FftPlan> {
+        if !self.has_unfused_form() {
+            return None;
+        }
+        let mut desc = self.inner.desc.clone();
+        desc.load = None;
+        desc.fusion = Fusion::Fused;
+        Some(FftPlan::new(desc).expect("removing a load callback keeps a valid plan valid"))
     }
 
     /// ", load X, store Y" for messages (empty without callbacks).
@@ -597,7 +674,51 @@ impl FftParams {
     }
 }
 
-const BUILTIN_PARAMS: usize = 16;
+pub(crate) const BUILTIN_PARAMS: usize = 16;
+
+/// A parameter blob with the load part at 0 and the store part at the given offset.
+fn blob(
+    load: Option<&CallbackParams>,
+    store: Option<(usize, &CallbackParams)>,
+) -> [u8; PARAM_BLOB] {
+    let mut blob = [0u8; PARAM_BLOB];
+    let put =
+        |blob: &mut [u8; PARAM_BLOB], at: usize, p: &CallbackParams| match p {
+            CallbackParams::Load { scale, input } => blob[at..at + 16].copy_from_slice(
+                &builtin_bytes(*scale, 0, input.as_ref().map_or(0, |r| r.raw_addr())),
+            ),
+            CallbackParams::Store {
+                scale,
+                output,
+                accumulate,
+            } => blob[at..at + 16].copy_from_slice(&builtin_bytes(
+                *scale,
+                *accumulate as u32,
+                output.as_ref().map_or(0, |r| r.raw_addr()),
+            )),
+            CallbackParams::Custom(b) => blob[at..at + b.len()].copy_from_slice(b),
+        };
+    if let Some(p) = load {
+        put(&mut blob, 0, p);
+    }
+    if let Some((at, p)) = store {
+        put(&mut blob, at, p);
+    }
+    blob
+}
+
+/// Whether `desc`'s load callback is a built-in one (which has an unfused form).
+fn has_unfused_form(desc: &FftPlanDesc) -> bool {
+    matches!(
+        desc.load,
+        Some(
+            LoadCallback::ComplexI8
+                | LoadCallback::ComplexI16
+                | LoadCallback::RealI8
+                | LoadCallback::ComplexF32
+        )
+    )
+}
 
 /// The 16-byte parameter struct of the built-in callbacks.
 fn builtin_bytes(scale: f32, flags: u32, ptr: u64) -> [u8; BUILTIN_PARAMS] {

@@ -3,11 +3,14 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::handle::{planned_handle, setter_kernel, Handle};
-use super::{check_transform, Direction, FftParams, FftPlan};
+use super::handle::{launch_packed, planned_handle, setter_launch, Handle};
+use super::{
+    check_transform, decide_fusion, Direction, FftForm, FftParams, FftPlan, FusionDecision,
+    Unfused, BUILTIN_PARAMS, PARAM_BLOB,
+};
 use crate::device::Device;
 use crate::error::Result;
-use crate::kernel::{KernelArg, LaunchConfig, PackedArgs};
+use crate::kernel::{LaunchConfig, PackedArgs};
 use crate::memory::{Allocation, MemorySpace, Region};
 use crate::result::{cufft as cf, runtime as rt};
 use crate::stream::Stream;
@@ -17,7 +20,11 @@ use crate::stream::Stream;
 ///
 /// It owns its cuFFT handle, work area and callback-parameter buffer. [`StreamFft::exec`]
 /// queues a parameter write (a kernel launch, whose arguments CUDA copies at launch, so each
-/// call's parameters stay with it) followed by the transform. The regions may be dropped at
+/// call's parameters stay with it) followed by the transform. A plan with a built-in load
+/// callback runs in the form an FFT node of the same plan would
+/// ([`decide_fusion`](super::decide_fusion), [`StreamFft::fusion`]): unfused, a conversion
+/// kernel (with the load parameters as its arguments) writes the `StreamFft`'s own scratch
+/// buffer first. The regions may be dropped at
 /// once: their memory is freed only after the transform has run. Dropping a `StreamFft` waits for the work
 /// it queued; moving to another stream waits for the work queued on the previous one.
 pub struct StreamFft {
@@ -28,6 +35,10 @@ pub struct StreamFft {
     setter: Option<PackedArgs>,
     setter_kernel: Option<crate::kernel::Kernel>,
     _work: Arc<Allocation>,
+    /// The form, and why.
+    decision: FusionDecision,
+    /// Unfused: the conversion kernel and scratch buffer, and the kernel's packed arguments.
+    convert: Option<(Unfused, PackedArgs)>,
     /// The stream the handle is bound to (rebinding costs a call, so only on change); `Drop`
     /// waits for it.
     bound: Option<Stream>,
@@ -37,23 +48,31 @@ impl StreamFft {
     /// Makes the cuFFT plan (with its callbacks) on `device`.
     pub fn new(device: &Device, plan: &FftPlan) -> Result<StreamFft> {
         device.bind()?;
-        let bytes = plan.param_buffer_bytes();
-        let (handle, params, need) = planned_handle(device, plan)?;
+        let decision = decide_fusion(device, plan)?;
+        let form = decision.form;
+        let unfused = match form {
+            FftForm::Fused => None,
+            FftForm::Unfused => Some(Unfused::new(device, plan)?),
+        };
+        let (handle, params, need) =
+            planned_handle(device, unfused.as_ref().map_or(plan, |u| &u.plan))?;
         let work = Allocation::new(device, need.max(16), MemorySpace::Device)?;
         // SAFETY: the work area is large enough and owned by `self`.
         unsafe { cf::set_work_area(handle.raw(), work.ptr as *mut c_void)? };
         let (setter, setter_kernel) = match &params {
             Some(p) => {
-                let k = setter_kernel(device)?;
-                let args = [
-                    KernelArg::from(p.ptr),
-                    KernelArg::from([0u8; super::PARAM_BLOB]),
-                    KernelArg::from(bytes.div_ceil(8) as i32),
-                ];
-                k.check_args(&args)?;
-                (Some(PackedArgs::new(&k, &args)), Some(k))
+                let (args, k) =
+                    setter_launch(device, p.ptr, [0u8; PARAM_BLOB], plan.setter_bytes(form))?;
+                (Some(args), Some(k))
             }
             None => (None, None),
+        };
+        let convert = match unfused {
+            Some(u) => {
+                let args = u.packed(0, [0; BUILTIN_PARAMS])?;
+                Some((u, args))
+            }
+            None => None,
         };
         Ok(StreamFft {
             plan: plan.clone(),
@@ -63,8 +82,16 @@ impl StreamFft {
             setter,
             setter_kernel,
             _work: work,
+            decision,
+            convert,
             bound: None,
         })
+    }
+
+    /// The form this `StreamFft` runs in (the one FFT nodes of the same plan are lowered in
+    /// on this device), and why.
+    pub fn fusion(&self) -> FusionDecision {
+        self.decision
     }
 
     /// Queues the transform of `input` into `output` on `stream`, with callback `params`
@@ -89,29 +116,34 @@ impl StreamFft {
             unsafe { cf::set_stream(self.handle.raw(), stream.raw())? };
             self.bound = Some(stream.clone());
         }
+        if let Some((u, args)) = &mut self.convert {
+            args.set_bytes(1, &input.raw_addr().to_ne_bytes());
+            args.set_bytes(2, &FftPlan::load_param_bytes(params));
+            // SAFETY: the arguments were checked at construction and keep their sizes; the
+            // scratch buffer is owned by `self` (whose Drop waits for the stream) and holds
+            // the plan's input span; the input region (and any override region in the load
+            // parameters) was checked against the plan and gets the marker noted below.
+            unsafe { launch_packed(&u.kernel, u.config(), args, stream.raw())? };
+        }
         if let (Some(packed), Some(k)) = (&mut self.setter, &self.setter_kernel) {
-            packed.set_bytes(1, &self.plan.param_blob(params));
+            packed.set_bytes(1, &self.plan.setter_blob(self.decision.form, params));
             // SAFETY: the setter's arguments match its layout (checked at construction); the
             // parameter buffer is owned by `self`.
-            unsafe {
-                rt::launch_kernel(
-                    k.raw().expect("a loaded kernel") as *const c_void,
-                    LaunchConfig::new(1, 32).grid.into(),
-                    LaunchConfig::new(1, 32).block.into(),
-                    packed.kernel_params(),
-                    0,
-                    stream.raw(),
-                )?
-            };
+            unsafe { launch_packed(k, LaunchConfig::new(1, 32), packed, stream.raw())? };
         }
-        // SAFETY: the regions were checked against the plan; the handle is bound to `stream`;
-        // the marker noted below keeps the regions from being freed, and their host access
-        // waiting, until the transform has run.
+        let fft_input = self
+            .convert
+            .as_ref()
+            .map_or(input.raw_addr(), |(u, _)| u.scratch.ptr);
+        // SAFETY: the regions were checked against the plan (unfused: the transform reads
+        // the scratch buffer, written by the conversion just queued); the handle is bound to
+        // `stream`; the marker noted below keeps the regions from being freed, and their host
+        // access waiting, until the transform has run.
         unsafe {
             cf::exec(
                 self.handle.raw(),
                 self.plan.inner.desc.kind.raw(),
-                input.raw_addr() as *mut c_void,
+                fft_input as *mut c_void,
                 output.raw_addr() as *mut c_void,
                 direction.raw(),
             )?

@@ -292,3 +292,281 @@ fn lowering_state_is_send() {
     send::<crate::dag::nodes::fft::LoweringContext>();
     send::<crate::Exec>();
 }
+
+#[test]
+fn unfused_needs_a_builtin_load_callback() {
+    let e = FftPlan::new(c2c(8, 1).with_fusion(Fusion::Unfused))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Fusion::Unfused needs a built-in load callback") && e.contains("has none"),
+        "{e}"
+    );
+    let custom = LoadCallback::Custom(CustomCallback {
+        source: String::new(),
+        function: "my_load".into(),
+        params_size: 4,
+        elem_bytes: 8,
+    });
+    let e = FftPlan::new(
+        c2c(8, 1)
+            .with_load(custom.clone())
+            .with_fusion(Fusion::Unfused),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("the custom load callback `my_load`"), "{e}");
+    // Custom loads and plans without a load have only the fused form; built-ins have both.
+    let p = FftPlan::new(c2c(8, 1).with_load(custom)).unwrap();
+    assert!(!p.has_unfused_form());
+    assert_eq!(p.fusion(), Fusion::Auto);
+    for l in [
+        LoadCallback::ComplexI8,
+        LoadCallback::ComplexI16,
+        LoadCallback::ComplexF32,
+    ] {
+        assert!(FftPlan::new(c2c(8, 1).with_load(l))
+            .unwrap()
+            .has_unfused_form());
+    }
+    let r = FftPlan::new(
+        FftPlanDesc::new(FftType::R2C, &[8], 1)
+            .with_load(LoadCallback::RealI8)
+            .with_fusion(Fusion::Unfused),
+    )
+    .unwrap();
+    assert_eq!(r.fusion(), Fusion::Unfused);
+    // The plan the unfused form runs after its conversion: no load, float input, same rest.
+    let inner = r.unfused_plan().unwrap();
+    assert_eq!(inner.desc().load, None);
+    assert_eq!(inner.desc().fusion, Fusion::Fused);
+    assert_eq!(inner.input_bytes(), 8 * 4);
+    assert_eq!(r.input_bytes(), 8);
+    assert_eq!(inner.output_bytes(), r.output_bytes());
+}
+
+#[test]
+fn parameter_blobs_of_both_forms() {
+    let p = FftPlan::new(
+        c2c(16, 1)
+            .with_load(LoadCallback::ComplexI8)
+            .with_store(StoreCallback::Power),
+    )
+    .unwrap();
+    let params = FftParams {
+        load: Some(CallbackParams::load(0.5)),
+        store: Some(CallbackParams::Store {
+            scale: 2.0,
+            output: None,
+            accumulate: true,
+        }),
+    };
+    let fused = p.setter_blob(FftForm::Fused, &params);
+    let unfused = p.setter_blob(FftForm::Unfused, &params);
+    assert_eq!(
+        (
+            p.setter_bytes(FftForm::Fused),
+            p.setter_bytes(FftForm::Unfused)
+        ),
+        (32, 16)
+    );
+    // Fused: load part then store part; unfused: the store part alone, at 0.
+    assert_eq!(&fused[16..32], &unfused[..16]);
+    assert_eq!(&fused[..4], &0.5f32.to_ne_bytes());
+    assert_eq!(&unfused[..4], &2.0f32.to_ne_bytes());
+    assert_eq!(&unfused[4..8], &1u32.to_ne_bytes());
+    assert!(unfused[16..].iter().all(|&b| b == 0));
+    // The conversion kernel's parameters are the fused blob's load part.
+    assert_eq!(FftPlan::load_param_bytes(&params), fused[..16]);
+    assert_eq!(FftPlan::load_param_bytes(&FftParams::none()), [0; 16]);
+}
+
+/// Both forms through the recording backend: `Fusion::Auto` is fused there (not measured);
+/// unfused, the node's conversion kernel node reads the input and writes the node's own scratch
+/// buffer (with the load parameters as its argument), the parameter-setting node writes the
+/// store part only (none without a store callback), and the transform reads the scratch buffer.
+#[test]
+fn lowering_both_forms() {
+    let mut r = RecordingBackend::new(DeviceLimits::hopper());
+    let desc = c2c(256, 2)
+        .with_load(LoadCallback::ComplexI8)
+        .with_store(StoreCallback::Scale);
+    let auto = FftPlan::new(desc.clone()).unwrap();
+    let fused = FftPlan::new(desc.clone().with_fusion(Fusion::Fused)).unwrap();
+    let unfused = FftPlan::new(desc.with_fusion(Fusion::Unfused)).unwrap();
+    let real = FftPlan::new(
+        FftPlanDesc::new(FftType::R2C, &[64], 1)
+            .with_load(LoadCallback::RealI8)
+            .with_fusion(Fusion::Unfused),
+    )
+    .unwrap();
+    let input = r.device_buffer::<[i8; 2]>(512);
+    let out = r.device_buffer::<[f32; 2]>(512);
+    let rin = r.device_buffer::<i8>(64);
+    let rout = r.device_buffer::<[f32; 2]>(33);
+    let params = |scale: f32| FftParams {
+        load: Some(CallbackParams::load(0.5)),
+        store: Some(CallbackParams::store(scale)),
+    };
+    let spec = |plan: &FftPlan, scale| FftSpec {
+        plan: plan.clone(),
+        direction: Direction::Forward,
+        input: (&input).into(),
+        output: (&out).into(),
+        params: params(scale),
+    };
+    let mut dag = Dag::new();
+    let a = dag.add_fft(spec(&auto, 1.0)).unwrap();
+    let b = dag.add_fft(spec(&fused, 2.0)).unwrap();
+    let c = dag.add_fft(spec(&unfused, 4.0)).unwrap();
+    dag.add_fft(FftSpec {
+        plan: real,
+        direction: Direction::Forward,
+        input: (&rin).into(),
+        output: (&rout).into(),
+        params: FftParams {
+            load: Some(CallbackParams::load(0.25)),
+            store: None,
+        },
+    })
+    .unwrap();
+    dag.add_dependency(a, b).unwrap();
+    dag.add_dependency(b, c).unwrap();
+    dag.lower(&mut r).unwrap();
+    let t = r.transcript().replace("0x70000000", "@");
+    let expect = "\
+0 cudaGraphAddNode kernel `fft#0` deps=[] kernel=cudagraph_fft_set_params handle=#1 param_buffer=@1700 bytes=32 params=0000003f0000000000000000000000000000803f000000000000000000000000
+1 cudaStreamBeginCaptureToGraph+cufftExec captured `fft#0` deps=[0] handle=#1 plan=C2C[256]x2 dir=Forward in=@0000 out=@0400 work_slot=0 form=fused (auto, not measured)
+2 cudaGraphAddNode kernel `fft#1` deps=[1] kernel=cudagraph_fft_set_params handle=#2 param_buffer=@1800 bytes=32 params=0000003f00000000000000000000000000000040000000000000000000000000
+3 cudaStreamBeginCaptureToGraph+cufftExec captured `fft#1` deps=[2] handle=#2 plan=C2C[256]x2 dir=Forward in=@0000 out=@0400 work_slot=0 form=fused (requested)
+4 cudaGraphAddNode kernel `fft#2` deps=[3] kernel=cudagraph_fft_convert_ci8 handle=#3 grid=(2,1,1) block=(256,1,1) in=@0000 scratch=@1900 elems=512 params=0000003f000000000000000000000000
+5 cudaGraphAddNode kernel `fft#2` deps=[3] kernel=cudagraph_fft_set_params handle=#3 param_buffer=@2900 bytes=16 params=00008040000000000000000000000000
+6 cudaStreamBeginCaptureToGraph+cufftExec captured `fft#2` deps=[4, 5] handle=#3 plan=C2C[256]x2 dir=Forward in=@1900 out=@0400 work_slot=0 form=unfused: convert + FFT (requested)
+7 cudaGraphAddNode kernel `fft#3` deps=[] kernel=cudagraph_fft_convert_ri8 handle=#4 grid=(1,1,1) block=(256,1,1) in=@1400 scratch=@2a00 elems=64 params=0000803e000000000000000000000000
+8 cudaStreamBeginCaptureToGraph+cufftExec captured `fft#3` deps=[7] handle=#4 plan=R2C[64]x1 dir=Forward in=@2a00 out=@1500 work_slot=1 form=unfused: convert + FFT (requested)
+";
+    assert_eq!(t, expect, "{t}");
+    // The DAG's DOT shows what each plan asks for; the form chosen is in the Exec's.
+    let dot = dag.to_dot();
+    for line in [
+        "fusion auto (decided when lowered)",
+        "fused (requested)",
+        "unfused: convert + FFT (requested)",
+    ] {
+        assert!(dot.contains(line), "{line}: {dot}");
+    }
+}
+
+/// The DOT labels of FFT nodes: the form line exists only for plans with an unfused form, and
+/// an `Exec`'s DOT (`to_dot_with` the lowering's decisions) shows the form chosen.
+#[test]
+fn dot_shows_the_form() {
+    let mut r = RecordingBackend::new(DeviceLimits::hopper());
+    let input = r.device_buffer::<[i8; 2]>(64);
+    let out = r.device_buffer::<[f32; 2]>(64);
+    let mut dag = Dag::new();
+    let auto = FftPlan::new(c2c(64, 1).with_load(LoadCallback::ComplexI8)).unwrap();
+    let n = dag
+        .add_fft(FftSpec {
+            plan: auto,
+            direction: Direction::Forward,
+            input: (&input).into(),
+            output: (&out).into(),
+            params: FftParams {
+                load: Some(CallbackParams::load(1.0)),
+                store: None,
+            },
+        })
+        .unwrap();
+    dag.set_name(n, "channelise");
+    let plain = FftPlan::new(c2c(64, 1)).unwrap();
+    dag.add_fft(FftSpec {
+        plan: plain,
+        direction: Direction::Inverse,
+        input: (&out).into(),
+        output: (&out).into(),
+        params: FftParams::none(),
+    })
+    .unwrap();
+    let expect = |form: &str| {
+        format!(
+            "digraph cudagraph {{
+  rankdir=TB;
+  node [fontname=\"Helvetica\", fontsize=10, style=filled];
+  n0 [label=\"channelise\\nfft C2C Forward [64] x1\\nload ComplexI8\\n{form}\", shape=component, fillcolor=\"#ffe5d0\", style=\"filled\"];
+  n1 [label=\"fft#1\\nfft C2C Inverse [64] x1\", shape=component, fillcolor=\"#ffe5d0\", style=\"filled\"];
+}}
+"
+        )
+    };
+    assert_eq!(dag.to_dot(), expect("fusion auto (decided when lowered)"));
+    let measured = FusionDecision {
+        form: FftForm::Unfused,
+        source: FusionSource::Measured,
+        timings: Some(FusionTimings {
+            fused_us: 51.5,
+            unfused_us: 37.0,
+        }),
+    };
+    let uid = n.serial();
+    let dot = dag.to_dot_with(&|u| (u == uid).then_some(measured));
+    assert_eq!(
+        dot,
+        expect("unfused: convert + FFT (auto: 37.0 µs, fused 51.5 µs)")
+    );
+}
+
+/// Unfused with an advanced layout: the conversion covers the whole input span (gaps
+/// included), element `i` to scratch element `i`, and the callback-free plan keeps the layout,
+/// so it reads at every offset what the load callback would have returned there.
+#[test]
+fn unfused_conversion_covers_the_input_span() {
+    let mut r = RecordingBackend::new(DeviceLimits::hopper());
+    let layout = Layout {
+        inembed: vec![256],
+        istride: 2,
+        idist: 600,
+        onembed: vec![256],
+        ostride: 1,
+        odist: 256,
+    };
+    let plan = FftPlan::new(
+        c2c(256, 3)
+            .with_layout(layout.clone())
+            .with_load(LoadCallback::ComplexI16)
+            .with_fusion(Fusion::Unfused),
+    )
+    .unwrap();
+    let span = 2 * 600 + 2 * 255 + 1;
+    assert_eq!(plan.input_bytes(), span * 4);
+    let inner = plan.unfused_plan().unwrap();
+    assert_eq!(inner.input_bytes(), span * 8);
+    assert_eq!(inner.desc().layout.as_ref(), Some(&layout));
+    let input = r.device_buffer::<[i16; 2]>(span);
+    let out = r.device_buffer::<[f32; 2]>(768);
+    let mut dag = Dag::new();
+    dag.add_fft(FftSpec {
+        plan,
+        direction: Direction::Inverse,
+        input: (&input).into(),
+        output: (&out).into(),
+        params: FftParams {
+            load: Some(CallbackParams::load(1.0)),
+            store: None,
+        },
+    })
+    .unwrap();
+    dag.lower(&mut r).unwrap();
+    let t = r.transcript();
+    assert!(
+        t.contains("kernel=cudagraph_fft_convert_ci16")
+            && t.contains(&format!("elems={span} "))
+            && t.contains("grid=(7,1,1)"),
+        "{t}"
+    );
+    assert_eq!(
+        t.lines().count(),
+        2,
+        "no store callback: no parameter node\n{t}"
+    );
+}

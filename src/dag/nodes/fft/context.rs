@@ -1,6 +1,9 @@
 //! Per-node cuFFT state of FFT nodes: made in a prepare pass before lowering
 //! ([`LoweringContext::prepare`]), keyed by node serial, kept across whole-graph updates while
-//! the plan is unchanged, and given back when CUDA refuses an update.
+//! the plan is unchanged, and given back when CUDA refuses an update. The prepare pass is also
+//! where each node's form (fused, or unfused: conversion kernel + plan without the load
+//! callback) is decided, with `fft::decide_fusion` (which measures `Fusion::Auto` plans once
+//! per shape, outside any capture); the state keeps the form, so a reused state keeps it too.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -14,9 +17,9 @@ use crate::dag::nodes::KernelNode;
 use crate::dag::{Dag, Op};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::fft::handle::{planned_handle, setter_kernel, zeroed_device, Handle};
-use crate::fft::{WorkShare, PARAM_BLOB};
-use crate::kernel::{KernelArg, LaunchConfig, PackedArgs};
+use crate::fft::handle::{planned_handle, setter_launch, zeroed_device, Handle};
+use crate::fft::{decide_fusion, FftForm, FftParams, FftPlan, FusionDecision, Unfused, WorkShare};
+use crate::kernel::LaunchConfig;
 use crate::memory::{Allocation, MemorySpace};
 use crate::result::{cufft as cf, runtime as rt};
 use crate::stream::Stream;
@@ -66,7 +69,8 @@ pub(crate) fn work_shares(dag: &Dag, order: &[crate::dag::NodeId]) -> Vec<Option
 }
 
 /// One FFT node's cuFFT state: its handle (plan made, callbacks attached), its parameter
-/// buffer and its work size. Kept across whole-graph updates while the plan does not change.
+/// buffer, its work size and its form (unfused: the conversion kernel and scratch buffer).
+/// Kept across whole-graph updates while the plan does not change.
 struct FftState {
     uid: u64,
     desc: crate::fft::FftPlanDesc,
@@ -78,11 +82,24 @@ struct FftState {
     warmed: bool,
     /// Whether it came from the context being reused (so a failed update gives it back).
     reused: bool,
+    /// The form the node runs in, and why.
+    decision: FusionDecision,
+    /// The unfused form's plan, conversion kernel and scratch buffer (the handle is made for
+    /// that plan then). Lives as long as the state, so as long as launches may use it.
+    unfused: Option<Unfused>,
 }
 
 impl FftState {
+    /// Decides the node's form (measuring once per shape for `Fusion::Auto`, see
+    /// `decide_fusion`), then makes its handle and buffers.
     fn new(device: &Device, f: &FftNode) -> Result<FftState> {
-        let (handle, params, need) = planned_handle(device, &f.plan)?;
+        let decision = decide_fusion(device, &f.plan)?;
+        let unfused = match decision.form {
+            FftForm::Fused => None,
+            FftForm::Unfused => Some(Unfused::new(device, &f.plan)?),
+        };
+        let plan = unfused.as_ref().map_or(&f.plan, |u| &u.plan);
+        let (handle, params, need) = planned_handle(device, plan)?;
         Ok(FftState {
             uid: f.uid,
             desc: f.plan.inner.desc.clone(),
@@ -91,7 +108,17 @@ impl FftState {
             need,
             warmed: false,
             reused: false,
+            decision,
+            unfused,
         })
+    }
+
+    /// The address the captured transform reads: the node's input, or (unfused) the
+    /// scratch buffer the conversion kernel writes.
+    fn fft_input(&self, f: &FftNode) -> u64 {
+        self.unfused
+            .as_ref()
+            .map_or(f.input.raw_addr(), |u| u.scratch.ptr)
     }
 }
 
@@ -111,6 +138,11 @@ struct Lowered {
     /// The parameter-setting kernel node (in the graph the Exec was instantiated from) and its
     /// launch, whose argument 1 is the parameter blob.
     setter: Option<(NodeHandle, KernelNode)>,
+    /// Unfused: the conversion kernel node (same graph) and its launch, whose argument 2 is
+    /// the load callback's parameter struct.
+    convert: Option<(NodeHandle, KernelNode)>,
+    /// The form the node was lowered in.
+    decision: FusionDecision,
 }
 
 /// FFT state made while lowering one graph; an [`Exec`](crate::Exec) keeps it alive.
@@ -260,46 +292,22 @@ impl LoweringContext {
             state.warmed = true;
         }
 
-        // The parameter-setting kernel node.
-        let mut capture_deps: Vec<sys::cudaGraphNode_t> = deps.to_vec();
-        let setter = match &state.params {
-            Some(p) => {
-                let k = setter_kernel(device)?;
-                let blob = f.param_blob(&f.params);
-                let words = (f.param_buffer_bytes().div_ceil(8)) as i32;
-                let args = [
-                    KernelArg::from(p.ptr),
-                    KernelArg::from(blob),
-                    KernelArg::from(words),
-                ];
-                k.check_args(&args)?;
-                let node = KernelNode {
-                    args: PackedArgs::new(&k, &args),
-                    kernel: k,
-                    config: LaunchConfig::new(1, 32),
-                    priority: None,
-                };
-                let mut raw = KernelNode::generic(node.cuda_params());
-                // SAFETY: validated arguments for a live kernel of this device; CUDA copies
-                // the argument values during the call.
-                let h = unsafe { rt::graph_add_node(graph, deps, &[], &mut raw)? };
-                capture_deps = vec![h];
-                Some((NodeHandle(h), node))
-            }
-            None => None,
-        };
+        // The parameter-setting kernel node (and, unfused, the conversion kernel node).
+        let (capture_deps, setter, convert) = add_kernel_nodes(device, graph, deps, f, &state)?;
+        let input = state.fft_input(f);
 
         // Capture the transform into the graph.
         // SAFETY: stream and graph are live and of the bound device; the dependencies are
-        // nodes of the graph; the node's regions were validated against the plan, and the
-        // capture records the call instead of running it.
+        // nodes of the graph; the node's regions were validated against the plan (unfused, the
+        // input is the state's scratch buffer, sized for the callback-free plan's input and
+        // kept alive with the state); the capture records the call instead of running it.
         let captured = unsafe {
             capture_into(graph, stream.raw(), &capture_deps, |s| {
                 debug_assert_eq!(s, stream.raw());
                 cf::exec(
                     handle.raw(),
                     d.kind.raw(),
-                    f.input.raw_addr() as *mut c_void,
+                    input as *mut c_void,
                     f.output.raw_addr() as *mut c_void,
                     f.direction.raw(),
                 )
@@ -311,19 +319,27 @@ impl LoweringContext {
                 d.kind
             )));
         }
+        // Enabled and disabled together: the transform, the parameter setter and (unfused)
+        // the conversion.
         let mut nodes = captured.nodes;
-        if let Some((h, _)) = &setter {
-            nodes.push(h.0);
-        }
+        nodes.extend(setter.iter().chain(&convert).map(|(h, _)| h.0));
         self.nodes.push(Lowered {
             uid: f.uid,
+            decision: state.decision,
             state: Some(state),
             setter,
+            convert,
         });
         Ok(Captured {
             out: captured.out,
             nodes,
         })
+    }
+
+    /// The form FFT node `uid` was lowered in (`None`: not lowered by this context, e.g. in a
+    /// child graph).
+    pub(crate) fn decision(&self, uid: u64) -> Option<FusionDecision> {
+        self.nodes.iter().find(|n| n.uid == uid).map(|n| n.decision)
     }
 
     /// Keeps a child graph's FFT state alive with this one (its nodes are not updatable per
@@ -338,47 +354,153 @@ impl LoweringContext {
     /// the Exec was instantiated from: take those handles from `old`.
     pub(crate) fn adopt_node_handles_from(&mut self, old: &LoweringContext) {
         for n in &mut self.nodes {
-            let old_node = old.nodes.iter().find(|o| o.uid == n.uid);
-            if let (
-                Some((h, _)),
-                Some(Lowered {
-                    setter: Some((oh, _)),
-                    ..
-                }),
-            ) = (&mut n.setter, old_node)
-            {
+            let Some(o) = old.nodes.iter().find(|o| o.uid == n.uid) else {
+                continue;
+            };
+            if let (Some((h, _)), Some((oh, _))) = (&mut n.setter, &o.setter) {
+                *h = *oh;
+            }
+            if let (Some((h, _)), Some((oh, _))) = (&mut n.convert, &o.convert) {
                 *h = *oh;
             }
         }
     }
 
-    /// Writes new parameters into FFT node `uid`'s setter kernel node of `exec`.
+    /// Writes new parameters `params` (checked for `plan`, the node's) into FFT node `uid`'s
+    /// kernel nodes of `exec`: the parameter-setting node's blob and, unfused, the conversion
+    /// node's load parameters (only when they changed). All or nothing: when CUDA refuses the
+    /// second node, the first is set back.
     pub(crate) fn set_params(
         &mut self,
         exec: sys::cudaGraphExec_t,
         uid: u64,
-        blob: &[u8; PARAM_BLOB],
+        plan: &FftPlan,
+        params: &FftParams,
     ) -> Result<()> {
-        let Some((h, node)) = self
-            .nodes
+        let LoweringContext { nodes, scratch, .. } = self;
+        let Some(n) = nodes
             .iter_mut()
             .find(|n| n.uid == uid)
-            .and_then(|n| n.setter.as_mut())
+            .filter(|n| n.setter.is_some() || n.convert.is_some())
         else {
             return Err(Error::Invalid(
                 "this FFT node has no callback parameters to update".into(),
             ));
         };
-        let mut params = node.cuda_params();
-        params.kernelParams = node
-            .args
-            .staged(&mut self.scratch, &|i| (i == 1).then_some(&blob[..]));
-        let mut raw = KernelNode::generic(params);
-        // SAFETY: `h` is the setter kernel node of the graph `exec` was instantiated from; the
-        // staged arguments keep the validated layout.
-        unsafe { rt::graph_exec_node_set_params(exec, h.0, &mut raw)? };
-        // Accepted: now the node's own copy changes.
-        node.args.set_bytes(1, blob);
+        let load = FftPlan::load_param_bytes(params);
+        let convert = match &n.convert {
+            Some((h, node)) if node.args.param_bytes(2) != load => {
+                set_kernel_node_arg(exec, *h, node, 2, &load, scratch)?;
+                true
+            }
+            _ => false,
+        };
+        if let Some((h, node)) = &mut n.setter {
+            let blob = plan.setter_blob(n.decision.form, params);
+            if let Err(e) = set_kernel_node_arg(exec, *h, node, 1, &blob, scratch) {
+                if let (true, Some((ch, cnode))) = (convert, &n.convert) {
+                    let mut raw = KernelNode::generic(cnode.cuda_params());
+                    // SAFETY: as in `set_kernel_node_arg`, with the node's committed arguments.
+                    let _ = unsafe { rt::graph_exec_node_set_params(exec, ch.0, &mut raw) };
+                }
+                return Err(e);
+            }
+            // Accepted: now the node's own copy changes.
+            node.args.set_bytes(1, &blob);
+        }
+        if let (true, Some((_, node))) = (convert, &mut n.convert) {
+            node.args.set_bytes(2, &load);
+        }
         Ok(())
     }
+}
+
+/// Sets argument `i` of kernel node `h` of `exec` (made from `node`) to `bytes`, staged in
+/// `scratch` (`node` itself is not changed: the caller commits when every call succeeded).
+fn set_kernel_node_arg(
+    exec: sys::cudaGraphExec_t,
+    h: NodeHandle,
+    node: &KernelNode,
+    i: usize,
+    bytes: &[u8],
+    scratch: &mut crate::kernel::ArgScratch,
+) -> Result<()> {
+    let mut params = node.cuda_params();
+    params.kernelParams = node.args.staged(scratch, &|j| (j == i).then_some(bytes));
+    let mut raw = KernelNode::generic(params);
+    // SAFETY: `h` is a kernel node of the graph `exec` was instantiated from, added from
+    // `node`; the staged arguments keep its validated layout (only argument `i`'s bytes, of
+    // its size, change, and addresses they hold are kept alive by the node's state or DAG).
+    unsafe { rt::graph_exec_node_set_params(exec, h.0, &mut raw) }
+}
+
+/// The node a kernel launch of an FFT node becomes, added to `graph` after `deps`.
+fn add_kernel_node(
+    graph: sys::cudaGraph_t,
+    deps: &[sys::cudaGraphNode_t],
+    node: &KernelNode,
+) -> Result<sys::cudaGraphNode_t> {
+    let mut raw = KernelNode::generic(node.cuda_params());
+    // SAFETY: arguments checked against the live kernel of this device; the addresses among
+    // them are the node's regions (held by the DAG) or buffers of its lowering state (held by
+    // the Exec's context); CUDA copies the argument values during the call.
+    unsafe { rt::graph_add_node(graph, deps, &[], &mut raw) }
+}
+
+/// Adds the kernel nodes an FFT node's captured transform depends on, each after `deps`:
+/// unfused, the conversion kernel node (input → scratch, with the load parameters); with a
+/// parameter buffer, the parameter-setting kernel node. Returns what the capture depends on
+/// (those nodes, or `deps` when there are none) and the nodes.
+#[allow(clippy::type_complexity)] // reason: a private helper's three results, named at the call
+fn add_kernel_nodes(
+    device: &Device,
+    graph: sys::cudaGraph_t,
+    deps: &[sys::cudaGraphNode_t],
+    f: &FftNode,
+    state: &FftState,
+) -> Result<(
+    Vec<sys::cudaGraphNode_t>,
+    Option<(NodeHandle, KernelNode)>,
+    Option<(NodeHandle, KernelNode)>,
+)> {
+    let mut capture_deps = Vec::new();
+    let convert = match &state.unfused {
+        Some(u) => {
+            let node = KernelNode {
+                args: u.packed(f.input.raw_addr(), FftPlan::load_param_bytes(&f.params))?,
+                kernel: u.kernel.clone(),
+                config: u.config(),
+                priority: None,
+            };
+            let h = add_kernel_node(graph, deps, &node)?;
+            capture_deps.push(h);
+            Some((NodeHandle(h), node))
+        }
+        None => None,
+    };
+    let setter = match &state.params {
+        Some(p) => {
+            let form = state.decision.form;
+            let (args, kernel) = setter_launch(
+                device,
+                p.ptr,
+                f.plan.setter_blob(form, &f.params),
+                f.plan.setter_bytes(form),
+            )?;
+            let node = KernelNode {
+                args,
+                kernel,
+                config: LaunchConfig::new(1, 32),
+                priority: None,
+            };
+            let h = add_kernel_node(graph, deps, &node)?;
+            capture_deps.push(h);
+            Some((NodeHandle(h), node))
+        }
+        None => None,
+    };
+    if capture_deps.is_empty() {
+        capture_deps = deps.to_vec();
+    }
+    Ok((capture_deps, setter, convert))
 }

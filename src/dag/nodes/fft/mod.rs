@@ -17,7 +17,7 @@ use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
 use crate::fft::{
     cb_name_load, cb_name_store, check_owners, check_transform, params_problem, Direction,
-    FftParams, FftPlan, WorkShare, PARAM_BLOB,
+    FftParams, FftPlan, Fusion, FusionDecision, WorkShare,
 };
 use crate::memory::{Allocation, Region};
 
@@ -64,16 +64,6 @@ impl FftNode {
         &self.params
     }
 
-    /// Bytes of this node's parameter buffer; 0 without callbacks.
-    pub(crate) fn param_buffer_bytes(&self) -> usize {
-        self.plan.param_buffer_bytes()
-    }
-
-    /// The parameter buffer's contents for `params` (checked).
-    pub(crate) fn param_blob(&self, params: &FftParams) -> [u8; PARAM_BLOB] {
-        self.plan.param_blob(params)
-    }
-
     /// Calls `f` for the input, the output and every override region's allocation.
     pub(crate) fn for_each_allocation(
         &self,
@@ -84,7 +74,10 @@ impl FftNode {
         self.params.for_each_allocation(f);
     }
 
-    pub(crate) fn dot_lines(&self) -> Vec<String> {
+    /// The DOT label's lines. For a plan with an unfused form, the last line is the form:
+    /// `decided` (what lowering chose, for an [`Exec`]'s DOT), else what the plan asks for
+    /// (`Fusion::Auto` is decided when the node is lowered).
+    pub(crate) fn dot_lines(&self, decided: Option<FusionDecision>) -> Vec<String> {
         let d = &self.plan.inner.desc;
         let mut l = vec![format!(
             "fft {:?} {:?} {:?} x{}",
@@ -96,7 +89,20 @@ impl FftNode {
         if let Some(c) = &d.store {
             l.push(format!("store {}", cb_name_store(c)));
         }
+        if self.plan.has_unfused_form() {
+            l.push(match (decided, self.plan.fusion()) {
+                (Some(decision), _) => decision.describe(),
+                (None, Fusion::Auto) => "fusion auto (decided when lowered)".into(),
+                (None, Fusion::Fused) => "fused (requested)".into(),
+                (None, Fusion::Unfused) => "unfused: convert + FFT (requested)".into(),
+            });
+        }
         l
+    }
+
+    /// The DOT label, with the form lowering chose when known.
+    pub(crate) fn label_with(&self, decided: Option<FusionDecision>) -> Label {
+        Label::new("component", "#ffe5d0", self.dot_lines(decided))
     }
 
     /// Checks `params` for this node's plan.
@@ -125,7 +131,7 @@ impl NodeOp for FftNode {
         FftNode::for_each_allocation(self, f)
     }
     fn label(&self) -> Label {
-        Label::new("component", "#ffe5d0", self.dot_lines())
+        self.label_with(None)
     }
     fn params<'a>(&'a self, share: Option<&'a WorkShare>) -> NodeParams<'a> {
         NodeParams::Fft {
@@ -173,8 +179,27 @@ impl Dag {
 }
 
 impl Exec {
+    /// The form FFT node `id` was lowered in ([`FusionDecision`]: fused, or unfused as a
+    /// conversion kernel node before the transform, and why). [`Exec::to_dot`] shows it too.
+    /// An error for a node that is not an FFT node of this graph (FFT nodes inside child
+    /// graphs are not reported).
+    pub fn fft_fusion(&self, id: NodeId) -> Result<FusionDecision> {
+        let node = self.dag.node(id)?;
+        let Op::Fft(f) = &node.op else {
+            return Err(node.wrong_kind("an FFT node"));
+        };
+        self.fft.decision(f.uid).ok_or_else(|| {
+            Error::Invalid(format!(
+                "node `{}` was not lowered by this graph's FFT context",
+                node.name()
+            ))
+        })
+    }
+
     /// Replaces the callback parameters of FFT node `id` for launches issued after this call
-    /// (launches already queued keep theirs). When CUDA refuses, nothing changes. Regions the
+    /// (launches already queued keep theirs). When CUDA refuses, nothing changes. In the
+    /// unfused form the load parameters are the conversion kernel node's argument and the
+    /// store parameters go through the parameter-setting node, as in the fused form. Regions the
     /// old parameters pointed to stay alive until the launches that may use them have
     /// completed.
     pub fn set_fft_params(&mut self, id: NodeId, params: FftParams) -> Result<()> {
@@ -185,9 +210,7 @@ impl Exec {
         };
         f.check_params(&node.name, &params)?;
         check_owners(&node.name, &f.input, &f.output, &params, key)?;
-        let blob = f.param_blob(&params);
-        let uid = f.uid;
-        self.fft.set_params(self.raw, uid, &blob)?;
+        self.fft.set_params(self.raw, f.uid, &f.plan, &params)?;
         params.for_each_allocation(&mut |a| self.hold(a));
         let Op::Fft(f) = &mut self.dag.node_mut(id)?.op else {
             unreachable!("checked above")
