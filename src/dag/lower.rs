@@ -307,6 +307,13 @@ impl sealed::Lower for RecordingBackend {
                 Ok(self.record("cudaGraphAddNode", "graph", name, deps, p))
             }
             NodeParams::Fft { node: f, work } => self.add_fft(name, deps, f, work),
+            NodeParams::Captured(w) => Ok(self.record(
+                "cudaStreamBeginCaptureToGraph",
+                "captured",
+                name,
+                deps,
+                w.describe(),
+            )),
         }
     }
 }
@@ -476,6 +483,35 @@ impl sealed::Lower for CudaBackend {
                 let graph = self.graph;
                 let device = self.device.clone();
                 self.fft.lower(&device, graph, deps, node)
+            }
+            NodeParams::Captured(w) => {
+                let stream = crate::Stream::new(&self.device)?;
+                // SAFETY: stream and graph are live; the dependencies are nodes of the graph.
+                unsafe {
+                    rt::stream_begin_capture_to_graph(
+                        stream.raw(),
+                        self.graph,
+                        deps,
+                        sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal,
+                    )?
+                };
+                // SAFETY: the stream is live, of this device, capturing.
+                let r = unsafe { w.enqueue(stream.raw()) };
+                // SAFETY: the stream is capturing (or the capture was invalidated).
+                let info = unsafe { rt::stream_capture_dependencies(stream.raw()) };
+                // SAFETY: always end the capture we began.
+                let ended = unsafe { rt::stream_end_capture(stream.raw()) };
+                r?;
+                let (_, terminals) = info?;
+                ended?;
+                if terminals.len() == 1 {
+                    Ok(terminals[0])
+                } else {
+                    let mut raw =
+                        NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeEmpty);
+                    // SAFETY: the terminals are nodes of the graph.
+                    unsafe { rt::graph_add_node(self.graph, &terminals, &[], &mut raw) }
+                }
             }
         }
     }

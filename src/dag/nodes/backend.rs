@@ -55,6 +55,20 @@ pub enum NodeParams<'a> {
         /// The work area it may share.
         work: &'a WorkShare,
     },
+    /// Work that only a stream call can express (TEMPORARY copy of the lead's interface, to be
+    /// replaced by main's on merge).
+    Captured(&'a dyn CaptureWork),
+}
+
+/// Work a node captures from a stream into the graph (TEMPORARY copy, see above).
+pub(crate) trait CaptureWork {
+    /// Enqueues the node's work on `stream`, which is capturing into the graph after the
+    /// node's dependencies.
+    /// # Safety
+    /// `stream` is a live stream of the lowering device, in capture mode.
+    unsafe fn enqueue(&self, stream: sys::cudaStream_t) -> Result<()>;
+    /// What the recording backend records.
+    fn describe(&self) -> String;
 }
 
 impl NodeParams<'_> {
