@@ -32,7 +32,8 @@ mod generate {
     /// (from a newer library) is still a valid Rust value. NCCL's reduction operators are
     /// newtypes too (`ncclRedOpCreatePreMulSum` returns values past the named ones), and so are
     /// its data types (several names share a value).
-    const NEWTYPE_ENUMS: &str = "cudaError|cufftResult_t|nvrtcResult|ncclResult_t|ncclRedOp_t|ncclDataType_t";
+    const NEWTYPE_ENUMS: &str =
+        "cudaError|cufftResult_t|nvrtcResult|ncclResult_t|ncclRedOp_t|ncclDataType_t";
 
     /// Enums whose values are OR-ed together (or that are bit masks in some struct field): plain
     /// `pub const NAME: EnumType = value;` items with `pub type EnumType = c_uint;`.

@@ -129,6 +129,7 @@ pub mod fft;
 mod kernel;
 pub mod load;
 mod memory;
+pub mod nccl;
 pub mod result;
 mod stream;
 pub mod sys;
@@ -151,6 +152,7 @@ pub use kernel::{
     LaunchConfig, Module, ParamInfo,
 };
 pub use memory::{DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace, Region};
+pub use nccl::{Comm, Communicators, NcclType, ReduceOp};
 pub use stream::{Event, Stream};
 
 /// The README's code blocks, compiled as doctests so they stay correct.

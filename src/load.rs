@@ -402,8 +402,14 @@ mod tests {
             ]
         );
         let text = err.to_string();
-        assert!(text.starts_with("NCCL (libnccl.so.2) could not be loaded"), "{text}");
-        assert!(text.contains("/nonexistent/nccl/lib/libnccl.so.2"), "{text}");
+        assert!(
+            text.starts_with("NCCL (libnccl.so.2) could not be loaded"),
+            "{text}"
+        );
+        assert!(
+            text.contains("/nonexistent/nccl/lib/libnccl.so.2"),
+            "{text}"
+        );
         assert!(text.contains("CUDAGRAPH_NCCL_PATH"), "{text}");
         assert!(text.contains("nvidia-nccl-cu13"), "{text}");
     }

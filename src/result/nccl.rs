@@ -196,13 +196,7 @@ pub unsafe fn reduce_scatter(
     stream: sys::cudaStream_t,
 ) -> Result<()> {
     nccl!(ncclReduceScatter(
-        send,
-        recv,
-        recv_count,
-        dtype,
-        op,
-        comm,
-        stream
+        send, recv, recv_count, dtype, op, comm, stream
     ))
 }
 
@@ -219,15 +213,7 @@ pub unsafe fn broadcast(
     comm: sys::ncclComm_t,
     stream: sys::cudaStream_t,
 ) -> Result<()> {
-    nccl!(ncclBroadcast(
-        send,
-        recv,
-        count,
-        dtype,
-        root,
-        comm,
-        stream
-    ))
+    nccl!(ncclBroadcast(send, recv, count, dtype, root, comm, stream))
 }
 
 /// `ncclSend` of `count` elements to rank `peer`.

@@ -15,6 +15,7 @@ pub(crate) mod host;
 pub(crate) mod kernel;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
+pub(crate) mod nccl;
 
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ pub use host::HostNode;
 pub use kernel::KernelNode;
 pub use memcpy::{dst, src, Copy2d, CopyKind, Dst, MemcpyNode, Src};
 pub use memset::{Memset2d, MemsetNode, MemsetValue};
+pub use nccl::CollectiveNode;
 
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
@@ -129,6 +131,8 @@ node_kinds! {
     Child(ChildNode) = "child",
     /// A cuFFT transform.
     Fft(FftNode) = "fft",
+    /// One rank's part of an NCCL collective or send/receive.
+    Collective(CollectiveNode) = "collective",
 }
 
 impl Op {
