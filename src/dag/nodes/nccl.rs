@@ -532,3 +532,233 @@ fn send_count(c: &Collective) -> usize {
 fn recv_count(c: &Collective) -> usize {
     c.recv.as_ref().map_or(0, |r| r.len / r.elem.max(1))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DeviceLimits, RecordingBackend};
+
+    fn two_ranks() -> (Vec<RecordingBackend>, Communicators) {
+        let recs = vec![
+            RecordingBackend::new(DeviceLimits::hopper()),
+            RecordingBackend::new(DeviceLimits::hopper()),
+        ];
+        let comms = Communicators::recording(&[&recs[0], &recs[1]]);
+        (recs, comms)
+    }
+
+    fn problem(e: Error) -> (String, String) {
+        match e {
+            Error::Dag(DagError::Collective { node, problem }) => (node, problem),
+            Error::Dag(DagError::WrongDevice { node, problem }) => (node, problem),
+            other => panic!("unexpected error {other:?}"),
+        }
+    }
+
+    #[test]
+    fn builder_checks_lengths_and_peers_naming_the_node() {
+        let (mut recs, comms) = two_ranks();
+        let c0 = comms.comm(0).unwrap();
+        let a = recs[0].device_buffer::<f32>(1024);
+        let b = recs[0].device_buffer::<f32>(1000);
+        let g = recs[0].device_buffer::<f32>(2048);
+        let mut dag = Dag::new();
+        dag.add_empty();
+        let (node, p) = problem(dag.add_all_reduce(&c0, &a, &b, ReduceOp::Sum).unwrap_err());
+        assert_eq!(node, "collective#1");
+        assert!(p.contains("1024") && p.contains("1000"), "{p}");
+        let (_, p) = problem(dag.add_all_gather(&c0, &a, &b).unwrap_err());
+        assert!(p.contains("2 ranks") && p.contains("2048"), "{p}");
+        dag.add_all_gather(&c0, &a, &g).unwrap();
+        let (_, p) = problem(
+            dag.add_reduce_scatter(&c0, &a, &a, ReduceOp::Max)
+                .unwrap_err(),
+        );
+        assert!(p.contains("2 x the receive length"), "{p}");
+        let (_, p) = problem(dag.add_broadcast(&c0, &a, &a, 2).unwrap_err());
+        assert!(p.contains("root 2"), "{p}");
+        let (_, p) = problem(dag.add_send(&c0, &a, 5).unwrap_err());
+        assert!(p.contains("rank 5"), "{p}");
+        let (_, p) = problem(dag.add_send(&c0, &a, 0).unwrap_err());
+        assert!(p.contains("add_send_recv"), "{p}");
+        let (_, p) = problem(dag.add_send_recv(&c0, &a, 0, &b, 0).unwrap_err());
+        assert!(p.contains("1024") && p.contains("1000"), "{p}");
+        dag.add_send_recv(&c0, &a, 0, &g, 0).unwrap_err();
+        dag.add_all_reduce(&c0, &a, &a, ReduceOp::Sum).unwrap(); // in place
+                                                                 // A buffer of rank 1's backend, given to rank 0.
+        let other = recs[1].device_buffer::<f32>(1024);
+        let (node, p) = problem(
+            dag.add_all_reduce(&c0, &a, &other, ReduceOp::Sum)
+                .unwrap_err(),
+        );
+        assert!(node.starts_with("collective#"), "{node}");
+        assert!(p.contains("receive buffer belongs to"), "{p}");
+    }
+
+    #[test]
+    fn validation_names_the_node_on_the_wrong_device() {
+        let (mut recs, comms) = two_ranks();
+        let a = recs[1].device_buffer::<i32>(16);
+        let mut dag = Dag::new();
+        let id = dag
+            .add_all_reduce(&comms.comm(1).unwrap(), &a, &a, ReduceOp::Sum)
+            .unwrap();
+        dag.set_name(id, "grad sum");
+        let (node, p) = problem(dag.lower(&mut recs[0]).unwrap_err());
+        assert_eq!(node, "grad sum");
+        assert!(p.contains("rank 1"), "{p}");
+        dag.lower(&mut recs[1]).unwrap();
+    }
+
+    fn ring_dags(recs: &mut [RecordingBackend], comms: &Communicators) -> Vec<Dag> {
+        (0..2)
+            .map(|r| {
+                let c = comms.comm(r).unwrap();
+                let x = recs[r].device_buffer::<f32>(1024);
+                let y = recs[r].device_buffer::<f32>(2048);
+                let z = recs[r].device_buffer::<f32>(512);
+                let mut dag = Dag::new();
+                let fill = dag.add_memset(&x, 0u32).unwrap();
+                let ar = dag.add_all_reduce(&c, &x, &x, ReduceOp::Sum).unwrap();
+                let ag = dag.add_all_gather(&c, &x, &y).unwrap();
+                let rs = dag.add_reduce_scatter(&c, &x, &z, ReduceOp::Max).unwrap();
+                let bc = dag.add_broadcast(&c, &y, &y, 1).unwrap();
+                let sr = dag.add_send_recv(&c, &z, 1 - r, &z, 1 - r);
+                assert!(sr.is_err(), "same buffer for send and receive");
+                let w = recs[r].device_buffer::<f32>(512);
+                let sr = dag.add_send_recv(&c, &z, 1 - r, &w, 1 - r).unwrap();
+                dag.chain(&[fill, ar, ag, rs, bc, sr]).unwrap();
+                dag
+            })
+            .collect()
+    }
+
+    #[test]
+    fn transcript_and_dot_of_collective_nodes() {
+        let (mut recs, comms) = two_ranks();
+        let dags = ring_dags(&mut recs, &comms);
+        dags[1].lower(&mut recs[1]).unwrap();
+        let t = recs[1].transcript();
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 6, "{t}");
+        assert!(lines[0].contains("memset"), "{t}");
+        assert_eq!(
+            lines[1],
+            "1 cudaStreamBeginCaptureToGraph captured `collective#1` deps=[0] nccl all-reduce \
+             sum f32 x1024 in place rank=1/2"
+        );
+        assert!(
+            lines[2].ends_with("nccl all-gather f32 x1024 per rank rank=1/2"),
+            "{t}"
+        );
+        assert!(
+            lines[3].contains("reduce-scatter max f32 x512 per rank"),
+            "{t}"
+        );
+        assert!(
+            lines[4].contains("broadcast f32 x2048 from rank 1 in place"),
+            "{t}"
+        );
+        assert!(
+            lines[5].contains("send f32 x512 to rank 0 + recv f32 x512 from rank 0"),
+            "{t}"
+        );
+        let dot = dags[0].to_dot();
+        assert!(dot.contains("all-reduce sum f32 x1024 in place"), "{dot}");
+        assert!(dot.contains("rank 0 of 2"), "{dot}");
+        assert!(dot.contains("hexagon"), "{dot}");
+    }
+
+    #[test]
+    fn ranks_that_fit_together_pass() {
+        let (mut recs, comms) = two_ranks();
+        let dags = ring_dags(&mut recs, &comms);
+        comms.check_ranks(&[&dags[0], &dags[1]]).unwrap();
+        // The wrong rank order, a missing rank.
+        let e = comms.check_ranks(&[&dags[1], &dags[0]]).unwrap_err();
+        assert!(e.to_string().contains("is rank 1's"), "{e}");
+        assert!(comms.check_ranks(&[&dags[0]]).is_err());
+        // Recording communicators cannot instantiate.
+        assert!(matches!(
+            comms.instantiate(&[&dags[0], &dags[1]]),
+            Err(Error::WrongDevice(_))
+        ));
+    }
+
+    #[test]
+    fn mismatched_unordered_or_unmatched_collectives_are_refused() {
+        let (mut recs, comms) = two_ranks();
+        let (c0, c1) = (comms.comm(0).unwrap(), comms.comm(1).unwrap());
+        let a0 = recs[0].device_buffer::<f32>(64);
+        let a1 = recs[1].device_buffer::<f32>(32);
+        let b1 = recs[1].device_buffer::<f32>(64);
+        let mut d0 = Dag::new();
+        d0.add_all_reduce(&c0, &a0, &a0, ReduceOp::Sum).unwrap();
+        let mut d1 = Dag::new();
+        let n = d1.add_all_reduce(&c1, &a1, &a1, ReduceOp::Sum).unwrap();
+        d1.set_name(n, "short");
+        let (node, p) = problem(comms.check_ranks(&[&d0, &d1]).unwrap_err());
+        assert_eq!(node, "short");
+        assert!(p.contains("does not match rank 0's"), "{p}");
+
+        // Two collectives not ordered by a dependency.
+        let mut d1 = Dag::new();
+        d1.add_all_reduce(&c1, &b1, &b1, ReduceOp::Sum).unwrap();
+        d1.add_all_reduce(&c1, &b1, &b1, ReduceOp::Sum).unwrap();
+        let (node, p) = problem(comms.check_ranks(&[&d0, &d1]).unwrap_err());
+        assert_eq!(node, "collective#1");
+        assert!(p.contains("not ordered after"), "{p}");
+
+        // A send without a receive.
+        let mut d0 = Dag::new();
+        d0.add_send(&c0, &a0, 1).unwrap();
+        let (_, p) = problem(comms.check_ranks(&[&d0, &Dag::new()]).unwrap_err());
+        assert!(p.contains("no matching receive on rank 1"), "{p}");
+        // A receive of another length.
+        let mut d1 = Dag::new();
+        d1.add_recv(&c1, &a1, 0).unwrap();
+        let (_, p) = problem(comms.check_ranks(&[&d0, &d1]).unwrap_err());
+        assert!(p.contains("x32") && p.contains("x64"), "{p}");
+    }
+
+    #[test]
+    fn sends_before_receives_on_both_ranks_are_a_cycle() {
+        let (mut recs, comms) = two_ranks();
+        let dags: Vec<Dag> = (0..2)
+            .map(|r| {
+                let c = comms.comm(r).unwrap();
+                let s = recs[r].device_buffer::<u8>(1 << 20);
+                let d = recs[r].device_buffer::<u8>(1 << 20);
+                let mut dag = Dag::new();
+                let a = dag.add_send(&c, &s, 1 - r).unwrap();
+                let b = dag.add_recv(&c, &d, 1 - r).unwrap();
+                dag.add_dependency(a, b).unwrap();
+                dag
+            })
+            .collect();
+        let (_, p) = problem(comms.check_ranks(&[&dags[0], &dags[1]]).unwrap_err());
+        assert!(p.contains("cycle"), "{p}");
+        // Rank 1 receiving first is fine.
+        let c1 = comms.comm(1).unwrap();
+        let s = recs[1].device_buffer::<u8>(1 << 20);
+        let d = recs[1].device_buffer::<u8>(1 << 20);
+        let mut d1 = Dag::new();
+        let b = d1.add_recv(&c1, &d, 0).unwrap();
+        let a = d1.add_send(&c1, &s, 0).unwrap();
+        d1.add_dependency(b, a).unwrap();
+        comms.check_ranks(&[&dags[0], &d1]).unwrap();
+    }
+
+    #[test]
+    fn capture_outside_instantiate_is_an_error_not_a_hang() {
+        let (mut recs, comms) = two_ranks();
+        let a = recs[0].device_buffer::<f64>(8);
+        let node = CollectiveNode {
+            comm: comms.comm(0).unwrap(),
+            coll: Collective::all_reduce(&comms.comm(0).unwrap(), &a, &a, ReduceOp::Avg).unwrap(),
+        };
+        // SAFETY: the call returns before it would use the stream.
+        let e = unsafe { node.enqueue(std::ptr::null_mut()) }.unwrap_err();
+        assert!(e.to_string().contains("Communicators::instantiate"), "{e}");
+    }
+}
