@@ -57,6 +57,7 @@ pub enum NodeParams<'a> {
     },
     /// Work that only a stream call can express (TEMPORARY copy of the lead's interface, to be
     /// replaced by main's on merge).
+    #[allow(private_interfaces)] // reason: TEMPORARY copy; main's version decides
     Captured(&'a dyn CaptureWork),
 }
 

@@ -585,7 +585,8 @@ mod tests {
         assert!(p.contains("1024") && p.contains("1000"), "{p}");
         dag.add_send_recv(&c0, &a, 0, &g, 0).unwrap_err();
         dag.add_all_reduce(&c0, &a, &a, ReduceOp::Sum).unwrap(); // in place
-                                                                 // A buffer of rank 1's backend, given to rank 0.
+
+        // A buffer of rank 1's backend, given to rank 0.
         let other = recs[1].device_buffer::<f32>(1024);
         let (node, p) = problem(
             dag.add_all_reduce(&c0, &a, &other, ReduceOp::Sum)
