@@ -339,7 +339,22 @@ impl Communicators {
     }
 
     /// Checks that the DAGs, one per rank (`dags[r]` holds rank `r`'s collective nodes), fit
-    /// together: see [`check_ranks`](crate::dag::nodes::nccl::check_ranks). No GPU needed.
+    /// together, so that their graphs, launched once each, complete. No GPU needed.
+    ///
+    /// - every collective node of `dags[r]` is of rank `r` of these communicators (a DAG uses
+    ///   one [`Communicators`]);
+    /// - in each DAG the collective nodes are ordered by its dependencies (a chain: NCCL runs
+    ///   one communicator's operations one after the other, in the same order on every rank);
+    /// - the ranks' collectives (all-reduce, all-gather, reduce-scatter, broadcast) match in
+    ///   order: same call, operator, type, count and root;
+    /// - every send from rank `a` to `b` is matched, in order, by a receive of `b` from `a`
+    ///   with the same type and count;
+    /// - no rank waits for another in a cycle (matched operations taken as one step, each
+    ///   rank's operations in order; the send and receive of one
+    ///   [`Dag::add_send_recv`] node are one step). The check is conservative: it may refuse
+    ///   an order NCCL would get through.
+    ///
+    /// Errors name the node ([`DagError::Collective`]).
     pub fn check_ranks(&self, dags: &[&Dag]) -> Result<()> {
         crate::dag::nodes::nccl::check_ranks(self, dags)
     }
