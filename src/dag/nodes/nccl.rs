@@ -277,6 +277,17 @@ pub fn check_ranks(comms: &Communicators, dags: &[&Dag]) -> Result<()> {
         let mut prev: Option<NodeId> = None;
         for id in dag.topological_order() {
             let node = &dag.graph[id.idx];
+            if let Op::Child(child) = &node.op {
+                if let Some(inner) = first_collective(&child.dag) {
+                    return Err(collective_error(
+                        &node.name,
+                        format!(
+                            "its child DAG has collective node `{inner}`: collective nodes must \
+                             be in the rank's top-level DAG, where their order is checked"
+                        ),
+                    ));
+                }
+            }
             let Op::Collective(c) = &node.op else {
                 continue;
             };
@@ -317,6 +328,15 @@ pub fn check_ranks(comms: &Communicators, dags: &[&Dag]) -> Result<()> {
         ranks.push(ops);
     }
     match_ranks(&ranks, "")
+}
+
+/// The name of a collective node in `dag` or its child DAGs, if there is one.
+fn first_collective(dag: &Dag) -> Option<String> {
+    dag.graph.node_weights().find_map(|n| match &n.op {
+        Op::Collective(_) => Some(n.name.clone()),
+        Op::Child(c) => first_collective(&c.dag),
+        _ => None,
+    })
 }
 
 /// The check of [`check_ranks`] for one call per rank (the stream calls).
@@ -748,6 +768,26 @@ mod tests {
         let a = d1.add_send(&c1, &s, 0).unwrap();
         d1.add_dependency(b, a).unwrap();
         comms.check_ranks(&[&dags[0], &d1]).unwrap();
+    }
+
+    #[test]
+    fn collectives_in_child_dags_are_refused() {
+        let (mut recs, comms) = two_ranks();
+        let dags: Vec<Dag> = (0..2)
+            .map(|r| {
+                let a = recs[r].device_buffer::<u32>(4);
+                let mut inner = Dag::new();
+                inner
+                    .add_all_reduce(&comms.comm(r).unwrap(), &a, &a, ReduceOp::Min)
+                    .unwrap();
+                let mut dag = Dag::new();
+                dag.add_child(&inner);
+                dag
+            })
+            .collect();
+        let (node, p) = problem(comms.check_ranks(&[&dags[0], &dags[1]]).unwrap_err());
+        assert_eq!(node, "child#0");
+        assert!(p.contains("collective#0"), "{p}");
     }
 
     #[test]
