@@ -9,11 +9,12 @@
 //! `scripts/regen-bindings` uses this to refresh `src/sys/bindings.rs`.
 //!
 //! The generated file has this shape:
-//! - at top level, every type and constant the runtime, cuFFT and NVRTC functions need (no
+//! - at top level, every type and constant the runtime, cuFFT, NVRTC and NCCL functions need (no
 //!   functions);
-//! - `pub mod cudart`, `pub mod cufft` and `pub mod nvrtc`, each holding one struct (`Cudart`,
-//!   `Cufft`, `Nvrtc`) whose fields are the library's functions, loaded at run time with
-//!   libloading. Each module starts with `use super::*;` to reuse the top-level types.
+//! - `pub mod cudart`, `pub mod cufft`, `pub mod nvrtc` and `pub mod nccl`, each holding one
+//!   struct (`Cudart`, `Cufft`, `Nvrtc`, `Nccl`) whose fields are the library's functions, loaded
+//!   at run time with libloading. Each module starts with `use super::*;` to reuse the top-level
+//!   types.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -28,8 +29,11 @@ mod generate {
     use std::path::{Path, PathBuf};
 
     /// Status types the libraries return: newtypes, so that a value unknown to these headers
-    /// (from a newer library) is still a valid Rust value.
-    const NEWTYPE_ENUMS: &str = "cudaError|cufftResult_t|nvrtcResult";
+    /// (from a newer library) is still a valid Rust value. NCCL's reduction operators are
+    /// newtypes too (`ncclRedOpCreatePreMulSum` returns values past the named ones), and so are
+    /// its data types (several names share a value).
+    const NEWTYPE_ENUMS: &str =
+        "cudaError|cufftResult_t|nvrtcResult|ncclResult_t|ncclRedOp_t|ncclDataType_t";
 
     /// Enums whose values are OR-ed together (or that are bit masks in some struct field): plain
     /// `pub const NAME: EnumType = value;` items with `pub type EnumType = c_uint;`.
@@ -50,7 +54,7 @@ mod generate {
     /// function: those take plain integers); the others are the ones cudagraph relies on, kept
     /// here so that narrowing the first cannot drop them.
     const EXTRA_TYPES: &[&str] = &[
-        "cuda.*|cufft.*|nvrtc.*",
+        "cuda.*|cufft.*|nvrtc.*|nccl.*",
         "cudaKernelNodeParams",
         "cudaMemcpy3DParms",
         "cudaMemsetParams",
@@ -75,6 +79,12 @@ mod generate {
         "cudaStream.*",
         "cudaEvent.*",
         "cudaGraphInstantiateFlag.*",
+        "NCCL_MAJOR",
+        "NCCL_MINOR",
+        "NCCL_PATCH",
+        "NCCL_VERSION_CODE",
+        "NCCL_UNIQUE_ID_BYTES",
+        "NCCL_CONFIG_UNDEF_INT",
     ];
 
     /// (module, struct, function regex)
@@ -82,6 +92,7 @@ mod generate {
         ("cudart", "Cudart", "cuda.*"),
         ("cufft", "Cufft", "cufft.*"),
         ("nvrtc", "Nvrtc", "nvrtc.*"),
+        ("nccl", "Nccl", "nccl.*"),
     ];
 
     fn cuda_include_dir() -> PathBuf {
@@ -107,8 +118,8 @@ mod generate {
         panic!(
             "feature `bindgen`: no CUDA headers (cuda_runtime_api.h) found; tried {}. Set \
              CUDA_PATH to a CUDA toolkit root whose include/ holds cuda_runtime_api.h, cufft.h, \
-             cufftXt.h and nvrtc.h (scripts/regen-bindings assembles one from the pinned NVIDIA \
-             wheels), or build without the feature to use the committed src/sys/bindings.rs.",
+             cufftXt.h, nvrtc.h and nccl.h (scripts/regen-bindings assembles one from the pinned \
+             NVIDIA wheels), or build without the feature to use the committed src/sys/bindings.rs.",
             tried.join(", ")
         );
     }

@@ -5,3 +5,9 @@
 #include <cufft.h>
 #include <cufftXt.h>
 #include <nvrtc.h>
+/* NCCL, from the nvidia-nccl-cu13 wheel. nccl.h includes cuda_fp16.h and cuda_bf16.h, which need
+ * libcu++ (<nv/target>, not in the pinned wheels); its API uses none of their types (half
+ * precision is the enum value ncclFloat16), so their include guards are defined to skip them. */
+#define __CUDA_FP16_H__
+#define __CUDA_BF16_H__
+#include <nccl.h>

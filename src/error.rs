@@ -21,6 +21,9 @@ pub enum Library {
     Nvrtc,
     /// nvJitLink, which cuFFT needs for LTO callbacks, `libnvJitLink.so.13`.
     NvJitLink,
+    /// NCCL, the collective communication library, `libnccl.so.2` (CUDA 13 build, 2.28 or
+    /// newer).
+    Nccl,
 }
 
 impl Library {
@@ -31,6 +34,22 @@ impl Library {
             Library::Cufft => "libcufft.so.12",
             Library::Nvrtc => "libnvrtc.so.13",
             Library::NvJitLink => "libnvJitLink.so.13",
+            Library::Nccl => "libnccl.so.2",
+        }
+    }
+
+    /// How to make the library loadable, for [`Error::LibraryNotFound`].
+    pub fn install_hint(self) -> &'static str {
+        match self {
+            Library::Nccl => {
+                "Install NCCL for CUDA 13 (e.g. `pip install nvidia-nccl-cu13`, or the libnccl2 \
+                 package), or set CUDAGRAPH_NCCL_PATH to libnccl.so.2 or its directory, or put \
+                 its directory on LD_LIBRARY_PATH"
+            }
+            _ => {
+                "Install the CUDA 13 toolkit libraries and put their directory on \
+                 LD_LIBRARY_PATH, or set CUDA_PATH"
+            }
         }
     }
 }
@@ -42,6 +61,7 @@ impl fmt::Display for Library {
             Library::Cufft => "cuFFT",
             Library::Nvrtc => "NVRTC",
             Library::NvJitLink => "nvJitLink (needed for cuFFT LTO callbacks)",
+            Library::Nccl => "NCCL",
         })
     }
 }
@@ -78,9 +98,8 @@ impl fmt::Display for Version {
 pub enum Error {
     /// A library could not be loaded from any of the places tried.
     #[error(
-        "{library} ({soname}) could not be loaded; tried {tried:?}; last error: {reason}. \
-         Install the CUDA 13 toolkit libraries and put their directory on LD_LIBRARY_PATH, \
-         or set CUDA_PATH"
+        "{library} ({soname}) could not be loaded; tried {tried:?}; last error: {reason}. {}",
+        library.install_hint()
     )]
     LibraryNotFound {
         /// Which library.
@@ -215,6 +234,18 @@ pub enum Error {
         /// The error.
         source: Box<Error>,
     },
+    /// An NCCL call failed.
+    #[error("{call} failed: {name} ({code}): {message}")]
+    Nccl {
+        /// The NCCL function that failed.
+        call: &'static str,
+        /// The numeric `ncclResult_t`.
+        code: i32,
+        /// NCCL's name for the status, e.g. `ncclInvalidArgument`.
+        name: &'static str,
+        /// `ncclGetErrorString` and, where NCCL kept one, `ncclGetLastError`'s text.
+        message: String,
+    },
     /// Any other invalid use, described in words.
     #[error("{0}")]
     Invalid(String),
@@ -273,6 +304,15 @@ pub enum DagError {
     /// A node used in a way its kind does not allow.
     #[error("node `{node}`: {problem}")]
     WrongKind {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A collective node's communicator, buffers, lengths or peers do not fit together (or do
+    /// not match the other ranks' nodes).
+    #[error("node `{node}`: {problem}")]
+    Collective {
         /// The node.
         node: String,
         /// What is wrong.

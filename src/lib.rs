@@ -7,7 +7,7 @@
 //! model), instantiated, launched any number of times, and updated between launches without
 //! re-instantiating.
 //!
-//! Nothing is linked at build time: the CUDA runtime, cuFFT and NVRTC are loaded when first
+//! Nothing is linked at build time: the CUDA runtime, cuFFT, NVRTC and NCCL are loaded when first
 //! needed ([`load`]), and their absence is a typed [`Error`], so the crate builds and its
 //! host-side tests run on machines without a GPU or a CUDA toolkit.
 //!
@@ -45,6 +45,7 @@
 //! | empty | [`Dag::add_empty`] | `cudaGraphAddNode` (empty) | — |
 //! | child DAG | [`Dag::add_child`] | `cudaGraphAddNode` (graph, cloned) | whole-graph update |
 //! | FFT | [`Dag::add_fft`] | a parameter kernel node (`cudaGraphAddNode`) + `cufftExec*` captured with `cudaStreamBeginCaptureToGraph` ([`fft`]); unfused ([`Fusion`]): also a conversion kernel node | `cudaGraphExecNodeSetParams` on the parameter (and conversion) node |
+//! | collective (NCCL) | [`Dag::add_all_reduce`] and the others of [`nccl`] | `ncclAllReduce` & co. captured with `cudaStreamBeginCaptureToGraph`, inside [`Communicators::instantiate`] | whole-graph rebuild |
 //! | enable/disable | — | — | `cudaGraphNodeSetEnabled` |
 //! | whole graph | — | `cudaGraphInstantiate` | `cudaGraphExecUpdate` |
 //!
@@ -52,10 +53,10 @@
 //!
 //! | layer | module | what it is |
 //! |---|---|---|
-//! | raw | [`sys`] | bindgen output for `wrapper.h` (runtime, cuFFT, NVRTC), never edited |
+//! | raw | [`sys`] | bindgen output for `wrapper.h` (runtime, cuFFT, NVRTC, NCCL), never edited |
 //! | loading | [`load`] | run-time loading of the libraries, typed errors |
 //! | thin | [`result`] | one `unsafe fn` per library call, returning [`Result`] |
-//! | safe | crate root, [`dag`], [`fft`] | owning types with `Drop`, the DAG builder, executable graphs |
+//! | safe | crate root, [`dag`], [`fft`], [`nccl`] | owning types with `Drop`, the DAG builder, executable graphs |
 //!
 //! ## Example
 //!
@@ -130,6 +131,7 @@ mod kernel;
 pub mod load;
 mod marker;
 mod memory;
+pub mod nccl;
 pub mod result;
 mod stream;
 pub mod sys;
@@ -153,6 +155,7 @@ pub use kernel::{
     LaunchConfig, Module, ParamInfo,
 };
 pub use memory::{DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace, Region};
+pub use nccl::{Comm, Communicators, NcclType, ReduceOp};
 pub use stream::{Event, Stream};
 
 /// The README's code blocks, compiled as doctests so they stay correct.

@@ -5,8 +5,11 @@
 //! [`Error::LibraryNotFound`], is cached. Every symbol is looked up when the library is opened,
 //! and a symbol that is missing is stored as such: only the call that needs it fails, with
 //! [`Error::MissingSymbol`].
+//!
+//! NCCL ([`nccl`]) is looked for in more places ([`nccl_candidates`]), and before it is opened
+//! NVLink multicast (NVLS) is switched off for the process ([`nccl_nvls_setting`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::error::{Error, Library, Result};
@@ -20,8 +23,11 @@ pub const MIN_RUNTIME: crate::Version = crate::Version {
 
 /// Where a library is looked for, in order: `$CUDA_PATH/lib64`, `$CUDA_HOME/lib64`,
 /// `/usr/local/cuda/lib64`, then the bare file name (the dynamic loader's own search path,
-/// `LD_LIBRARY_PATH` and `ldconfig`'s cache).
+/// `LD_LIBRARY_PATH` and `ldconfig`'s cache). NCCL has its own list: [`nccl_candidates`].
 pub fn candidates(library: Library) -> Vec<PathBuf> {
+    if library == Library::Nccl {
+        return nccl_candidates();
+    }
     let soname = library.soname();
     let mut out = Vec::new();
     for var in ["CUDA_PATH", "CUDA_HOME"] {
@@ -32,6 +38,135 @@ pub fn candidates(library: Library) -> Vec<PathBuf> {
     out.push(PathBuf::from("/usr/local/cuda/lib64").join(soname));
     out.push(PathBuf::from(soname));
     out
+}
+
+/// The variable that names NCCL explicitly: the path of `libnccl.so.2`, or of its directory.
+pub const NCCL_PATH_VAR: &str = "CUDAGRAPH_NCCL_PATH";
+
+/// Where NCCL (`libnccl.so.2`) is looked for, in order:
+/// 1. `$CUDAGRAPH_NCCL_PATH` ([`NCCL_PATH_VAR`]): the library file, or its directory;
+/// 2. `$CUDA_PATH/lib64`, `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`;
+/// 3. the bare file name (the loader's path: `LD_LIBRARY_PATH`, `ldconfig`'s cache, where a
+///    system package such as `libnccl2` puts it);
+/// 4. the `nvidia-nccl-cu13` Python wheel's `nvidia/nccl/lib/` in the site-packages of
+///    `$VIRTUAL_ENV`, `$CONDA_PREFIX`, `~/.local` and `/usr/local/lib`, `/usr/lib`, `/opt/conda/lib`
+///    (`python3*/{site,dist}-packages`; those that exist, newest Python first).
+pub fn nccl_candidates() -> Vec<PathBuf> {
+    let soname = Library::Nccl.soname();
+    let mut out = Vec::new();
+    if let Some(p) = std::env::var_os(NCCL_PATH_VAR).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        out.push(if p.is_dir() { p.join(soname) } else { p });
+    }
+    for var in ["CUDA_PATH", "CUDA_HOME"] {
+        if let Some(dir) = std::env::var_os(var) {
+            out.push(PathBuf::from(dir).join("lib64").join(soname));
+        }
+    }
+    out.push(PathBuf::from("/usr/local/cuda/lib64").join(soname));
+    out.push(PathBuf::from(soname));
+    let mut lib_dirs: Vec<PathBuf> = Vec::new();
+    for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
+        if let Some(root) = std::env::var_os(var).filter(|p| !p.is_empty()) {
+            lib_dirs.push(PathBuf::from(root).join("lib"));
+        }
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|p| !p.is_empty()) {
+        lib_dirs.push(PathBuf::from(home).join(".local/lib"));
+    }
+    lib_dirs.extend(["/usr/local/lib", "/usr/lib", "/opt/conda/lib"].map(PathBuf::from));
+    for dir in lib_dirs {
+        out.extend(python_wheel_libs(&dir, soname));
+    }
+    out
+}
+
+/// `dir/python3*/{site,dist}-packages/nvidia/nccl/lib/soname` that exist, newest Python first.
+fn python_wheel_libs(dir: &Path, soname: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut pythons: Vec<(u32, PathBuf)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let minor = name.strip_prefix("python3")?;
+            let minor = minor.strip_prefix('.').unwrap_or(minor);
+            let key = if minor.is_empty() {
+                0
+            } else {
+                minor.parse().ok()?
+            };
+            Some((key, e.path()))
+        })
+        .collect();
+    pythons.sort_by(|a, b| b.cmp(a));
+    let mut out = Vec::new();
+    for (_, py) in pythons {
+        for packages in ["site-packages", "dist-packages"] {
+            let lib = py.join(packages).join("nvidia/nccl/lib").join(soname);
+            if lib.exists() {
+                out.push(lib);
+            }
+        }
+    }
+    out
+}
+
+/// What the crate did about NVLink multicast (`NCCL_NVLS_ENABLE`) before loading NCCL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvlsSetting {
+    /// The variable was unset; the crate set it to `0`.
+    SetOff,
+    /// The variable was already set (to this process's own choice), and left as it was.
+    LeftAsFound,
+}
+
+/// Switches NVLink multicast off for NCCL, once per process, before NCCL is loaded: if
+/// `NCCL_NVLS_ENABLE` is unset, sets it to `0` (NCCL reads it when a communicator is
+/// initialised; NCCL 2.28's `ncclConfig_t` has no field for it, so the environment is the only
+/// way). An explicit value, `1` included, is left alone.
+///
+/// Soundness of changing the environment: `std::env::set_var` races with C code reading the
+/// environment (`getenv`) on another thread. The crate calls this exactly once (under a
+/// `OnceLock`), before `libnccl` is loaded, so no NCCL thread exists yet; the CUDA runtime reads
+/// its variables when it initialises, and the crate's own reads go through `std::env`, which
+/// locks. A program whose other threads call C `getenv` at that moment should set
+/// `NCCL_NVLS_ENABLE` itself at start-up (the crate then leaves it as found), or call this (or
+/// [`nccl`]) from `main` before starting threads.
+pub fn nccl_nvls_setting() -> NvlsSetting {
+    static SETTING: OnceLock<NvlsSetting> = OnceLock::new();
+    *SETTING.get_or_init(|| {
+        if std::env::var_os("NCCL_NVLS_ENABLE").is_some() {
+            NvlsSetting::LeftAsFound
+        } else {
+            // See above: once per process, before NCCL exists.
+            std::env::set_var("NCCL_NVLS_ENABLE", "0");
+            NvlsSetting::SetOff
+        }
+    })
+}
+
+/// The oldest NCCL the crate works with (the bindings come from NCCL 2.28's `nccl.h`).
+pub const MIN_NCCL: crate::Version = crate::Version {
+    major: 2,
+    minor: 28,
+};
+
+/// Decodes NCCL's version code (`22809` is 2.28.9; before 2.9, `2708` was 2.7.8).
+pub fn nccl_version_from_code(code: i32) -> crate::Version {
+    let v = code.max(0) as u32;
+    if v >= 10000 {
+        crate::Version {
+            major: v / 10000,
+            minor: (v % 10000) / 100,
+        }
+    } else {
+        crate::Version {
+            major: v / 1000,
+            minor: (v % 1000) / 100,
+        }
+    }
 }
 
 /// Opens the first candidate that loads, with `open` doing the loading (bindgen's generated
@@ -112,6 +247,42 @@ loader!(cudart, sys::cudart::Cudart, Library::Cudart, |lib| {
 });
 loader!(cufft, sys::cufft::Cufft, Library::Cufft, |_| Ok(()));
 loader!(nvrtc, sys::nvrtc::Nvrtc, Library::Nvrtc, |_| Ok(()));
+
+/// The process-wide handle to NCCL (`libnccl.so.2`, 2.28 or newer), opened on first use from
+/// [`nccl_candidates`], after switching NVLink multicast off ([`nccl_nvls_setting`]).
+pub fn nccl() -> Result<&'static sys::nccl::Nccl> {
+    static CELL: OnceLock<Result<sys::nccl::Nccl>> = OnceLock::new();
+    CELL.get_or_init(|| {
+        nccl_nvls_setting();
+        let lib = open_first(Library::Nccl, &nccl_candidates(), |p| {
+            // SAFETY: loading NCCL runs its initialisers, which only set up static state; the
+            // generated constructor only looks up symbols.
+            unsafe { sys::nccl::Nccl::new(p) }
+        })?;
+        let f = lib
+            .ncclGetVersion
+            .as_ref()
+            .map_err(|_| Error::MissingSymbol {
+                library: Library::Nccl,
+                symbol: "ncclGetVersion",
+            })?;
+        let mut v = 0;
+        // SAFETY: `v` is a valid out-pointer for the duration of the call.
+        unsafe { f(&mut v) };
+        let found = nccl_version_from_code(v);
+        if found < MIN_NCCL {
+            return Err(Error::TooOld {
+                what: "NCCL (libnccl.so.2)",
+                found,
+                required: MIN_NCCL,
+                hint: "install NCCL 2.28 or newer for CUDA 13 (pip install nvidia-nccl-cu13)",
+            });
+        }
+        Ok(lib)
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
 
 /// Checks once that libnvJitLink, which cuFFT loads for LTO callbacks, can be loaded. The
 /// library stays loaded for the process.
@@ -198,6 +369,81 @@ mod tests {
         let c = candidates(Library::Cufft);
         assert_eq!(c.last().unwrap(), &PathBuf::from("libcufft.so.12"));
         assert!(c.contains(&PathBuf::from("/usr/local/cuda/lib64/libcufft.so.12")));
+    }
+
+    #[test]
+    fn missing_nccl_is_a_typed_error_with_the_paths_tried_and_how_to_install_it() {
+        let tried = vec![
+            PathBuf::from("/nonexistent/nccl/lib/libnccl.so.2"),
+            PathBuf::from("libcudagraph-test-no-nccl.so.2"),
+        ];
+        let err = open_first(Library::Nccl, &tried, |p| {
+            // SAFETY: the named files do not exist, so nothing is loaded or run.
+            unsafe { libloading::Library::new(p) }
+        })
+        .map(|_| ())
+        .unwrap_err();
+        let Error::LibraryNotFound {
+            library,
+            soname,
+            tried: t,
+            ..
+        } = &err
+        else {
+            panic!("unexpected error {err:?}");
+        };
+        assert_eq!(*library, Library::Nccl);
+        assert_eq!(*soname, "libnccl.so.2");
+        assert_eq!(
+            t,
+            &[
+                "/nonexistent/nccl/lib/libnccl.so.2",
+                "libcudagraph-test-no-nccl.so.2"
+            ]
+        );
+        let text = err.to_string();
+        assert!(
+            text.starts_with("NCCL (libnccl.so.2) could not be loaded"),
+            "{text}"
+        );
+        assert!(
+            text.contains("/nonexistent/nccl/lib/libnccl.so.2"),
+            "{text}"
+        );
+        assert!(text.contains("CUDAGRAPH_NCCL_PATH"), "{text}");
+        assert!(text.contains("nvidia-nccl-cu13"), "{text}");
+    }
+
+    #[test]
+    fn nccl_candidates_search_the_loader_path_and_python_wheels() {
+        let c = nccl_candidates();
+        assert!(c.contains(&PathBuf::from("libnccl.so.2")), "{c:?}");
+        assert!(c.contains(&PathBuf::from("/usr/local/cuda/lib64/libnccl.so.2")));
+        // A fake site-packages layout is found, newest Python first.
+        let root = std::env::temp_dir().join(format!("cudagraph-nccl-{}", std::process::id()));
+        for py in ["python3.10", "python3.12"] {
+            let lib = root.join(py).join("dist-packages/nvidia/nccl/lib");
+            std::fs::create_dir_all(&lib).unwrap();
+            std::fs::write(lib.join("libnccl.so.2"), b"").unwrap();
+        }
+        std::fs::create_dir_all(root.join("python2.7/site-packages")).unwrap();
+        let found = python_wheel_libs(&root, "libnccl.so.2");
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(
+            found,
+            [
+                root.join("python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2"),
+                root.join("python3.10/dist-packages/nvidia/nccl/lib/libnccl.so.2"),
+            ]
+        );
+    }
+
+    #[test]
+    fn nccl_version_codes() {
+        assert_eq!(nccl_version_from_code(22809).to_string(), "2.28");
+        assert_eq!(nccl_version_from_code(23003).to_string(), "2.30");
+        assert_eq!(nccl_version_from_code(2708).to_string(), "2.7");
+        assert!(nccl_version_from_code(22703) < MIN_NCCL);
     }
 
     #[test]

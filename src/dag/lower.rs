@@ -23,6 +23,7 @@ use crate::error::Result;
 use crate::fft::{FftForm, FftPlan, WorkShare};
 use crate::kernel::{Dim3, Kernel};
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace};
+use crate::nccl::Communicators;
 use crate::result::runtime as rt;
 use crate::sys;
 
@@ -310,6 +311,16 @@ impl RecordingBackend {
             suffix,
         };
         self.record("cudaGraphAddNode", "kernel", name, deps, params)
+    }
+}
+
+impl Communicators {
+    /// Placeholder communicators for recording backends (no NCCL, no GPU): rank `i` belongs to
+    /// `backends[i]`, so DAGs with collective nodes can be built, validated and lowered to
+    /// [`RecordingBackend`]s, and checked with
+    /// [`Communicators::check_ranks`].
+    pub fn recording(backends: &[&RecordingBackend]) -> Communicators {
+        Communicators::placeholders(backends.iter().map(|b| sealed::Lower::key(*b)).collect())
     }
 }
 

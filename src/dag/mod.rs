@@ -29,9 +29,9 @@ pub use crate::error::DagError;
 pub use exec::{Exec, InstantiateFlags, UpdateOutcome};
 pub use lower::{CudaBackend, RecordedCall, RecordingBackend};
 pub use nodes::{
-    dst, src, Backend, CaptureFn, CaptureStream, CaptureWork, CapturedNode, ChildNode, Copy2d,
-    CopyKind, Dst, EdgeData, EmptyNode, FftNode, FftSpec, HostNode, KernelNode, MemcpyNode,
-    Memset2d, MemsetNode, MemsetValue, NodeKind, NodeParams, Op, Src,
+    dst, src, Backend, CaptureFn, CaptureStream, CaptureWork, CapturedNode, ChildNode,
+    CollectiveNode, Copy2d, CopyKind, Dst, EdgeData, EmptyNode, FftNode, FftSpec, HostNode,
+    KernelNode, MemcpyNode, Memset2d, MemsetNode, MemsetValue, NodeKind, NodeParams, Op, Src,
 };
 
 /// A node of a [`Dag`]: a small copyable id.

@@ -5,5 +5,6 @@
 //! types of this crate) uphold each function's `# Safety` contract.
 
 pub mod cufft;
+pub mod nccl;
 pub mod nvrtc;
 pub mod runtime;

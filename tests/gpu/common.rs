@@ -75,6 +75,37 @@ pub fn gpu_test(name: &str, f: fn(&Gpu) -> anyhow::Result<()>) -> Trial {
     .with_kind("gpu")
 }
 
+/// Whether NCCL must be usable where a GPU is required: yes, unless
+/// `CUDAGRAPH_NCCL_OPTIONAL=1` (the GPU machines this suite is run on have it, from the
+/// `nvidia-nccl-cu13` Python wheel or a system package).
+fn nccl_required() -> bool {
+    gpu_required() && !std::env::var("CUDAGRAPH_NCCL_OPTIONAL").is_ok_and(|v| v == "1")
+}
+
+/// A GPU test that also needs NCCL: as [`gpu_test`], and without a loadable NCCL it is
+/// ignored (with the paths tried), or failed when NCCL is required (`CUDAGRAPH_REQUIRE_GPU=1`
+/// without `CUDAGRAPH_NCCL_OPTIONAL=1`).
+pub fn nccl_test(name: &str, f: fn(&Gpu) -> anyhow::Result<()>) -> Trial {
+    match cudagraph::load::nccl() {
+        Ok(_) => gpu_test(name, f),
+        Err(e) => {
+            let reason = e.to_string();
+            Trial::ignorable_test(name, move || {
+                if nccl_required() {
+                    Err(format!(
+                        "CUDAGRAPH_REQUIRE_GPU=1 expects NCCL (set CUDAGRAPH_NCCL_OPTIONAL=1 \
+                         where it is not installed): {reason}"
+                    )
+                    .into())
+                } else {
+                    Ok(Completion::ignored_with(format!("no NCCL: {reason}")))
+                }
+            })
+            .with_kind("gpu")
+        }
+    }
+}
+
 /// Asserts two float slices agree within `tol` (absolute + relative to the reference).
 pub fn assert_close(got: &[f32], want: &[f32], tol: f32) -> anyhow::Result<()> {
     anyhow::ensure!(

@@ -8,6 +8,7 @@ mod common;
 mod dag;
 mod fft;
 mod foundation;
+mod nccl;
 mod soundness;
 
 fn main() {
@@ -17,5 +18,6 @@ fn main() {
     trials.extend(dag::tests());
     trials.extend(fft::tests());
     trials.extend(soundness::tests());
+    trials.extend(nccl::tests());
     libtest_mimic::run(&args, trials).exit();
 }

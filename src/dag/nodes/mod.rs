@@ -16,6 +16,7 @@ pub(crate) mod host;
 pub(crate) mod kernel;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
+pub(crate) mod nccl;
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ pub use host::HostNode;
 pub use kernel::KernelNode;
 pub use memcpy::{dst, src, Copy2d, CopyKind, Dst, MemcpyNode, Src};
 pub use memset::{Memset2d, MemsetNode, MemsetValue};
+pub use nccl::CollectiveNode;
 
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
@@ -133,6 +135,8 @@ node_kinds! {
     Fft(FftNode) = "fft",
     /// Work recorded from a stream (a library call with no node API).
     Captured(CapturedNode) = "captured",
+    /// One rank's part of an NCCL collective or send/receive.
+    Collective(CollectiveNode) = "collective",
 }
 
 impl Op {

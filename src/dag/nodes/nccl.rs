@@ -1,0 +1,640 @@
+//! Collective nodes: one rank's part of an NCCL collective (all-reduce, all-gather,
+//! reduce-scatter, broadcast, send/receive) as a node of that rank's DAG. NCCL has no graph-node
+//! API, so lowering captures the call from a stream into the graph
+//! ([`NodeParams::Captured`]); because a rank's capture may wait for the other ranks, DAGs
+//! with collective nodes are instantiated together, one thread per rank, by
+//! [`Communicators::instantiate`], after [`check_ranks`] (see [`crate::nccl`]).
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use super::backend::CaptureWork;
+use super::{Label, NodeOp};
+use crate::dag::nodes::backend::NodeParams;
+use crate::dag::{Dag, NodeId, NodeKind, Op};
+use crate::device::{DeviceKey, DeviceLimits};
+use crate::error::{Error, Result};
+use crate::fft::WorkShare;
+use crate::memory::{Allocation, DeviceBuffer};
+use crate::nccl::{
+    collective_error, match_ranks, recording_error, Collective, Comm, Communicators, NcclType,
+    RankOps, ReduceOp,
+};
+use crate::sys;
+
+/// One rank's part of a collective, in that rank's DAG.
+#[derive(Clone)]
+pub struct CollectiveNode {
+    pub(crate) comm: Comm,
+    pub(crate) coll: Collective,
+}
+
+impl std::fmt::Debug for CollectiveNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "CollectiveNode({}, {:?})",
+            self.coll.describe(),
+            self.comm
+        )
+    }
+}
+
+impl CollectiveNode {
+    /// The rank's communicator.
+    pub fn comm(&self) -> &Comm {
+        &self.comm
+    }
+    /// What the node does, in words (`all-reduce sum f32 x1024`, …).
+    pub fn description(&self) -> String {
+        self.coll.describe()
+    }
+}
+
+impl NodeOp for CollectiveNode {
+    fn validate(&self, name: &str, _: &DeviceLimits, key: DeviceKey) -> Result<()> {
+        if self.comm.key() != key {
+            return Err(super::wrong_device(
+                name,
+                format!(
+                    "the communicator's rank {} is on {}, but the graph is for {key}",
+                    self.comm.rank,
+                    self.comm.key()
+                ),
+            ));
+        }
+        self.coll.check_owners(name, key)
+    }
+    fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
+        self.coll.for_each_allocation(f)
+    }
+    fn label(&self) -> Label {
+        Label::new(
+            "hexagon",
+            "#e0d4f5",
+            vec![
+                self.coll.describe(),
+                format!("rank {} of {}", self.comm.rank, self.comm.ranks()),
+            ],
+        )
+    }
+    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+        NodeParams::Captured(self)
+    }
+}
+
+thread_local! {
+    /// The (communicators, rank) whose DAG this thread is lowering inside
+    /// [`Communicators::instantiate`].
+    static LOWERING: Cell<Option<(u64, usize)>> = const { Cell::new(None) };
+}
+
+/// Runs `f` as the lowering thread of `rank` of the communicators `clique`.
+pub(crate) fn lowering_rank<R>(clique: u64, rank: usize, f: impl FnOnce() -> R) -> R {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            LOWERING.with(|c| c.set(None));
+        }
+    }
+    LOWERING.with(|c| c.set(Some((clique, rank))));
+    let _reset = Reset;
+    f()
+}
+
+impl CaptureWork for CollectiveNode {
+    unsafe fn enqueue(&self, stream: sys::cudaStream_t) -> Result<()> {
+        // Only inside `Communicators::instantiate`, where every rank captures on its own thread
+        // at the same time: a capture elsewhere could wait forever for the other ranks.
+        let here = LOWERING.with(Cell::get);
+        if here != Some((self.comm.clique.id, self.comm.rank)) {
+            return Err(Error::Invalid(format!(
+                "a collective node ({}, rank {} of {}) can only be lowered to CUDA by \
+                 Communicators::instantiate, which captures every rank's DAG at once \
+                 (Dag::instantiate, Dag::lower on a CudaBackend and Exec::update cannot)",
+                self.coll.describe(),
+                self.comm.rank,
+                self.comm.ranks()
+            )));
+        }
+        self.comm.with_raw(|comm| {
+            // SAFETY: validated node: the buffers are device memory of the comm's device (the
+            // lowering device) with lengths checked, kept alive by the DAG (and the Exec made
+            // from it); the rank's lock is held; `stream` is live, of this device.
+            unsafe { self.coll.issue(comm, stream) }
+        })
+    }
+    fn describe(&self) -> String {
+        format!(
+            "nccl {} rank={}/{}",
+            self.coll.describe(),
+            self.comm.rank,
+            self.comm.ranks()
+        )
+    }
+}
+
+/// The DAG side of [`Communicators`]: the ranks' check and instantiation.
+impl Communicators {
+    /// Checks that the DAGs, one per rank (`dags[r]` holds rank `r`'s collective nodes), fit
+    /// together, so that their graphs, launched once each, complete. No GPU needed.
+    ///
+    /// - every collective node of `dags[r]` is of rank `r` of these communicators (a DAG uses
+    ///   one [`Communicators`]);
+    /// - in each DAG the collective nodes are ordered by its dependencies (a chain: NCCL runs
+    ///   one communicator's operations one after the other, in the same order on every rank);
+    /// - the ranks' collectives (all-reduce, all-gather, reduce-scatter, broadcast) match in
+    ///   order: same call, operator, type, count and root;
+    /// - every send from rank `a` to `b` is matched, in order, by a receive of `b` from `a`
+    ///   with the same type and count;
+    /// - no rank waits for another in a cycle (matched operations taken as one step, each
+    ///   rank's operations in order; the send and receive of one
+    ///   [`Dag::add_send_recv`] node are one step). The check is conservative: it may refuse
+    ///   an order NCCL would get through.
+    ///
+    /// Errors name the node ([`DagError::Collective`](crate::DagError::Collective)).
+    pub fn check_ranks(&self, dags: &[&Dag]) -> Result<()> {
+        check_ranks(self, dags)
+    }
+
+    /// Instantiates one DAG per rank (`dags[r]` on rank `r`'s device) after
+    /// [`Communicators::check_ranks`]: each rank's DAG is validated, lowered and instantiated
+    /// on its own thread, all at once, so that NCCL can capture every rank's collectives into
+    /// its graph (a rank's capture may wait for the others'). The only way to instantiate a
+    /// DAG with collective nodes; see the [module docs](crate::nccl) for the launch rules.
+    pub fn instantiate(&self, dags: &[&Dag]) -> Result<Vec<crate::Exec>> {
+        let c = &self.clique;
+        if c.is_recording() {
+            return Err(recording_error());
+        }
+        self.check_ranks(dags)?;
+        for (dag, d) in dags.iter().zip(&c.devices) {
+            dag.validate(d)?;
+        }
+        std::thread::scope(|s| {
+            let handles: Vec<_> = dags
+                .iter()
+                .zip(&c.devices)
+                .enumerate()
+                .map(|(rank, (dag, device))| {
+                    let id = c.id;
+                    s.spawn(move || lowering_rank(id, rank, || dag.instantiate(device)))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h.join() {
+                    Ok(r) => r,
+                    Err(p) => std::panic::resume_unwind(p),
+                })
+                .collect()
+        })
+    }
+}
+
+impl Dag {
+    fn add_collective(&mut self, comm: &Comm, made: Result<Collective, String>) -> Result<NodeId> {
+        let name = self.next_default_name(NodeKind::Collective);
+        let coll = made.map_err(|p| collective_error(&name, p))?;
+        coll.check_owners(&name, comm.key())?;
+        Ok(self.push(Op::Collective(CollectiveNode {
+            comm: comm.clone(),
+            coll,
+        })))
+    }
+
+    /// Adds rank `comm.rank()`'s part of an all-reduce: `recv = op over ranks of send`
+    /// (`ncclAllReduce`). `send` and `recv` have the same length and are device memory of the
+    /// rank's device; passing one buffer twice reduces in place.
+    pub fn add_all_reduce<T: NcclType>(
+        &mut self,
+        comm: &Comm,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        op: ReduceOp,
+    ) -> Result<NodeId> {
+        let c = Collective::all_reduce(comm, send, recv, op);
+        self.add_collective(comm, c)
+    }
+
+    /// Adds rank `comm.rank()`'s part of an all-gather (`ncclAllGather`): `recv` (`ranks` times
+    /// the length of `send`, a distinct buffer) gets every rank's `send`, in rank order.
+    pub fn add_all_gather<T: NcclType>(
+        &mut self,
+        comm: &Comm,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+    ) -> Result<NodeId> {
+        let c = Collective::all_gather(comm, send, recv);
+        self.add_collective(comm, c)
+    }
+
+    /// Adds rank `comm.rank()`'s part of a reduce-scatter (`ncclReduceScatter`): `send` holds
+    /// `ranks` blocks of `recv`'s length; `recv` (a distinct buffer) gets block `rank` of the
+    /// reduction over ranks.
+    pub fn add_reduce_scatter<T: NcclType>(
+        &mut self,
+        comm: &Comm,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        op: ReduceOp,
+    ) -> Result<NodeId> {
+        let c = Collective::reduce_scatter(comm, send, recv, op);
+        self.add_collective(comm, c)
+    }
+
+    /// Adds rank `comm.rank()`'s part of a broadcast (`ncclBroadcast`): every rank's `recv`
+    /// gets rank `root`'s `send` (read on the root only; one buffer passed twice broadcasts in
+    /// place).
+    pub fn add_broadcast<T: NcclType>(
+        &mut self,
+        comm: &Comm,
+        send: &DeviceBuffer<T>,
+        recv: &DeviceBuffer<T>,
+        root: usize,
+    ) -> Result<NodeId> {
+        let c = Collective::broadcast(comm, send, recv, root);
+        self.add_collective(comm, c)
+    }
+
+    /// Adds a send of `buf` to rank `peer` (`ncclSend`); rank `peer`'s DAG needs the matching
+    /// [`Dag::add_recv`] (same length and type). To exchange with a peer, or with the rank
+    /// itself, use [`Dag::add_send_recv`].
+    pub fn add_send<T: NcclType>(
+        &mut self,
+        comm: &Comm,
+        buf: &DeviceBuffer<T>,
+        peer: usize,
+    ) -> Result<NodeId> {
+        let c = Collective::p2p::<T>(comm, Some((buf, peer)), None);
+        self.add_collective(comm, c)
+    }
+
+    /// Adds a receive into `buf` from rank `peer` (`ncclRecv`), matching that rank's
+    /// [`Dag::add_send`].
+    pub fn add_recv<T: NcclType>(
+        &mut self,
+        comm: &Comm,
+        buf: &DeviceBuffer<T>,
+        peer: usize,
+    ) -> Result<NodeId> {
+        let c = Collective::p2p::<T>(comm, None, Some((buf, peer)));
+        self.add_collective(comm, c)
+    }
+
+    /// Adds a send of `send` to rank `to` and a receive into `recv` from rank `from`, in one
+    /// NCCL group (so two ranks exchanging, or a ring shift, cannot wait on each other; `to`
+    /// and `from` may be the rank itself, both or neither).
+    pub fn add_send_recv<T: NcclType>(
+        &mut self,
+        comm: &Comm,
+        send: &DeviceBuffer<T>,
+        to: usize,
+        recv: &DeviceBuffer<T>,
+        from: usize,
+    ) -> Result<NodeId> {
+        let c = Collective::p2p(comm, Some((send, to)), Some((recv, from)));
+        self.add_collective(comm, c)
+    }
+}
+
+/// Checks that the DAGs, one per rank of `comms` (`dags[r]` holds rank `r`'s collective
+/// nodes), fit together, so that their graphs, launched once each, complete:
+///
+/// - every collective node of `dags[r]` is of rank `r` of `comms` (a DAG uses one
+///   [`Communicators`]);
+/// - in each DAG the collective nodes are ordered by its dependencies (a chain: NCCL runs one
+///   communicator's operations one after the other, in the same order on every rank);
+/// - the ranks' collectives (all-reduce, all-gather, reduce-scatter, broadcast) match in order:
+///   same call, operator, type, count and root;
+/// - every send from rank `a` to `b` is matched, in order, by a receive of `b` from `a` with
+///   the same type and count;
+/// - no rank waits for another in a cycle (matched operations taken as one step, each rank's
+///   operations in order; a send and a receive in one [`Dag::add_send_recv`] node are one
+///   step). The check is conservative: it may refuse an order NCCL would get through.
+pub(crate) fn check_ranks(comms: &Communicators, dags: &[&Dag]) -> Result<()> {
+    let n = comms.len();
+    if dags.len() != n {
+        return Err(Error::Invalid(format!(
+            "{n} ranks, but {} DAGs were given (one per rank)",
+            dags.len()
+        )));
+    }
+    let mut ranks: Vec<RankOps> = Vec::with_capacity(n);
+    for (r, dag) in dags.iter().enumerate() {
+        let mut ops = Vec::new();
+        let mut prev: Option<NodeId> = None;
+        for id in dag.topological_order() {
+            let node = &dag.graph[id.idx];
+            if let Op::Child(child) = &node.op {
+                if let Some(inner) = first_collective(&child.dag) {
+                    return Err(collective_error(
+                        &node.name,
+                        format!(
+                            "its child DAG has collective node `{inner}`: collective nodes must \
+                             be in the rank's top-level DAG, where their order is checked"
+                        ),
+                    ));
+                }
+            }
+            let Op::Collective(c) = &node.op else {
+                continue;
+            };
+            if !Arc::ptr_eq(&c.comm.clique, &comms.clique) {
+                return Err(collective_error(
+                    &node.name,
+                    format!(
+                        "uses other communicators than the ones instantiating rank {r}'s DAG \
+                         (a DAG's collective nodes all use one Communicators)"
+                    ),
+                ));
+            }
+            if c.comm.rank != r {
+                return Err(collective_error(
+                    &node.name,
+                    format!(
+                        "is rank {}'s, but it is in the DAG given for rank {r}",
+                        c.comm.rank
+                    ),
+                ));
+            }
+            if let Some(p) = prev {
+                if dag.path(p.idx, id.idx).is_none() {
+                    return Err(collective_error(
+                        &node.name,
+                        format!(
+                            "is not ordered after collective node `{}` of the same \
+                             communicator: add a dependency (NCCL runs a communicator's \
+                             operations one at a time, in the same order on every rank)",
+                            dag.graph[p.idx].name()
+                        ),
+                    ));
+                }
+            }
+            prev = Some(id);
+            ops.push((node.name().to_string(), &c.coll));
+        }
+        ranks.push(ops);
+    }
+    match_ranks(&ranks, "")
+}
+
+/// The name of a collective node in `dag` or its child DAGs, if there is one.
+fn first_collective(dag: &Dag) -> Option<String> {
+    dag.graph.node_weights().find_map(|n| match &n.op {
+        Op::Collective(_) => Some(n.name().to_string()),
+        Op::Child(c) => first_collective(&c.dag),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DagError, DeviceLimits, RecordingBackend};
+
+    fn two_ranks() -> (Vec<RecordingBackend>, Communicators) {
+        let recs = vec![
+            RecordingBackend::new(DeviceLimits::hopper()),
+            RecordingBackend::new(DeviceLimits::hopper()),
+        ];
+        let comms = Communicators::recording(&[&recs[0], &recs[1]]);
+        (recs, comms)
+    }
+
+    fn problem(e: Error) -> (String, String) {
+        match e {
+            Error::Dag(DagError::Collective { node, problem }) => (node, problem),
+            Error::Dag(DagError::WrongDevice { node, problem }) => (node, problem),
+            other => panic!("unexpected error {other:?}"),
+        }
+    }
+
+    #[test]
+    fn builder_checks_lengths_and_peers_naming_the_node() {
+        let (mut recs, comms) = two_ranks();
+        let c0 = comms.comm(0).unwrap();
+        let a = recs[0].device_buffer::<f32>(1024);
+        let b = recs[0].device_buffer::<f32>(1000);
+        let g = recs[0].device_buffer::<f32>(2048);
+        let mut dag = Dag::new();
+        dag.add_empty();
+        let (node, p) = problem(dag.add_all_reduce(&c0, &a, &b, ReduceOp::Sum).unwrap_err());
+        assert_eq!(node, "collective#1");
+        assert!(p.contains("1024") && p.contains("1000"), "{p}");
+        let (_, p) = problem(dag.add_all_gather(&c0, &a, &b).unwrap_err());
+        assert!(p.contains("2 ranks") && p.contains("2048"), "{p}");
+        dag.add_all_gather(&c0, &a, &g).unwrap();
+        let (_, p) = problem(
+            dag.add_reduce_scatter(&c0, &a, &a, ReduceOp::Max)
+                .unwrap_err(),
+        );
+        assert!(p.contains("2 x the receive length"), "{p}");
+        let (_, p) = problem(dag.add_broadcast(&c0, &a, &a, 2).unwrap_err());
+        assert!(p.contains("root 2"), "{p}");
+        let (_, p) = problem(dag.add_send(&c0, &a, 5).unwrap_err());
+        assert!(p.contains("rank 5"), "{p}");
+        let (_, p) = problem(dag.add_send(&c0, &a, 0).unwrap_err());
+        assert!(p.contains("add_send_recv"), "{p}");
+        let (_, p) = problem(dag.add_send_recv(&c0, &a, 0, &b, 0).unwrap_err());
+        assert!(p.contains("1024") && p.contains("1000"), "{p}");
+        dag.add_send_recv(&c0, &a, 0, &g, 0).unwrap_err();
+        dag.add_all_reduce(&c0, &a, &a, ReduceOp::Sum).unwrap(); // in place
+
+        // A buffer of rank 1's backend, given to rank 0.
+        let other = recs[1].device_buffer::<f32>(1024);
+        let (node, p) = problem(
+            dag.add_all_reduce(&c0, &a, &other, ReduceOp::Sum)
+                .unwrap_err(),
+        );
+        assert!(node.starts_with("collective#"), "{node}");
+        assert!(p.contains("receive buffer belongs to"), "{p}");
+    }
+
+    #[test]
+    fn validation_names_the_node_on_the_wrong_device() {
+        let (mut recs, comms) = two_ranks();
+        let a = recs[1].device_buffer::<i32>(16);
+        let mut dag = Dag::new();
+        let id = dag
+            .add_all_reduce(&comms.comm(1).unwrap(), &a, &a, ReduceOp::Sum)
+            .unwrap();
+        dag.set_name(id, "grad sum");
+        let (node, p) = problem(dag.lower(&mut recs[0]).unwrap_err());
+        assert_eq!(node, "grad sum");
+        assert!(p.contains("rank 1"), "{p}");
+        dag.lower(&mut recs[1]).unwrap();
+    }
+
+    fn ring_dags(recs: &mut [RecordingBackend], comms: &Communicators) -> Vec<Dag> {
+        (0..2)
+            .map(|r| {
+                let c = comms.comm(r).unwrap();
+                let x = recs[r].device_buffer::<f32>(1024);
+                let y = recs[r].device_buffer::<f32>(2048);
+                let z = recs[r].device_buffer::<f32>(512);
+                let mut dag = Dag::new();
+                let fill = dag.add_memset(&x, 0u32).unwrap();
+                let ar = dag.add_all_reduce(&c, &x, &x, ReduceOp::Sum).unwrap();
+                let ag = dag.add_all_gather(&c, &x, &y).unwrap();
+                let rs = dag.add_reduce_scatter(&c, &x, &z, ReduceOp::Max).unwrap();
+                let bc = dag.add_broadcast(&c, &y, &y, 1).unwrap();
+                let sr = dag.add_send_recv(&c, &z, 1 - r, &z, 1 - r);
+                assert!(sr.is_err(), "same buffer for send and receive");
+                let w = recs[r].device_buffer::<f32>(512);
+                let sr = dag.add_send_recv(&c, &z, 1 - r, &w, 1 - r).unwrap();
+                dag.chain(&[fill, ar, ag, rs, bc, sr]).unwrap();
+                dag
+            })
+            .collect()
+    }
+
+    #[test]
+    fn transcript_and_dot_of_collective_nodes() {
+        let (mut recs, comms) = two_ranks();
+        let dags = ring_dags(&mut recs, &comms);
+        dags[1].lower(&mut recs[1]).unwrap();
+        let t = recs[1].transcript();
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 6, "{t}");
+        assert!(lines[0].contains("memset"), "{t}");
+        assert_eq!(
+            lines[1],
+            "1 cudaStreamBeginCaptureToGraph captured `collective#1` deps=[0] nccl all-reduce \
+             sum f32 x1024 in place rank=1/2"
+        );
+        assert!(
+            lines[2].ends_with("nccl all-gather f32 x1024 per rank rank=1/2"),
+            "{t}"
+        );
+        assert!(
+            lines[3].contains("reduce-scatter max f32 x512 per rank"),
+            "{t}"
+        );
+        assert!(
+            lines[4].contains("broadcast f32 x2048 from rank 1 in place"),
+            "{t}"
+        );
+        assert!(
+            lines[5].contains("send f32 x512 to rank 0 + recv f32 x512 from rank 0"),
+            "{t}"
+        );
+        let dot = dags[0].to_dot();
+        assert!(dot.contains("all-reduce sum f32 x1024 in place"), "{dot}");
+        assert!(dot.contains("rank 0 of 2"), "{dot}");
+        assert!(dot.contains("hexagon"), "{dot}");
+    }
+
+    #[test]
+    fn ranks_that_fit_together_pass() {
+        let (mut recs, comms) = two_ranks();
+        let dags = ring_dags(&mut recs, &comms);
+        comms.check_ranks(&[&dags[0], &dags[1]]).unwrap();
+        // The wrong rank order, a missing rank.
+        let e = comms.check_ranks(&[&dags[1], &dags[0]]).unwrap_err();
+        assert!(e.to_string().contains("is rank 1's"), "{e}");
+        assert!(comms.check_ranks(&[&dags[0]]).is_err());
+        // Recording communicators cannot instantiate.
+        assert!(matches!(
+            comms.instantiate(&[&dags[0], &dags[1]]),
+            Err(Error::WrongDevice(_))
+        ));
+    }
+
+    #[test]
+    fn mismatched_unordered_or_unmatched_collectives_are_refused() {
+        let (mut recs, comms) = two_ranks();
+        let (c0, c1) = (comms.comm(0).unwrap(), comms.comm(1).unwrap());
+        let a0 = recs[0].device_buffer::<f32>(64);
+        let a1 = recs[1].device_buffer::<f32>(32);
+        let b1 = recs[1].device_buffer::<f32>(64);
+        let mut d0 = Dag::new();
+        d0.add_all_reduce(&c0, &a0, &a0, ReduceOp::Sum).unwrap();
+        let mut d1 = Dag::new();
+        let n = d1.add_all_reduce(&c1, &a1, &a1, ReduceOp::Sum).unwrap();
+        d1.set_name(n, "short");
+        let (node, p) = problem(comms.check_ranks(&[&d0, &d1]).unwrap_err());
+        assert_eq!(node, "short");
+        assert!(p.contains("does not match rank 0's"), "{p}");
+
+        // Two collectives not ordered by a dependency.
+        let mut d1 = Dag::new();
+        d1.add_all_reduce(&c1, &b1, &b1, ReduceOp::Sum).unwrap();
+        d1.add_all_reduce(&c1, &b1, &b1, ReduceOp::Sum).unwrap();
+        let (node, p) = problem(comms.check_ranks(&[&d0, &d1]).unwrap_err());
+        assert_eq!(node, "collective#1");
+        assert!(p.contains("not ordered after"), "{p}");
+
+        // A send without a receive.
+        let mut d0 = Dag::new();
+        d0.add_send(&c0, &a0, 1).unwrap();
+        let (_, p) = problem(comms.check_ranks(&[&d0, &Dag::new()]).unwrap_err());
+        assert!(p.contains("no matching receive on rank 1"), "{p}");
+        // A receive of another length.
+        let mut d1 = Dag::new();
+        d1.add_recv(&c1, &a1, 0).unwrap();
+        let (_, p) = problem(comms.check_ranks(&[&d0, &d1]).unwrap_err());
+        assert!(p.contains("x32") && p.contains("x64"), "{p}");
+    }
+
+    #[test]
+    fn sends_before_receives_on_both_ranks_are_a_cycle() {
+        let (mut recs, comms) = two_ranks();
+        let dags: Vec<Dag> = (0..2)
+            .map(|r| {
+                let c = comms.comm(r).unwrap();
+                let s = recs[r].device_buffer::<u8>(1 << 20);
+                let d = recs[r].device_buffer::<u8>(1 << 20);
+                let mut dag = Dag::new();
+                let a = dag.add_send(&c, &s, 1 - r).unwrap();
+                let b = dag.add_recv(&c, &d, 1 - r).unwrap();
+                dag.add_dependency(a, b).unwrap();
+                dag
+            })
+            .collect();
+        let (_, p) = problem(comms.check_ranks(&[&dags[0], &dags[1]]).unwrap_err());
+        assert!(p.contains("cycle"), "{p}");
+        // Rank 1 receiving first is fine.
+        let c1 = comms.comm(1).unwrap();
+        let s = recs[1].device_buffer::<u8>(1 << 20);
+        let d = recs[1].device_buffer::<u8>(1 << 20);
+        let mut d1 = Dag::new();
+        let b = d1.add_recv(&c1, &d, 0).unwrap();
+        let a = d1.add_send(&c1, &s, 0).unwrap();
+        d1.add_dependency(b, a).unwrap();
+        comms.check_ranks(&[&dags[0], &d1]).unwrap();
+    }
+
+    #[test]
+    fn collectives_in_child_dags_are_refused() {
+        let (mut recs, comms) = two_ranks();
+        let dags: Vec<Dag> = (0..2)
+            .map(|r| {
+                let a = recs[r].device_buffer::<u32>(4);
+                let mut inner = Dag::new();
+                inner
+                    .add_all_reduce(&comms.comm(r).unwrap(), &a, &a, ReduceOp::Min)
+                    .unwrap();
+                let mut dag = Dag::new();
+                dag.add_child(&inner);
+                dag
+            })
+            .collect();
+        let (node, p) = problem(comms.check_ranks(&[&dags[0], &dags[1]]).unwrap_err());
+        assert_eq!(node, "child#0");
+        assert!(p.contains("collective#0"), "{p}");
+    }
+
+    #[test]
+    fn capture_outside_instantiate_is_an_error_not_a_hang() {
+        let (mut recs, comms) = two_ranks();
+        let a = recs[0].device_buffer::<f64>(8);
+        let node = CollectiveNode {
+            comm: comms.comm(0).unwrap(),
+            coll: Collective::all_reduce(&comms.comm(0).unwrap(), &a, &a, ReduceOp::Avg).unwrap(),
+        };
+        // SAFETY: the call returns before it would use the stream.
+        let e = unsafe { node.enqueue(std::ptr::null_mut()) }.unwrap_err();
+        assert!(e.to_string().contains("Communicators::instantiate"), "{e}");
+    }
+}
