@@ -200,7 +200,8 @@ impl Dag {
             side: None,
             held: HashMap::default(),
             pinned: Vec::new(),
-            retired: VecDeque::new(),
+            // Room for the retirements of a few updates without growing on the update path.
+            retired: VecDeque::with_capacity(64),
             scratch: ArgScratch::default(),
         };
         let Exec {
