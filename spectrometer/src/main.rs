@@ -102,6 +102,10 @@ struct RunArgs {
     /// Also write a PNG (mean spectrum and waterfall) per product and output.
     #[arg(long)]
     png: bool,
+    /// GPU graph mode: also write the instantiated graph as Graphviz DOT to
+    /// `OUT_DIR/STEM.dot` (every node, with each FFT node's fused or unfused form).
+    #[arg(long)]
+    dot: bool,
     /// Block buffers in the reader's ring (host memory ≈ ring × BLOCSIZE).
     #[arg(long, default_value_t = 4)]
     ring: usize,
@@ -296,6 +300,15 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
                     mode,
                     engine.device_bytes() >> 20
                 );
+                if a.dot {
+                    let path = cfg.out_dir.join(format!("{}.dot", scan.name()));
+                    let text = engine
+                        .to_dot()
+                        .context("--dot needs the graph mode (--gpu-mode graph)")?;
+                    std::fs::create_dir_all(&cfg.out_dir)
+                        .and_then(|()| std::fs::write(&path, text))
+                        .with_context(|| format!("writing {}", path.display()))?;
+                }
                 run_stem(&scan, &plan, &mut engine, &cfg)
             }
         }

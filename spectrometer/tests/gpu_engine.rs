@@ -252,3 +252,41 @@ fn fft_lengths_the_engine_cannot_tile_are_a_clear_error() {
         "nothing written"
     );
 }
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
+fn run_writes_the_graph_as_dot_with_each_fft_form() {
+    gpu_or_fail();
+    let dir = tempfile::tempdir().unwrap();
+    let s = scan(dir.path(), "dot");
+    generate(&s).expect("generate");
+    let bin = || std::process::Command::new(env!("CARGO_BIN_EXE_cudagraph-spectrometer"));
+    let run = |extra: &[&str]| {
+        bin()
+            .arg("run")
+            .arg(dir.path().join("dot"))
+            .args(["-p", "64x2", "--device", "gpu", "--dot", "-q", "-o"])
+            .arg(dir.path().join("out"))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let r = run(&[]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let dot = std::fs::read_to_string(dir.path().join("out/dot.dot")).expect("dot.dot written");
+    assert!(dot.starts_with("digraph"), "{dot}");
+    assert!(dot.contains("detect+integrate"), "{dot}");
+    // The FFT node's label names the form it was lowered in.
+    assert!(
+        dot.contains("fused") || dot.contains("unfused: convert + FFT"),
+        "{dot}"
+    );
+    // Stream mode has no graph: a clear error, not a silent skip.
+    let r = run(&["--gpu-mode", "stream"]);
+    assert!(!r.status.success());
+    assert!(
+        String::from_utf8_lossy(&r.stderr).contains("--dot needs the graph mode"),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+}
