@@ -143,6 +143,26 @@ impl Bench {
         }
     }
 
+    /// The same launch as [`Bench::raw_params`], as the generic parameters of a kernel node
+    /// (`cudaKernelNodeParamsV2` in `cudaGraphNodeParams`, the rest zero), as the crate
+    /// makes them.
+    pub fn raw_generic_params(&self, args: &RawArgs) -> sys::cudaGraphNodeParams {
+        let p = self.raw_params(args);
+        // SAFETY: every field is an integer, a pointer or a C enum whose value 0 exists (the
+        // type is set below); CUDA wants the reserved fields zero.
+        let mut g: sys::cudaGraphNodeParams = unsafe { std::mem::zeroed() };
+        g.type_ = sys::cudaGraphNodeType::cudaGraphNodeTypeKernel;
+        g.__bindgen_anon_1.kernel = sys::cudaKernelNodeParamsV2 {
+            func: p.func,
+            gridDim: p.gridDim,
+            blockDim: p.blockDim,
+            sharedMemBytes: p.sharedMemBytes,
+            kernelParams: p.kernelParams,
+            extra: p.extra,
+        };
+        g
+    }
+
     // -- method 1: plain stream launches (also what method 2 captures) --
 
     /// Issues one run of the DAG with stages `stages` as plain launches, every node with
@@ -237,19 +257,25 @@ impl Bench {
 
     // -- method 3: raw explicit graph --
 
-    /// Builds the DAG with `cudaGraphCreate` and one `cudaGraphAddKernelNode` per node.
-    pub fn build_raw(&self, topology: Topology, n: usize, v: u32) -> Result<RawGraph> {
-        let api = &self.api;
+    /// An empty graph made with `cudaGraphCreate`, room for `n` nodes.
+    fn new_raw_graph(&self, n: usize) -> Result<RawGraph> {
         let mut graph = ptr::null_mut();
         // SAFETY: out-pointer; the graph is owned by the RawGraph below.
         ck("cudaGraphCreate", unsafe {
-            (api.graph_create)(&mut graph, 0)
+            (self.api.graph_create)(&mut graph, 0)
         })?;
-        let mut g = RawGraph {
+        Ok(RawGraph {
             graph,
             nodes: Vec::with_capacity(n),
-            destroy: api.graph_destroy,
-        };
+            destroy: self.api.graph_destroy,
+        })
+    }
+
+    /// Builds the DAG with `cudaGraphCreate` and one `cudaGraphAddKernelNode` per node.
+    pub fn build_raw(&self, topology: Topology, n: usize, v: u32) -> Result<RawGraph> {
+        let api = &self.api;
+        let mut g = self.new_raw_graph(n)?;
+        let graph = g.graph;
         // SAFETY: as above, the counter outlives the raw graph's launches.
         let args = RawArgs::new(unsafe { self.counter.as_raw_ptr() }, v);
         let params = self.raw_params(&args);
@@ -258,6 +284,35 @@ impl Bench {
             // SAFETY: `deps` are nodes of this graph; CUDA copies the argument values.
             ck("cudaGraphAddKernelNode", unsafe {
                 (api.graph_add_kernel_node)(&mut node, graph, deps.as_ptr(), deps.len(), &params)
+            })?;
+            Ok::<_, anyhow::Error>(node)
+        })?;
+        Ok(g)
+    }
+
+    /// [`Bench::build_raw`] through the generic API: one `cudaGraphAddNode` per node (the
+    /// call the crate lowers kernel nodes with), the same dependencies, no edge data.
+    pub fn build_raw_generic(&self, topology: Topology, n: usize, v: u32) -> Result<RawGraph> {
+        let api = &self.api;
+        let mut g = self.new_raw_graph(n)?;
+        let graph = g.graph;
+        // SAFETY: the counter outlives the raw graph's launches (the bench synchronises before
+        // dropping it).
+        let args = RawArgs::new(unsafe { self.counter.as_raw_ptr() }, v);
+        let mut params = self.raw_generic_params(&args);
+        g.nodes = build_shape(topology, n, |deps: &[sys::cudaGraphNode_t]| {
+            let mut node = ptr::null_mut();
+            // SAFETY: `deps` are nodes of this graph; `params` is a kernel node's, as in
+            // `build_raw`; CUDA copies the argument values.
+            ck("cudaGraphAddNode", unsafe {
+                (api.graph_add_node)(
+                    &mut node,
+                    graph,
+                    deps.as_ptr(),
+                    ptr::null(),
+                    deps.len(),
+                    &mut params,
+                )
             })?;
             Ok::<_, anyhow::Error>(node)
         })?;
@@ -340,6 +395,8 @@ impl Bench {
 pub const STREAM: &str = "stream launches";
 pub const CAPTURE: &str = "stream capture";
 pub const RAW: &str = "raw graph";
+/// The raw graph made with CUDA's generic node API (the calls the crate makes).
+pub const RAW_GENERIC: &str = "raw graph, generic API: cudaGraphAddNode";
 pub const CRATE: &str = "cudagraph";
 
 pub fn us_per_node(d: std::time::Duration, n: usize) -> f64 {

@@ -5,9 +5,9 @@ use std::time::Instant;
 use anyhow::Result;
 use cudagraph::result::runtime as rt;
 
-use crate::bench::{progress, us_per_node, Bench, CAPTURE, CRATE, RAW};
+use crate::bench::{progress, us_per_node, Bench, CAPTURE, CRATE, RAW, RAW_GENERIC};
 use crate::host::{median, stages, Topology};
-use crate::report::{ratio_summary, Report, Table};
+use crate::report::{ratio_between, ratio_summary, Report, Table};
 
 /// Construction: build, validate + lower, instantiate, and the total, per node.
 pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
@@ -15,6 +15,8 @@ pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
     let ns = b.ns.clone();
     const CAP_T: &str = "stream capture: capture + instantiate";
     const RAW_T: &str = "raw graph: build + instantiate";
+    const RAW_GEN_T: &str = "raw graph, generic API: cudaGraphAddNode + instantiate";
+    const LOWER: &str = "cudagraph: validate + lower";
     const CRATE_T: &str = "cudagraph: build + Dag::into_exec";
     const CRATE_T_COPY: &str = "cudagraph: build + Dag::instantiate (keeps the DAG: copies it)";
     for topology in [Topology::Chain, Topology::FAN8] {
@@ -24,27 +26,26 @@ pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
             &format!("construction-{key}-build"),
             &format!("Construction, {name}: build (nodes added), per node"),
             "Stream capture: `cudaStreamBeginCapture` + the launches + `cudaStreamEndCapture`. \
-             Raw graph: `cudaGraphCreate` + `cudaGraphAddKernelNode` per node. cudagraph: \
-             `Dag::add_kernel` + `Dag::add_dependency` (host only; the CUDA graph is made when \
-             lowering).",
+             Raw graph: `cudaGraphCreate` + `cudaGraphAddKernelNode` per node (generic API: \
+             `cudaGraphAddNode` per node instead). cudagraph: `Dag::add_kernel` + \
+             `Dag::add_dependency` (host only; the CUDA graph is made when lowering).",
             &ns,
         );
         let bc = build.row(CAPTURE, None);
         let br = build.row(RAW, None);
+        let bg = build.row(RAW_GENERIC, Some(RAW));
         let bk = build.row(CRATE, None);
         let mut lower = Table::new(
             &format!("construction-{key}-lower"),
             &format!("Construction, {name}: validation + lowering, per node"),
             "cudagraph: `Dag::lower` into a `CudaBackend` (validation, then one \
-             `cudaGraphAddKernelNode` per node), compared with the raw graph's build, which \
-             makes the same CUDA calls.",
+             `cudaGraphAddNode` per node), compared with the raw graph's build (the same CUDA \
+             work; through the generic API, the same CUDA calls).",
             &ns,
         );
         let lr = lower.row("raw graph: build (same CUDA calls)", None);
-        let lk = lower.row(
-            "cudagraph: validate + lower",
-            Some("raw graph: build (same CUDA calls)"),
-        );
+        let lg = lower.row(RAW_GENERIC, Some("raw graph: build (same CUDA calls)"));
+        let lk = lower.row(LOWER, Some("raw graph: build (same CUDA calls)"));
         let mut inst = Table::new(
             &format!("construction-{key}-instantiate"),
             &format!("Construction, {name}: instantiation, per node"),
@@ -55,6 +56,7 @@ pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
         );
         let ic = inst.row(CAPTURE, Some(RAW));
         let ir = inst.row(RAW, None);
+        let ig = inst.row(RAW_GENERIC, Some(RAW));
         let ik = inst.row("cudagraph: cudaGraphInstantiate", Some(RAW));
         let ia = inst.row("cudagraph: Dag::into_exec (all)", None);
         let mut total = Table::new(
@@ -65,15 +67,16 @@ pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
         );
         let tc = total.row(CAP_T, Some(RAW_T));
         let tr = total.row(RAW_T, None);
+        let tg = total.row(RAW_GEN_T, Some(RAW_T));
         let tk = total.row(CRATE_T, Some(RAW_T));
         let tkc = total.row(CRATE_T_COPY, Some(RAW_T));
         for (ni, &n) in ns.iter().enumerate() {
             let st = stages(topology, n);
             let reps = b.reps(n).construction;
-            let mut s: Vec<Vec<f64>> = vec![Vec::new(); 12];
+            let mut s: Vec<Vec<f64>> = vec![Vec::new(); 15];
             for rep in 0..=reps {
                 b.sync()?;
-                let mut v = [0f64; 12];
+                let mut v = [0f64; 15];
                 // raw
                 let t0 = Instant::now();
                 let g = b.build_raw(topology, n, 1)?;
@@ -84,6 +87,16 @@ pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
                 v[0] = us_per_node(t1 - t0, n);
                 v[1] = us_per_node(t2 - t1, n);
                 v[2] = us_per_node(t2 - t0, n);
+                // raw, generic API
+                let t0 = Instant::now();
+                let g = b.build_raw_generic(topology, n, 1)?;
+                let t1 = Instant::now();
+                let e = b.instantiate_raw(&g)?;
+                let t2 = Instant::now();
+                drop((e, g));
+                v[12] = us_per_node(t1 - t0, n);
+                v[13] = us_per_node(t2 - t1, n);
+                v[14] = us_per_node(t2 - t0, n);
                 // capture
                 let t0 = Instant::now();
                 let g = b.capture(&st, 1)?;
@@ -136,18 +149,23 @@ pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
             let (kb, ka, kt) = (m(6), m(7), m(8));
             let (kl, ki) = (m(9), m(10));
             let ktc = m(11);
+            let (gb, gi, gt) = (m(12), m(13), m(14));
             total.set(tkc, ni, ktc);
             build.set(bc, ni, cb);
             build.set(br, ni, rb);
+            build.set(bg, ni, gb);
             build.set(bk, ni, kb);
             lower.set(lr, ni, rb);
+            lower.set(lg, ni, gb);
             lower.set(lk, ni, kl);
             inst.set(ic, ni, ci);
             inst.set(ir, ni, ri);
+            inst.set(ig, ni, gi);
             inst.set(ik, ni, ki);
             inst.set(ia, ni, ka);
             total.set(tc, ni, ct);
             total.set(tr, ni, rt_);
+            total.set(tg, ni, gt);
             total.set(tk, ni, kt);
             progress(
                 &format!("construction, {name}, N={n} ({reps} reps)"),
@@ -164,6 +182,21 @@ pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
             format!("{at_big} (all N: {all})"),
             worst_big,
             1.15,
+        );
+        // The split of that gap: CUDA's generic API itself, and the crate's own host work.
+        let (crate_gen, _) = ratio_between(&total, CRATE_T, RAW_GEN_T, &ns);
+        let (gen_raw, _) = ratio_summary(&total, RAW_GEN_T, &ns);
+        let (lower_gen, _) = ratio_between(&lower, LOWER, RAW_GENERIC, &ns);
+        report.info(
+            format!(
+                "cudagraph vs raw generic API, {name}: build + validate + lower + instantiate \
+                 against raw `cudaGraphAddNode` build + instantiate (and that against raw \
+                 `cudaGraphAddKernelNode`)"
+            ),
+            format!(
+                "cudagraph / generic: {crate_gen}; generic / specific: {gen_raw}; validate + \
+                 lower alone / generic build: {lower_gen}"
+            ),
         );
         report.table(build);
         report.table(lower);

@@ -39,6 +39,15 @@ pub struct Api {
         usize,
         *const sys::cudaKernelNodeParams,
     ) -> Status,
+    /// The generic call the crate adds nodes with (no edge data: plain dependencies).
+    pub graph_add_node: unsafe extern "C" fn(
+        *mut sys::cudaGraphNode_t,
+        sys::cudaGraph_t,
+        *const sys::cudaGraphNode_t,
+        *const sys::cudaGraphEdgeData,
+        usize,
+        *mut sys::cudaGraphNodeParams,
+    ) -> Status,
     pub graph_instantiate: unsafe extern "C" fn(
         *mut sys::cudaGraphExec_t,
         sys::cudaGraph_t,
@@ -49,6 +58,12 @@ pub struct Api {
         sys::cudaGraphExec_t,
         sys::cudaGraphNode_t,
         *const sys::cudaKernelNodeParams,
+    ) -> Status,
+    /// The generic call the crate updates nodes with.
+    pub exec_node_set_params: unsafe extern "C" fn(
+        sys::cudaGraphExec_t,
+        sys::cudaGraphNode_t,
+        *mut sys::cudaGraphNodeParams,
     ) -> Status,
     pub exec_update: unsafe extern "C" fn(
         sys::cudaGraphExec_t,
@@ -79,9 +94,11 @@ impl Api {
             end_capture: sym!(lib, cudaStreamEndCapture),
             graph_create: sym!(lib, cudaGraphCreate),
             graph_add_kernel_node: sym!(lib, cudaGraphAddKernelNode),
+            graph_add_node: sym!(lib, cudaGraphAddNode),
             graph_instantiate: sym!(lib, cudaGraphInstantiate),
             graph_launch: sym!(lib, cudaGraphLaunch),
             exec_kernel_node_set_params: sym!(lib, cudaGraphExecKernelNodeSetParams),
+            exec_node_set_params: sym!(lib, cudaGraphExecNodeSetParams),
             exec_update: sym!(lib, cudaGraphExecUpdate),
             exec_destroy: sym!(lib, cudaGraphExecDestroy),
             graph_destroy: sym!(lib, cudaGraphDestroy),

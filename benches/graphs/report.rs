@@ -156,8 +156,10 @@ pub fn fmt_us(v: f64) -> String {
 pub struct Target {
     pub name: String,
     pub measured: String,
-    /// `None` when it could not be measured.
+    /// `None` when it could not be measured (or is informational).
     pub met: Option<bool>,
+    /// A measurement shown with the targets for context, without a verdict.
+    pub info: bool,
 }
 
 /// Everything the run produced.
@@ -183,6 +185,17 @@ impl Report {
             name,
             measured: detail,
             met,
+            info: false,
+        });
+    }
+
+    /// Records an informational line among the targets (no verdict).
+    pub fn info(&mut self, name: String, detail: String) {
+        self.targets.push(Target {
+            name,
+            measured: detail,
+            met: None,
+            info: true,
         });
     }
 
@@ -195,6 +208,7 @@ impl Report {
             String::from("## Targets\n\n| target | measured | verdict |\n| --- | --- | --- |\n");
         for t in &self.targets {
             let verdict = match t.met {
+                _ if t.info => "informational",
                 Some(true) => "met",
                 Some(false) => "**missed**",
                 None => "not measured",
@@ -213,7 +227,9 @@ impl Report {
             "\nMethods: **stream launches** (`cudaLaunchKernel` per node; fan-out through 8 \
              worker streams and events), **stream capture** (the same stream work captured, \
              then `cudaGraphInstantiate` + `cudaGraphLaunch`), **raw graph** (explicit graph \
-             with the raw runtime calls: the floor for any wrapper), **cudagraph** (`Dag` → \
+             with the raw runtime calls: the floor for any wrapper; in the construction and update \
+             tables also made through CUDA's generic node API, `cudaGraphAddNode` / \
+             `cudaGraphExecNodeSetParams`, the calls the crate makes), **cudagraph** (`Dag` → \
              `Exec`). Every node is `tiny(unsigned*, unsigned)`, one block of 32 threads. \
              Values are medians, in µs **per node** (the time of the whole operation divided \
              by N); ratios are per N, in N order. The FFT tables are in µs **per iteration** \
@@ -279,7 +295,19 @@ pub fn csv_field(s: &str) -> String {
 /// The ratios of row `label` against its `vs` row at the node counts `ns` (those the table
 /// has), as text, and the worst (largest) of them.
 pub fn ratio_summary(t: &Table, label: &str, ns: &[usize]) -> (String, Option<f64>) {
-    let Some(row) = t.rows.iter().position(|r| r.label == label) else {
+    let Some(row) = t.rows.iter().find(|r| r.label == label) else {
+        return ("no such row".into(), None);
+    };
+    match &row.vs {
+        Some(vs) => ratio_between(t, label, vs, ns),
+        None => ("no data".into(), None),
+    }
+}
+
+/// As [`ratio_summary`], against row `base` instead of the row's `vs`.
+pub fn ratio_between(t: &Table, label: &str, base: &str, ns: &[usize]) -> (String, Option<f64>) {
+    let find = |l: &str| t.rows.iter().find(|r| r.label == l);
+    let (Some(row), Some(base)) = (find(label), find(base)) else {
         return ("no such row".into(), None);
     };
     let mut parts = Vec::new();
@@ -288,7 +316,8 @@ pub fn ratio_summary(t: &Table, label: &str, ns: &[usize]) -> (String, Option<f6
         let Some(ni) = t.ns.iter().position(|m| m == n) else {
             continue;
         };
-        if let Some(r) = t.ratio(row, ni) {
+        if let (Some(x), Some(y)) = (row.values[ni], base.values[ni]) {
+            let r = x / y;
             parts.push(format!("{r:.2} (N={n})"));
             worst = Some(worst.map_or(r, |w: f64| w.max(r)));
         }

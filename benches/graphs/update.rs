@@ -10,7 +10,7 @@ use crate::bench::{progress, us_per_node, AllocCount, Bench, RAW, STREAM};
 use crate::counting_alloc::count;
 use crate::host::{median, stages, Topology};
 use crate::raw::{ck, RawArgs};
-use crate::report::{ratio_summary, Report, Table};
+use crate::report::{ratio_between, ratio_summary, Report, Table};
 use crate::whole::{Graphs, WholeGraph};
 
 /// Updates: one kernel argument of every node between launches, and whole-graph updates.
@@ -19,6 +19,7 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
     let ns = b.ns.clone();
     let topology = Topology::Chain;
     const RAW_SET: &str = "raw graph: cudaGraphExecKernelNodeSetParams";
+    const RAW_GEN_SET: &str = "raw graph, generic API: cudaGraphExecNodeSetParams";
     const ARG: &str = "cudagraph: Exec::set_kernel_arg";
     const ARGS: &str = "cudagraph: Exec::set_kernel_args";
     let mut per = Table::new(
@@ -26,10 +27,13 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         "Update one argument of every node (chain), CPU time per update, no launch",
         "N calls, one per node, changing argument `v`. Raw: the filled-in \
          `cudaKernelNodeParams` with its argument value rewritten, then \
-         `cudaGraphExecKernelNodeSetParams`. cudagraph: typed, checked updates.",
+         `cudaGraphExecKernelNodeSetParams`; generic API: the filled-in kernel node's \
+         `cudaGraphNodeParams` the same way, then `cudaGraphExecNodeSetParams` (the call the \
+         crate makes). cudagraph: typed, checked updates.",
         &ns,
     );
     let pr = per.row(RAW_SET, None);
+    let pg = per.row(RAW_GEN_SET, Some(RAW_SET));
     let pa = per.row(ARG, Some(RAW_SET));
     let pas = per.row(ARGS, Some(RAW_SET));
     let mut upl = Table::new(
@@ -59,6 +63,7 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         // SAFETY: the counter outlives the raw graph's launches (synchronised below).
         let args = RawArgs::new(unsafe { b.counter.as_raw_ptr() }, 1);
         let params = b.raw_params(&args);
+        let mut generic = b.raw_generic_params(&args);
         let c = &b.counter;
 
         let raw_updates = |v: u32| -> Result<()> {
@@ -72,9 +77,20 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
             }
             Ok(())
         };
+        let mut raw_generic_updates = |v: u32| -> Result<()> {
+            for (i, &node) in raw_graph.nodes.iter().enumerate() {
+                args.set(v.wrapping_add(i as u32));
+                // SAFETY: as above; `generic` holds the same kernel node parameters.
+                ck("cudaGraphExecNodeSetParams", unsafe {
+                    (b.api.exec_node_set_params)(raw_exec.exec, node, &mut generic)
+                })?;
+            }
+            Ok(())
+        };
 
         // Warm-up: every update path and launch once (the first buffer update of an Exec may
         // grow its list of replaced buffers; later ones reuse it).
+        raw_generic_updates(1)?;
         raw_updates(1)?;
         b.launch_raw(&raw_exec)?;
         for &id in &ids {
@@ -86,12 +102,16 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         b.sync()?;
 
         // Per-node updates, no launch.
-        let mut s: Vec<Vec<f64>> = vec![Vec::new(); 3];
+        let mut s: Vec<Vec<f64>> = vec![Vec::new(); 4];
         for rep in 0..reps.update {
             let v = rep as u32 * 7 + 2;
             let t0 = Instant::now();
             raw_updates(v)?;
             s[0].push(us_per_node(t0.elapsed(), n));
+
+            let t0 = Instant::now();
+            raw_generic_updates(v)?;
+            s[3].push(us_per_node(t0.elapsed(), n));
 
             let (a, (t, updated)) = count(|| {
                 let t0 = Instant::now();
@@ -118,6 +138,7 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         }
         exec.synchronize()?;
         per.set(pr, ni, median(&mut s[0]));
+        per.set(pg, ni, median(&mut s[3]));
         per.set(pa, ni, median(&mut s[1]));
         per.set(pas, ni, median(&mut s[2]));
 
@@ -211,7 +232,22 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
             worst,
             1.20,
         );
+        let (vs_generic, _) = ratio_between(&per, label, RAW_GEN_SET, &ns);
+        report.info(
+            format!(
+                "cudagraph vs raw generic API, `{}` against raw cudaGraphExecNodeSetParams",
+                label.trim_start_matches("cudagraph: ")
+            ),
+            vs_generic,
+        );
     }
+    let (gen_raw, _) = ratio_summary(&per, RAW_GEN_SET, &ns);
+    report.info(
+        "raw cudaGraphExecNodeSetParams (generic API) against raw \
+         cudaGraphExecKernelNodeSetParams"
+            .into(),
+        gen_raw,
+    );
     let mut allocs_detail = Vec::new();
     let mut worst = 0f64;
     for (what, a) in [
