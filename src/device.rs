@@ -217,6 +217,14 @@ impl Device {
         unsafe { rt::set_device(self.inner.ordinal) }
     }
 
+    /// Whether kernels and copies running on this device can use memory of `peer` once peer
+    /// access is enabled (`cudaDeviceCanAccessPeer`); `true` for the device itself. Lowering a
+    /// DAG enables peer access for every pair its nodes need (see
+    /// [`Dag::place`](crate::Dag::place)).
+    pub fn can_access_peer(&self, peer: &Device) -> Result<bool> {
+        can_access_peer(self.inner.ordinal, peer.inner.ordinal)
+    }
+
     /// Free and total device memory, bytes (`cudaMemGetInfo`).
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         self.bind()?;
@@ -266,6 +274,51 @@ impl Device {
         }
         first.map_or(Ok(()), Err)
     }
+}
+
+/// Checks that `ordinal` names a device of this machine.
+fn check_ordinal(ordinal: i32) -> Result<()> {
+    let count = Device::count()?;
+    if ordinal < 0 || ordinal as usize >= count {
+        return Err(Error::NoDevice(format!(
+            "device {ordinal} does not exist ({count} found)"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether device `from` can use memory of device `to` by peer access (`true` when they are
+/// the same device).
+pub(crate) fn can_access_peer(from: i32, to: i32) -> Result<bool> {
+    if from == to {
+        return Ok(true);
+    }
+    check_ordinal(from)?;
+    check_ordinal(to)?;
+    // SAFETY: both ordinals were checked against the device count.
+    unsafe { rt::device_can_access_peer(from, to) }
+}
+
+/// Lets device `from` use memory of device `to` (`cudaDeviceEnablePeerAccess`; already
+/// enabled is success). Leaves `from` current on the calling thread.
+pub(crate) fn enable_peer_access(from: i32, to: i32) -> Result<()> {
+    bind_ordinal(from)?;
+    check_ordinal(to)?;
+    // SAFETY: `to` was checked against the device count.
+    unsafe { rt::device_enable_peer_access(to) }
+}
+
+/// Makes device `ordinal` current on the calling thread (what [`Device::bind`] does, for a
+/// device known by its key).
+pub(crate) fn bind_ordinal(ordinal: i32) -> Result<()> {
+    check_ordinal(ordinal)?;
+    // SAFETY: the ordinal was checked against the device count.
+    unsafe { rt::set_device(ordinal) }
+}
+
+/// Whether `ordinal` names a device of this machine (no error: `false` when there is none).
+pub(crate) fn ordinal_exists(ordinal: i32) -> bool {
+    check_ordinal(ordinal).is_ok()
 }
 
 /// The versions of the CUDA runtime and of the driver, without opening a device.

@@ -301,6 +301,16 @@ pub enum DagError {
         /// What is wrong.
         problem: String,
     },
+    /// A node placed on a device where it cannot run: its kind is not placeable (FFT,
+    /// captured, collective and child-graph nodes run on the device the DAG is lowered for),
+    /// the device is not one of the backend's, or the node is in a child graph.
+    #[error("node `{node}`: {problem}")]
+    Placement {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// A node used in a way its kind does not allow.
     #[error("node `{node}`: {problem}")]
     WrongKind {

@@ -6,7 +6,7 @@
 //! launch shapes and devices checked). A backend may still fail (CUDA can), but it does not
 //! re-validate.
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ops::Range;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use petgraph::visit::NodeIndexable;
 
 use super::nodes::backend::{sealed, Backend, EdgeData, NodeParams};
-use super::nodes::{FftNode, KernelNode};
+use super::nodes::{FftNode, KernelNode, Target};
 use super::Dag;
 use crate::device::{Device, DeviceKey, DeviceLimits};
 use crate::error::Result;
@@ -32,7 +32,12 @@ impl Dag {
     /// of each node, indexed by [`NodeId::index`](super::NodeId::index) (`None` for holes left
     /// by removed nodes).
     pub fn lower<B: Backend>(&self, backend: &mut B) -> Result<Vec<Option<B::Node>>> {
-        self.validate_for(backend.limits(), backend.key())?;
+        self.validate_on(&Target {
+            home: backend.key(),
+            limits: backend.limits(),
+            devices: &*backend,
+            placeable: true,
+        })?;
         self.lower_validated(backend)
     }
 
@@ -53,6 +58,19 @@ impl Dag {
         if !shares.is_empty() {
             backend.prepare_ffts(self, &shares)?;
         }
+        // Peer access first, once per pair the nodes need (validation checked each is
+        // possible); none in a DAG whose nodes use only their own device's memory.
+        let home = backend.key();
+        let mut pairs = Vec::new();
+        self.peer_pairs(home, &mut pairs);
+        for &(from, to) in &pairs {
+            backend.enable_peer_access(from, to)?;
+        }
+        if !pairs.is_empty() {
+            backend.use_device(home)?;
+        }
+        // Each node on its device, switched only when it changes (never, unplaced).
+        let mut current = home;
         for id in order {
             self.sorted_dependencies(id, &mut dep_idx);
             deps.clear();
@@ -62,9 +80,17 @@ impl Dag {
                     .map(|p| handles[p.index()].expect("dependencies are lowered first")),
             );
             let node = &self.graph[id.idx];
+            let device = node.device.unwrap_or(home);
+            if device != current {
+                backend.use_device(device)?;
+                current = device;
+            }
             let share = shares.get(id.index()).and_then(Option::as_ref);
             let h = node.op.lower(&node.name, &deps, backend, share)?;
             handles[id.index()] = Some(h);
+        }
+        if current != home {
+            backend.use_device(home)?;
         }
         Ok(handles)
     }
@@ -97,9 +123,45 @@ static NEXT_RECORDING: AtomicU64 = AtomicU64::new(1);
 /// Recording is cheap: a kernel node's call is kept as data (its kernel, launch shape and
 /// argument bytes, in arenas shared by all calls) and put into words only when
 /// [`RecordingBackend::calls`] or [`RecordingBackend::transcript`] asks for them.
+///
+/// # Several devices
+///
+/// [`RecordingBackend::with_devices`] stands in for a machine of several GPUs: device 0 is
+/// the home device (the one [`RecordingBackend::new`] has, what unplaced nodes run on), and
+/// each device `i` has its own key ([`RecordingBackend::device_key`], for
+/// [`Dag::place_on`]), buffers ([`RecordingBackend::device_buffer_on`]) and kernels
+/// ([`RecordingBackend::kernel_on`]); all share the backend's limits. Every device can access
+/// every other by peer unless [`RecordingBackend::set_peer_access`] says otherwise. A call
+/// for a node placed on device `i > 0` ends its parameters with ` device=i`; the peer access
+/// lowering enabled is listed by [`RecordingBackend::peer_access_enabled`].
+///
+/// ```
+/// use cudagraph::{dst, src, Dag, DeviceLimits, RecordingBackend};
+/// # fn main() -> cudagraph::Result<()> {
+/// let mut rec = RecordingBackend::with_devices(DeviceLimits::hopper(), 2);
+/// let a = rec.device_buffer_on::<f32>(0, 256);
+/// let b = rec.device_buffer_on::<f32>(1, 256);
+/// let mut dag = Dag::new();
+/// let fill = dag.add_memset(&b, 0u32)?;
+/// dag.place_on(fill, rec.device_key(1))?;
+/// let copy = dag.add_copy(dst(&a), src(&b))?; // runs on device 0, reads device 1's memory
+/// dag.add_dependency(fill, copy)?;
+/// dag.lower(&mut rec)?;
+/// assert!(rec.calls()[0].params.ends_with(" device=1"));
+/// assert_eq!(rec.peer_access_enabled(), &[(0, 1)]);
+/// # Ok(()) }
+/// ```
 pub struct RecordingBackend {
     id: u64,
     limits: DeviceLimits,
+    /// The ids of the devices (keys `DeviceKey::Recording(id)`); the first is `id`.
+    devices: Vec<u64>,
+    /// `peer[from * n + to]`: whether device `from` can access memory of device `to`.
+    peer: Vec<bool>,
+    /// Peer access lowering enabled, as device indexes, in order.
+    peer_enabled: Vec<(usize, usize)>,
+    /// The device (index) the next recorded nodes run on.
+    current: usize,
     next_addr: u64,
     next_fft_handle: u64,
     fft_param_buffers: Vec<Arc<Allocation>>,
@@ -120,6 +182,8 @@ struct Entry {
     name: Range<usize>,
     deps: Range<usize>,
     params: Params,
+    /// The device (index) the node runs on.
+    device: usize,
 }
 
 /// A recorded call's parameters.
@@ -143,9 +207,26 @@ enum Params {
 impl RecordingBackend {
     /// A recording backend validating against `limits`.
     pub fn new(limits: DeviceLimits) -> Self {
+        Self::with_devices(limits, 1)
+    }
+
+    /// A recording backend standing in for `count` devices with these limits (see
+    /// [Several devices](RecordingBackend#several-devices)); device 0 is the home device.
+    ///
+    /// # Panics
+    /// If `count` is 0.
+    pub fn with_devices(limits: DeviceLimits, count: usize) -> Self {
+        assert!(count >= 1, "a recording backend has at least one device");
+        let devices: Vec<u64> = (0..count)
+            .map(|_| NEXT_RECORDING.fetch_add(1, Ordering::Relaxed))
+            .collect();
         RecordingBackend {
-            id: NEXT_RECORDING.fetch_add(1, Ordering::Relaxed),
+            id: devices[0],
             limits,
+            devices,
+            peer: vec![true; count * count],
+            peer_enabled: Vec::new(),
+            current: 0,
             next_addr: 0x7000_0000_0000,
             next_fft_handle: 0,
             fft_param_buffers: Vec::new(),
@@ -168,8 +249,54 @@ impl RecordingBackend {
         self.entries.len()
     }
 
-    /// Forgets the calls received so far (placeholders handed out stay valid).
+    /// How many devices the backend stands in for.
+    pub fn device_count(&self) -> usize {
+        self.devices.len()
+    }
+
+    /// The key of device `index` (for [`Dag::place_on`]); device 0's is the backend's.
+    ///
+    /// # Panics
+    /// If there is no device `index`.
+    pub fn device_key(&self, index: usize) -> DeviceKey {
+        DeviceKey::Recording(self.devices[index])
+    }
+
+    /// Says whether work on device `from` can access memory of device `to` (by default every
+    /// device can access every other, as on a machine whose GPUs are all linked).
+    ///
+    /// # Panics
+    /// If either device does not exist.
+    pub fn set_peer_access(&mut self, from: usize, to: usize, can: bool) {
+        let n = self.devices.len();
+        assert!(from < n && to < n, "no such recording device");
+        self.peer[from * n + to] = can;
+    }
+
+    /// The peer access lowering enabled, as `(from, to)` device indexes, in order (once per
+    /// pair and lowering).
+    pub fn peer_access_enabled(&self) -> &[(usize, usize)] {
+        &self.peer_enabled
+    }
+
+    /// The index of the device with this key, if it is one of the backend's.
+    fn index_of(&self, key: DeviceKey) -> Option<usize> {
+        match key {
+            DeviceKey::Recording(id) => self.devices.iter().position(|&d| d == id),
+            DeviceKey::Cuda(_) => None,
+        }
+    }
+
+    /// The index of a device validation accepted.
+    fn index_known(&self, key: DeviceKey) -> usize {
+        self.index_of(key)
+            .expect("validation checked that nodes run on the backend's devices")
+    }
+
+    /// Forgets the calls received so far and the peer access enabled (placeholders handed
+    /// out stay valid).
     pub fn clear(&mut self) {
+        self.peer_enabled.clear();
         self.entries.clear();
         self.names.clear();
         self.deps.clear();
@@ -215,6 +342,11 @@ impl RecordingBackend {
                 s
             }
         };
+        let params = if e.device == 0 {
+            params
+        } else {
+            format!("{params} device={}", e.device)
+        };
         RecordedCall {
             function: e.function,
             kind: e.kind,
@@ -225,27 +357,52 @@ impl RecordingBackend {
     }
 
     fn placeholder(&mut self, bytes: usize, space: MemorySpace) -> Arc<Allocation> {
-        let ptr = self.next_addr;
-        // Keep placeholder ranges apart and 256-byte aligned, like cudaMalloc's.
-        self.next_addr += (bytes as u64).div_ceil(256).max(1) * 256;
-        Arc::new(Allocation::placeholder(ptr, bytes, space, self.id))
+        self.placeholder_on(0, bytes, space)
     }
 
-    /// A placeholder device buffer of `len` elements (no memory behind it).
+    fn placeholder_on(&mut self, device: usize, bytes: usize, space: MemorySpace) -> Arc<Allocation> {
+        let owner = self.devices[device];
+        let ptr = self.next_addr;
+        // Keep placeholder ranges apart and 256-byte aligned, like cudaMalloc's (one address
+        // space for all devices, like CUDA's unified addressing).
+        self.next_addr += (bytes as u64).div_ceil(256).max(1) * 256;
+        Arc::new(Allocation::placeholder(ptr, bytes, space, owner))
+    }
+
+    /// A placeholder device buffer of `len` elements (no memory behind it) on the home device.
     pub fn device_buffer<T: DeviceRepr>(&mut self, len: usize) -> DeviceBuffer<T> {
-        let a = self.placeholder(len * std::mem::size_of::<T>(), MemorySpace::Device);
+        self.device_buffer_on(0, len)
+    }
+
+    /// A placeholder device buffer of `len` elements on device `index`.
+    ///
+    /// # Panics
+    /// If there is no device `index`.
+    pub fn device_buffer_on<T: DeviceRepr>(&mut self, index: usize, len: usize) -> DeviceBuffer<T> {
+        let a = self.placeholder_on(index, len * std::mem::size_of::<T>(), MemorySpace::Device);
         DeviceBuffer::from_alloc(a, len)
     }
 
-    /// A placeholder pinned host buffer of `len` elements.
+    /// A placeholder pinned host buffer of `len` elements (of the home device; pinned memory
+    /// may be used from every device).
     pub fn host_buffer<T: DeviceRepr>(&mut self, len: usize) -> HostBuffer<T> {
         let a = self.placeholder(len * std::mem::size_of::<T>(), MemorySpace::PinnedHost);
         HostBuffer::from_alloc(a, len)
     }
 
-    /// A kernel with parameters of these sizes (laid out with natural alignment) and no code.
+    /// A kernel of the home device with parameters of these sizes (laid out with natural
+    /// alignment) and no code.
     pub fn kernel(&self, name: &str, param_sizes: &[usize]) -> Kernel {
-        Kernel::recording(name, param_sizes, self.id)
+        self.kernel_on(0, name, param_sizes)
+    }
+
+    /// [`RecordingBackend::kernel`] of device `index` (only nodes on that device may launch
+    /// it).
+    ///
+    /// # Panics
+    /// If there is no device `index`.
+    pub fn kernel_on(&self, index: usize, name: &str, param_sizes: &[usize]) -> Kernel {
+        Kernel::recording(name, param_sizes, self.devices[index])
     }
 
     /// The calls as text, one per line: `index function name deps params`.
@@ -278,6 +435,7 @@ impl RecordingBackend {
             name: n..self.names.len(),
             deps: d..self.deps.len(),
             params,
+            device: self.current,
         });
         self.words.take();
         self.entries.len() - 1
@@ -377,8 +535,29 @@ fn describe_generic(raw: &sys::cudaGraphNodeParams) -> (&'static str, String) {
     }
 }
 
+impl sealed::Devices for RecordingBackend {
+    fn has_device(&self, key: DeviceKey) -> bool {
+        self.index_of(key).is_some()
+    }
+    fn can_access_peer(&self, from: DeviceKey, to: DeviceKey) -> Result<bool> {
+        Ok(match (self.index_of(from), self.index_of(to)) {
+            (Some(f), Some(t)) => f == t || self.peer[f * self.devices.len() + t],
+            _ => false,
+        })
+    }
+}
+
 impl sealed::Lower for RecordingBackend {
     type Node = usize;
+    fn enable_peer_access(&mut self, from: DeviceKey, to: DeviceKey) -> Result<()> {
+        let pair = (self.index_known(from), self.index_known(to));
+        self.peer_enabled.push(pair);
+        Ok(())
+    }
+    fn use_device(&mut self, key: DeviceKey) -> Result<()> {
+        self.current = self.index_known(key);
+        Ok(())
+    }
     fn key(&self) -> DeviceKey {
         DeviceKey::Recording(self.id)
     }
@@ -427,6 +606,8 @@ impl sealed::Lower for RecordingBackend {
             NodeParams::Child(child) => {
                 let mut sub = RecordingBackend {
                     id: self.id,
+                    devices: self.devices.clone(),
+                    peer: self.peer.clone(),
                     next_addr: self.next_addr + 0x1000_0000,
                     next_fft_handle: self.next_fft_handle + 1000,
                     ..RecordingBackend::new(self.limits.clone())
@@ -552,10 +733,38 @@ pub(crate) struct Built {
     pub(crate) captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
 }
 
+/// The CUDA devices as validation sees them: every device of the machine, peer access as
+/// `cudaDeviceCanAccessPeer` answers (each answer kept).
+#[derive(Default)]
+pub(crate) struct CudaDevices {
+    answers: RefCell<Vec<((i32, i32), bool)>>,
+}
+
+impl sealed::Devices for CudaDevices {
+    fn has_device(&self, key: DeviceKey) -> bool {
+        matches!(key, DeviceKey::Cuda(o) if crate::device::ordinal_exists(o))
+    }
+    fn can_access_peer(&self, from: DeviceKey, to: DeviceKey) -> Result<bool> {
+        let (DeviceKey::Cuda(a), DeviceKey::Cuda(b)) = (from, to) else {
+            return Ok(false);
+        };
+        if let Some(&(_, can)) = self.answers.borrow().iter().find(|(p, _)| *p == (a, b)) {
+            return Ok(can);
+        }
+        let can = crate::device::can_access_peer(a, b)?;
+        self.answers.borrow_mut().push(((a, b), can));
+        Ok(can)
+    }
+}
+
 /// A backend that builds a real `cudaGraph_t` with the CUDA runtime.
+///
+/// Nodes placed on other devices ([`Dag::place`]) are added with their device current
+/// (`cudaSetDevice`), after peer access was enabled for every pair of devices the nodes need.
 pub struct CudaBackend {
     graph: sys::cudaGraph_t,
     device: Device,
+    devices: CudaDevices,
     pub(crate) fft: super::nodes::fft::LoweringContext,
     /// The nodes each captured node (FFT or other) made, by the node it returned.
     pub(crate) captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
@@ -573,6 +782,7 @@ impl CudaBackend {
         Ok(CudaBackend {
             graph,
             device: device.clone(),
+            devices: CudaDevices::default(),
             fft: super::nodes::fft::LoweringContext::default(),
             captured: HashMap::new(),
         })
@@ -611,8 +821,35 @@ impl Drop for CudaBackend {
     }
 }
 
+impl sealed::Devices for CudaBackend {
+    fn has_device(&self, key: DeviceKey) -> bool {
+        self.devices.has_device(key)
+    }
+    fn can_access_peer(&self, from: DeviceKey, to: DeviceKey) -> Result<bool> {
+        self.devices.can_access_peer(from, to)
+    }
+}
+
+/// The ordinal of a CUDA device key (validation accepted only those for a CUDA backend).
+fn ordinal(key: DeviceKey) -> i32 {
+    match key {
+        DeviceKey::Cuda(o) => o,
+        DeviceKey::Recording(_) => unreachable!("validated: a CUDA backend's devices are CUDA's"),
+    }
+}
+
 impl sealed::Lower for CudaBackend {
     type Node = sys::cudaGraphNode_t;
+    fn enable_peer_access(&mut self, from: DeviceKey, to: DeviceKey) -> Result<()> {
+        crate::device::enable_peer_access(ordinal(from), ordinal(to))
+    }
+    fn use_device(&mut self, key: DeviceKey) -> Result<()> {
+        if key == self.device.key() {
+            self.device.bind()
+        } else {
+            crate::device::bind_ordinal(ordinal(key))
+        }
+    }
     fn key(&self) -> DeviceKey {
         self.device.key()
     }

@@ -20,9 +20,12 @@ use petgraph::stable_graph::{NodeIndex, StableDiGraph};
 use petgraph::visit::{EdgeRef, IntoEdgeReferences, NodeIndexable};
 use petgraph::Direction;
 
-use crate::device::{Device, DeviceLimits};
+use crate::device::Device;
+use lower::CudaDevices;
+use crate::memory::MemorySpace;
 use crate::error::{Error, Result};
 use nodes::host::HostFn;
+use nodes::{On, Target};
 
 pub use crate::device::DeviceKey;
 pub use crate::error::DagError;
@@ -127,6 +130,9 @@ pub struct Node {
     pub(crate) op: Op,
     pub(crate) enabled: bool,
     pub(crate) serial: u64,
+    /// The device the node is placed on ([`Dag::place`]); `None`: the device the DAG is
+    /// lowered for.
+    pub(crate) device: Option<DeviceKey>,
 }
 
 impl Node {
@@ -145,6 +151,11 @@ impl Node {
     /// The node's kind.
     pub fn kind(&self) -> NodeKind {
         self.op.kind()
+    }
+    /// The device the node is placed on ([`Dag::place`]), or `None` when it runs on the device
+    /// the DAG is lowered for.
+    pub fn device(&self) -> Option<DeviceKey> {
+        self.device
     }
 }
 
@@ -252,6 +263,7 @@ impl Dag {
             op,
             enabled: true,
             serial,
+            device: None,
         });
         NodeId { idx, serial }
     }
@@ -364,21 +376,116 @@ impl Dag {
             .expect("the node was just found"))
     }
 
-    // ---- validation ----------------------------------------------------------------------
+    // ---- placement -----------------------------------------------------------------------
 
-    /// Checks the DAG for `device`: every launch shape against the device's and the kernel's
-    /// limits, every buffer and kernel on this device. (Arguments, bounds and cycles were
-    /// checked as the DAG was built.)
-    pub fn validate(&self, device: &Device) -> Result<()> {
-        self.validate_for(device.limits(), device.key())
+    /// Places node `id` on `device`: it runs there, whatever device the DAG is lowered for
+    /// (unplaced nodes run on that one, the DAG's *home* device). Returns `id` for chaining.
+    ///
+    /// Kernel, copy, memset, host and empty nodes can be placed. A kernel node's kernel must
+    /// be of its device (a [`Kernel`](crate::Kernel) is loaded per device); every buffer a
+    /// kernel, copy or memset node uses must be on its device, be pinned host memory, or be on
+    /// a device its device can access by peer ([`Device::can_access_peer`]): lowering enables
+    /// that peer access (`cudaDeviceEnablePeerAccess`, once per pair). A copy between buffers
+    /// of two GPUs is an ordinary copy node (unified addressing) and may be placed on either
+    /// of them; it runs on the device it is placed on (unplaced: the home device), which must
+    /// reach the other. Validation ([`Dag::validate`], and lowering) checks all this per node.
+    ///
+    /// FFT, captured, collective and child-graph nodes run on the home device and cannot be
+    /// placed ([`DagError::Placement`]); nodes inside a child graph run where the child runs,
+    /// so validation refuses a child DAG with nodes placed on another device.
+    pub fn place(&mut self, id: NodeId, device: &Device) -> Result<NodeId> {
+        self.place_on(id, device.key())
     }
 
-    pub(crate) fn validate_for(&self, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
+    /// [`Dag::place`] by device key: a CUDA device's ([`Device::key`]) or a
+    /// [`RecordingBackend`]'s device ([`RecordingBackend::device_key`]). Whether the device
+    /// exists is checked when the DAG is validated for a backend.
+    pub fn place_on(&mut self, id: NodeId, device: DeviceKey) -> Result<NodeId> {
+        let node = self.node_mut(id)?;
+        if !node.op.placeable() {
+            return Err(Error::Dag(DagError::Placement {
+                node: node.name.to_string(),
+                problem: format!(
+                    "{} nodes cannot be placed: FFT, captured, collective and child-graph nodes \
+                     run on the device the DAG is lowered for",
+                    node.kind().as_str()
+                ),
+            }));
+        }
+        node.device = Some(device);
+        Ok(id)
+    }
+
+    /// Takes node `id` off the device it was placed on: it runs on the home device again.
+    pub fn unplace(&mut self, id: NodeId) -> Result<NodeId> {
+        self.node_mut(id)?.device = None;
+        Ok(id)
+    }
+
+    // ---- validation ----------------------------------------------------------------------
+
+    /// Checks the DAG for `device` (its home device): every launch shape against the
+    /// device's and the kernel's limits, every kernel on its node's device (placed with
+    /// [`Dag::place`], else `device`), every buffer on its node's device or reachable from it
+    /// by peer access. (Arguments, bounds and cycles were checked as the DAG was built.)
+    pub fn validate(&self, device: &Device) -> Result<()> {
+        let devices = CudaDevices::default();
+        self.validate_on(&Target {
+            home: device.key(),
+            limits: device.limits(),
+            devices: &devices,
+            placeable: true,
+        })
+    }
+
+    /// Validates every node on its device within `target`.
+    pub(crate) fn validate_on(&self, target: &Target<'_>) -> Result<()> {
         for idx in self.graph.node_indices() {
             let node = &self.graph[idx];
-            node.op.validate(&node.name, limits, key)?;
+            let key = match node.device {
+                Some(k) if k != target.home => {
+                    let problem = if !target.placeable {
+                        format!(
+                            "is placed on {k}, but the nodes of a child graph run on the graph's \
+                             device ({})",
+                            target.home
+                        )
+                    } else if !target.devices.has_device(k) {
+                        format!(
+                            "is placed on {k}, which is not a device of the backend (the graph \
+                             is for {})",
+                            target.home
+                        )
+                    } else {
+                        String::new()
+                    };
+                    if !problem.is_empty() {
+                        return Err(Error::Dag(DagError::Placement {
+                            node: node.name.to_string(),
+                            problem,
+                        }));
+                    }
+                    k
+                }
+                _ => target.home,
+            };
+            node.op.validate(&node.name, &On { key, target })?;
         }
         Ok(())
+    }
+
+    /// The `(from, to)` device pairs whose peer access the nodes need: a node running on
+    /// `from` uses device memory of `to`. Each pair once, in the order first needed.
+    pub(crate) fn peer_pairs(&self, home: DeviceKey, out: &mut Vec<(DeviceKey, DeviceKey)>) {
+        for n in self.graph.node_weights() {
+            let from = n.device.unwrap_or(home);
+            n.for_each_allocation(&mut |a| {
+                let to = a.owner.key();
+                if to != from && a.space == MemorySpace::Device && !out.contains(&(from, to)) {
+                    out.push((from, to));
+                }
+            });
+        }
     }
 
     /// The nodes in an order where every node comes after its dependencies: the canonical

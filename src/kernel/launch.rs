@@ -9,6 +9,7 @@ use super::args::KernelArg;
 use super::library::ModuleInner;
 use crate::device::{Device, DeviceKey, DeviceLimits};
 use crate::error::{Error, Result};
+use crate::memory::{Allocation, Owner};
 use crate::result::runtime as rt;
 use crate::stream::Stream;
 use crate::sys;
@@ -161,6 +162,17 @@ impl Kernel {
     }
 
     pub(crate) fn args_problem(&self, args: &[KernelArg]) -> Option<String> {
+        self.args_layout_problem(args).or_else(|| {
+            args.iter()
+                .enumerate()
+                .find_map(|(i, a)| self.arg_device_problem(i, a))
+        })
+    }
+
+    /// [`Kernel::args_problem`] without the device check: buffers may be of any device of
+    /// the kernel's kind (CUDA or recording). For DAG nodes, whose validation checks each
+    /// buffer against the node's device and peer access.
+    pub(crate) fn args_layout_problem(&self, args: &[KernelArg]) -> Option<String> {
         let params = &self.inner.params;
         if args.len() != params.len() {
             return Some(format!(
@@ -172,11 +184,32 @@ impl Kernel {
         }
         args.iter()
             .enumerate()
-            .find_map(|(i, a)| self.arg_problem(i, a))
+            .find_map(|(i, a)| self.arg_layout_problem(i, a))
     }
 
-    /// What is wrong with `a` as argument `i`, if anything.
-    pub(crate) fn arg_problem(&self, i: usize, a: &KernelArg) -> Option<String> {
+    /// Whether `alloc` is memory of the kernel's device (or recording backend).
+    pub(crate) fn owns(&self, alloc: &Allocation) -> bool {
+        match (self.home(), &alloc.owner) {
+            (Ok(d), Owner::Cuda(bd)) => d == bd,
+            (Err(k), Owner::Recording(b)) => k == *b,
+            _ => false,
+        }
+    }
+
+    /// A buffer argument `i` of another device than the kernel's.
+    fn arg_device_problem(&self, i: usize, a: &KernelArg) -> Option<String> {
+        match &a.buffer {
+            Some(alloc) if !self.owns(alloc) => Some(format!(
+                "argument {i} is a buffer of another device or backend than the kernel's"
+            )),
+            _ => None,
+        }
+    }
+
+    /// [`Kernel::arg_problem`] without the device check (see
+    /// [`Kernel::args_layout_problem`]); a buffer of a recording backend for a CUDA kernel,
+    /// or the other way round, is still a problem.
+    pub(crate) fn arg_layout_problem(&self, i: usize, a: &KernelArg) -> Option<String> {
         let params = &self.inner.params;
         let Some(p) = params.get(i) else {
             return Some(format!(
@@ -193,12 +226,11 @@ impl Kernel {
             ));
         }
         if let Some(alloc) = &a.buffer {
-            let same = match (self.home(), &alloc.owner) {
-                (Ok(d), crate::memory::Owner::Cuda(bd)) => d == bd,
-                (Err(k), crate::memory::Owner::Recording(b)) => k == *b,
-                _ => false,
-            };
-            if !same {
+            let same_kind = matches!(
+                (self.home(), &alloc.owner),
+                (Ok(_), Owner::Cuda(_)) | (Err(_), Owner::Recording(_))
+            );
+            if !same_kind {
                 return Some(format!(
                     "argument {i} is a buffer of another device or backend than the kernel's"
                 ));

@@ -113,6 +113,35 @@ pub unsafe fn get_device() -> Result<i32> {
     Ok(d)
 }
 
+/// `cudaDeviceCanAccessPeer`: whether `ordinal` can access memory of `peer` (once peer
+/// access is enabled).
+///
+/// # Safety
+/// Both must be valid device ordinals.
+pub unsafe fn device_can_access_peer(ordinal: i32, peer: i32) -> Result<bool> {
+    let mut can = 0;
+    rt!(cudaDeviceCanAccessPeer(&mut can, ordinal, peer))?;
+    Ok(can != 0)
+}
+
+/// `cudaDeviceEnablePeerAccess`: lets the current device access memory of `peer`. Peer
+/// access that is already enabled is success (CUDA's `cudaErrorPeerAccessAlreadyEnabled`,
+/// which is then cleared from the thread's last error).
+///
+/// # Safety
+/// `peer` must be a valid device ordinal.
+pub unsafe fn device_enable_peer_access(peer: i32) -> Result<()> {
+    let lib = load::cudart()?;
+    let status = ffi!(lib, LIB, cudaDeviceEnablePeerAccess(peer, 0));
+    if status == sys::cudaError::cudaErrorPeerAccessAlreadyEnabled {
+        // The status is also the thread's last error: clear it, so that a later
+        // `cudaGetLastError` does not report it.
+        let _ = ffi!(lib, LIB, cudaGetLastError());
+        return Ok(());
+    }
+    check("cudaDeviceEnablePeerAccess", status)
+}
+
 /// `cudaDeviceGetAttribute`.
 ///
 /// # Safety

@@ -90,9 +90,19 @@ impl NodeParams<'_> {
 pub(crate) mod sealed {
     use super::*;
 
+    /// The devices of a backend, as validation sees them.
+    pub trait Devices {
+        /// Whether `key` is a device of the backend (nodes may be placed there, and its
+        /// buffers may be used where peer access allows).
+        fn has_device(&self, key: DeviceKey) -> bool;
+        /// Whether work running on `from` can use device memory of `to` once peer access is
+        /// enabled (`cudaDeviceCanAccessPeer`); both are devices of the backend.
+        fn can_access_peer(&self, from: DeviceKey, to: DeviceKey) -> Result<bool>;
+    }
+
     /// The backend interface lowering uses; sealed, so adding a node kind or a method is not
     /// a breaking change.
-    pub trait Lower {
+    pub trait Lower: Devices {
         /// The backend's handle for a node it created.
         type Node: Copy;
         /// The device objects must belong to.
@@ -108,6 +118,14 @@ pub(crate) mod sealed {
             edges: &[EdgeData],
             params: &NodeParams<'_>,
         ) -> Result<Self::Node>;
+        /// Lets work running on `from` use device memory of `to` (`cudaDeviceEnablePeerAccess`).
+        /// Called before any node is added, once per pair the DAG's nodes need (validation
+        /// checked that `from` can access `to`).
+        fn enable_peer_access(&mut self, from: DeviceKey, to: DeviceKey) -> Result<()>;
+        /// Makes `key` (a device of the backend) the device the following nodes run on.
+        /// Lowering calls it only when the device changes from one node to the next, starting
+        /// from the home device ([`Lower::key`]), and returns to the home device at the end.
+        fn use_device(&mut self, key: DeviceKey) -> Result<()>;
         /// Called once before the nodes of `dag` are added, with the work-area share of each
         /// FFT node (by node index), when the DAG has FFT nodes. The CUDA backend makes the
         /// cuFFT plans here, so that shared work areas are sized for the plans actually made.

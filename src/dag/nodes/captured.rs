@@ -14,10 +14,9 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::memcpy::check_owner;
-use super::{Label, NodeOp};
+use super::{Label, NodeOp, On};
 use crate::dag::nodes::backend::{CaptureWork, NodeParams};
 use crate::dag::{Dag, NodeId, Op};
-use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{Error, Result};
 use crate::fft::WorkShare;
 use crate::memory::{Allocation, Region};
@@ -88,9 +87,9 @@ impl CaptureWork for CapturedNode {
 }
 
 impl NodeOp for CapturedNode {
-    fn validate(&self, name: &str, _: &DeviceLimits, key: DeviceKey) -> Result<()> {
+    fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
         for r in &self.uses {
-            check_owner(name, r, "captured work's", key)?;
+            check_owner(name, r, "captured work's", on.key)?;
         }
         Ok(())
     }

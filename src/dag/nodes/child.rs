@@ -3,10 +3,9 @@
 use std::sync::Arc;
 
 use super::host::HostFn;
-use super::{Label, NodeOp};
+use super::{Label, NodeOp, On, Target};
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, Op};
-use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;
 use crate::memory::Allocation;
@@ -25,8 +24,14 @@ impl ChildNode {
 }
 
 impl NodeOp for ChildNode {
-    fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
-        self.dag.validate_for(limits, key).map_err(|e| match e {
+    fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
+        // The child's nodes run where the child node runs (the graph's device): none of them
+        // may be placed elsewhere.
+        let inner = Target {
+            placeable: false,
+            ..*on.target
+        };
+        self.dag.validate_on(&inner).map_err(|e| match e {
             Error::Dag(inner) => Error::Dag(DagError::WrongKind {
                 node: name.to_string(),
                 problem: format!("in the child graph: {inner}"),

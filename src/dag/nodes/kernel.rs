@@ -3,11 +3,10 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::{wrong_device, Label, NodeOp};
+use super::{wrong_device, Label, NodeOp, On};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, Op};
-use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;
 use crate::kernel::{Kernel, KernelArg, LaunchConfig, PackedArgs};
@@ -70,6 +69,28 @@ impl KernelNode {
         raw
     }
 
+    /// Why buffer argument `i` cannot be set in an [`Exec`], if it cannot: an update is not
+    /// validated again, so the buffer must be of the kernel's device or of the device of the
+    /// buffer it replaces (whose peer access, if needed, lowering enabled).
+    pub(crate) fn exec_arg_device_problem(&self, i: usize, a: &KernelArg) -> Option<String> {
+        let b = a.buffer.as_ref()?;
+        if self.kernel.owns(b) {
+            return None;
+        }
+        let key = b.owner.key();
+        if self.args.buffers[i]
+            .as_ref()
+            .is_some_and(|old| old.owner.key() == key)
+        {
+            return None;
+        }
+        Some(format!(
+            "argument {i} is a buffer of {key}, neither the kernel's device ({}) nor that of \
+             the buffer it replaces; update the DAG and the Exec with Exec::update instead",
+            self.kernel.key()
+        ))
+    }
+
     /// The node as lowering hands it to a backend.
     pub(crate) fn node_params(&self) -> NodeParams<'_> {
         NodeParams::Generic {
@@ -80,28 +101,26 @@ impl KernelNode {
 }
 
 impl NodeOp for KernelNode {
-    fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
+    fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
         let home = self.kernel.key();
-        if home != key {
+        if home != on.key {
             return Err(wrong_device(
                 name,
                 format!(
-                    "kernel `{}` belongs to {home}, but the graph is for {key}",
-                    self.kernel.name()
+                    "kernel `{}` belongs to {home}, but {}",
+                    self.kernel.name(),
+                    on.runs_on()
                 ),
             ));
         }
-        for b in self.args.buffers.iter().flatten() {
-            if b.owner.key() != key {
-                return Err(wrong_device(
-                    name,
-                    format!(
-                        "a buffer argument belongs to {}, but the graph is for {key}",
-                        b.owner.key()
-                    ),
-                ));
+        for (i, b) in self.args.buffers.iter().enumerate() {
+            if let Some(b) = b {
+                on.check_reach(name, &format!("argument {i}'s"), b)?;
             }
         }
+        // A CUDA kernel is checked against its own device's limits (the node's device, as
+        // checked above); a recording kernel against the backend's.
+        let limits = self.kernel.home().map_or(on.target.limits, |d| d.limits());
         if let Some(problem) = self.kernel.launch_problem(limits, &self.config) {
             return Err(Error::Dag(DagError::LaunchShape {
                 node: name.to_string(),
@@ -146,7 +165,8 @@ impl Dag {
         config: LaunchConfig,
         args: &[KernelArg],
     ) -> Result<NodeId> {
-        if let Some(problem) = kernel.args_problem(args) {
+        // Buffers of other devices are checked at validation (peer access).
+        if let Some(problem) = kernel.args_layout_problem(args) {
             let node = format!("kernel#{}", self.next_serial);
             return Err(Error::Dag(DagError::KernelArgs {
                 node,
@@ -173,7 +193,7 @@ impl Dag {
     /// Replaces a kernel node's arguments (checked like [`Dag::add_kernel`]).
     pub fn set_kernel_args(&mut self, id: NodeId, args: &[KernelArg]) -> Result<()> {
         let node = self.node_mut(id)?;
-        node.check_kernel_args(args)?;
+        node.check_kernel_args(args, false)?;
         let k = node.kernel_mut()?;
         for (i, a) in args.iter().enumerate() {
             k.args.set(i, a);
@@ -207,19 +227,33 @@ impl Node {
         }
     }
 
-    /// What is wrong with `args` for this kernel node, as an error naming it.
-    pub(crate) fn check_kernel_args(&self, args: &[KernelArg]) -> Result<()> {
+    /// What is wrong with `args` for this kernel node, as an error naming it. For the DAG
+    /// (`in_exec` false), buffers of any device pass (validation checks them); for an
+    /// [`Exec`]'s update, see [`KernelNode::exec_arg_device_problem`].
+    pub(crate) fn check_kernel_args(&self, args: &[KernelArg], in_exec: bool) -> Result<()> {
         let k = self.kernel()?;
-        match k.kernel.args_problem(args) {
+        let problem = k.kernel.args_layout_problem(args).or_else(|| {
+            if !in_exec {
+                return None;
+            }
+            args.iter()
+                .enumerate()
+                .find_map(|(i, a)| k.exec_arg_device_problem(i, a))
+        });
+        match problem {
             None => Ok(()),
             Some(problem) => Err(self.kernel_args_error(k, problem)),
         }
     }
 
-    /// What is wrong with `arg` as argument `index` of this kernel node.
+    /// What is wrong with `arg` as argument `index` of this kernel node, in an [`Exec`].
     pub(crate) fn check_kernel_arg(&self, index: usize, arg: &KernelArg) -> Result<()> {
         let k = self.kernel()?;
-        match k.kernel.arg_problem(index, arg) {
+        let problem = k
+            .kernel
+            .arg_layout_problem(index, arg)
+            .or_else(|| k.exec_arg_device_problem(index, arg));
+        match problem {
             None => Ok(()),
             Some(problem) => Err(self.kernel_args_error(k, problem)),
         }
@@ -311,7 +345,7 @@ impl Exec {
     /// When CUDA refuses, nothing changes.
     pub fn set_kernel_args(&mut self, id: NodeId, args: &[KernelArg]) -> Result<()> {
         let h = self.handle(id)?;
-        self.dag.graph[id.idx].check_kernel_args(args)?;
+        self.dag.graph[id.idx].check_kernel_args(args, true)?;
         self.push_kernel_params(id, h, None, args.iter().enumerate())?;
         self.commit_kernel_args(id, args.iter().enumerate());
         Ok(())
@@ -336,7 +370,9 @@ impl Exec {
     pub fn set_launch_config(&mut self, id: NodeId, config: LaunchConfig) -> Result<()> {
         let node = self.dag.node(id)?;
         let k = node.kernel()?;
-        if let Some(problem) = k.kernel.launch_problem(self.device.limits(), &config) {
+        // The limits of the kernel's device (the node's).
+        let limits = k.kernel.home().map_or(self.device.limits(), |d| d.limits());
+        if let Some(problem) = k.kernel.launch_problem(limits, &config) {
             return Err(Error::Dag(DagError::LaunchShape {
                 node: node.name.to_string(),
                 kernel: k.kernel.name().to_string(),

@@ -6,11 +6,11 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::{oob, span, wrong_device, Label, NodeOp};
+use super::{oob, span, wrong_device, Label, NodeOp, On};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, Op};
-use crate::device::{DeviceKey, DeviceLimits};
+use crate::device::DeviceKey;
 use crate::error::Result;
 use crate::fft::WorkShare;
 use crate::memory::{Allocation, MemorySpace, Region};
@@ -172,9 +172,9 @@ impl MemcpyNode {
 }
 
 impl NodeOp for MemcpyNode {
-    fn validate(&self, name: &str, _: &DeviceLimits, key: DeviceKey) -> Result<()> {
-        check_owner(name, &self.dst, "destination", key)?;
-        check_owner(name, &self.src, "source", key)
+    fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
+        on.check_reach(name, "destination", &self.dst.alloc)?;
+        on.check_reach(name, "source", &self.src.alloc)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
         f(&self.dst.alloc);
@@ -313,13 +313,20 @@ impl Exec {
     pub fn set_copy(&mut self, id: NodeId, dst: Dst, src: Src) -> Result<()> {
         let (dst, src) = (dst.0, src.0);
         let node = self.dag.node(id)?;
-        let key = self.device.key();
-        for r in [&dst, &src] {
-            if r.alloc.owner.key() != key {
-                return Err(wrong_device(
-                    &node.name,
-                    "the new buffer is not on the graph's device".into(),
-                ));
+        // An update is not validated again: each new end must be on the device of the end it
+        // replaces (validated, its peer access enabled at lowering).
+        if let Op::Memcpy(m) = &node.op {
+            for (new, old, what) in [(&dst, &m.dst, "destination"), (&src, &m.src, "source")] {
+                let (new, old) = (new.alloc.owner.key(), old.alloc.owner.key());
+                if new != old {
+                    return Err(wrong_device(
+                        &node.name,
+                        format!(
+                            "the new {what} buffer belongs to {new}, but the one it replaces to \
+                             {old}; update the DAG and the Exec with Exec::update instead"
+                        ),
+                    ));
+                }
             }
         }
         let new = node.memcpy_with_ends(dst, src)?;

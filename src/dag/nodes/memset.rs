@@ -2,12 +2,10 @@
 
 use std::sync::Arc;
 
-use super::memcpy::check_owner;
-use super::{oob, span, Label, NodeOp};
+use super::{oob, span, Label, NodeOp, On};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, Op};
-use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::Result;
 use crate::fft::WorkShare;
 use crate::memory::{Allocation, MemorySpace, Region};
@@ -101,8 +99,8 @@ impl MemsetNode {
 }
 
 impl NodeOp for MemsetNode {
-    fn validate(&self, name: &str, _: &DeviceLimits, key: DeviceKey) -> Result<()> {
-        check_owner(name, &self.dst, "destination", key)
+    fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
+        on.check_reach(name, "destination", &self.dst.alloc)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
         f(&self.dst.alloc)

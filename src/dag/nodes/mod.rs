@@ -21,6 +21,7 @@ pub(crate) mod nccl;
 use std::sync::Arc;
 
 pub use backend::{Backend, CaptureWork, EdgeData, NodeParams};
+pub(crate) use backend::sealed::Devices;
 pub use captured::{CaptureFn, CaptureStream, CapturedNode};
 pub use child::ChildNode;
 pub use empty::EmptyNode;
@@ -34,7 +35,69 @@ pub use nccl::CollectiveNode;
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;
-use crate::memory::Allocation;
+use crate::memory::{Allocation, MemorySpace};
+
+/// What a DAG is validated for: the device unplaced nodes run on (home), its launch limits,
+/// and the backend's devices (which exist, which reach which by peer access).
+pub(crate) struct Target<'a> {
+    /// The device the DAG is lowered for; unplaced nodes run there.
+    pub(crate) home: DeviceKey,
+    /// The home device's launch limits (a recording backend's devices all have these; a
+    /// kernel of a CUDA device is checked against its own device's limits).
+    pub(crate) limits: &'a DeviceLimits,
+    /// The backend's devices.
+    pub(crate) devices: &'a dyn Devices,
+    /// Whether nodes may run on other devices than `home` (not inside a child graph).
+    pub(crate) placeable: bool,
+}
+
+/// One node's validation: the device it runs on, in its [`Target`].
+pub(crate) struct On<'a> {
+    /// The device the node runs on: where it is placed, or the target's home device.
+    pub(crate) key: DeviceKey,
+    /// What the DAG is validated for.
+    pub(crate) target: &'a Target<'a>,
+}
+
+impl On<'_> {
+    /// The end of an error message: where the node runs.
+    pub(crate) fn runs_on(&self) -> String {
+        if self.key == self.target.home {
+            format!("the graph is for {}", self.key)
+        } else {
+            format!("the node runs on {}", self.key)
+        }
+    }
+
+    /// Checks that a node running here may use `alloc` (its `what` buffer): memory of the
+    /// node's device, pinned host memory of any device of the backend (allocated portable,
+    /// so every device's context may use it), or device memory of a device that the node's
+    /// device can access by peer (lowering enables that peer access).
+    pub(crate) fn check_reach(&self, name: &str, what: &str, alloc: &Allocation) -> Result<()> {
+        let owner = alloc.owner.key();
+        if owner == self.key {
+            return Ok(());
+        }
+        let devices = self.target.devices;
+        if !devices.has_device(owner) {
+            return Err(wrong_device(
+                name,
+                format!("the {what} buffer belongs to {owner}, but {}", self.runs_on()),
+            ));
+        }
+        if alloc.space == MemorySpace::PinnedHost || devices.can_access_peer(self.key, owner)? {
+            return Ok(());
+        }
+        Err(wrong_device(
+            name,
+            format!(
+                "the {what} buffer belongs to {owner}, which {} cannot access by peer ({})",
+                self.key,
+                self.runs_on()
+            ),
+        ))
+    }
+}
 
 /// A node's DOT appearance: detail lines under its name, a Graphviz shape and a fill colour.
 pub(crate) struct Label {
@@ -47,10 +110,10 @@ pub(crate) struct Label {
 /// bookkeeping reach a node only through this trait (object-safe: [`Op`] hands out a
 /// `&dyn NodeOp`).
 pub(crate) trait NodeOp {
-    /// Checks that need the target device (run by [`Dag::validate`](super::Dag::validate));
-    /// the builder already checked the rest.
-    fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
-        let _ = (name, limits, key);
+    /// Checks that need the target device (run by [`Dag::validate`](super::Dag::validate)):
+    /// the node runs on `on.key`; the builder already checked the rest.
+    fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
+        let _ = (name, on);
         Ok(())
     }
     /// Calls `f` for every allocation the node refers to, once per reference.
@@ -140,8 +203,16 @@ node_kinds! {
 }
 
 impl Op {
-    pub(crate) fn validate(&self, name: &str, limits: &DeviceLimits, key: DeviceKey) -> Result<()> {
-        self.imp().validate(name, limits, key)
+    pub(crate) fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
+        self.imp().validate(name, on)
+    }
+    /// Whether nodes of this kind may be placed on another device than the one the DAG is
+    /// lowered for.
+    pub(crate) fn placeable(&self) -> bool {
+        matches!(
+            self,
+            Op::Kernel(_) | Op::Memcpy(_) | Op::Memset(_) | Op::Host(_) | Op::Empty(_)
+        )
     }
     pub(crate) fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
         self.imp().for_each_allocation(f)

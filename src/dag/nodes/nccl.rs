@@ -12,7 +12,6 @@ use super::backend::CaptureWork;
 use super::{Label, NodeOp};
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, NodeKind, Op};
-use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{Error, Result};
 use crate::fft::WorkShare;
 use crate::memory::{Allocation, DeviceBuffer};
@@ -52,7 +51,8 @@ impl CollectiveNode {
 }
 
 impl NodeOp for CollectiveNode {
-    fn validate(&self, name: &str, _: &DeviceLimits, key: DeviceKey) -> Result<()> {
+    fn validate(&self, name: &str, on: &super::On<'_>) -> Result<()> {
+        let key = on.key;
         if self.comm.key() != key {
             return Err(super::wrong_device(
                 name,

@@ -13,7 +13,6 @@ use super::{Label, NodeOp};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, NodeKind, Op};
-use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
 use crate::fft::{
     cb_name_load, cb_name_store, check_owners, check_transform, params_problem, Direction,
@@ -124,8 +123,8 @@ impl FftNode {
 }
 
 impl NodeOp for FftNode {
-    fn validate(&self, name: &str, _: &DeviceLimits, key: DeviceKey) -> Result<()> {
-        check_owners(name, &self.input, &self.output, &self.params, key)
+    fn validate(&self, name: &str, on: &super::On<'_>) -> Result<()> {
+        check_owners(name, &self.input, &self.output, &self.params, on.key)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
         FftNode::for_each_allocation(self, f)
