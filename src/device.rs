@@ -328,20 +328,48 @@ pub fn versions() -> Result<(Version, Version)> {
     Ok((Version::from_cuda(rt_v), Version::from_cuda(drv)))
 }
 
-/// Which device (or recording backend) an object belongs to.
+/// Which device (or recording backend's device) an object belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeviceKey {
     /// A CUDA device, by ordinal.
     Cuda(i32),
-    /// A recording backend, by its id.
+    /// A device of a recording backend, by an id naming both: the backend's number times
+    /// 2<sup>16</sup> plus the device's index (0 for the home device, and for a backend made
+    /// with [`RecordingBackend::new`](crate::dag::RecordingBackend::new)).
     Recording(u64),
+}
+
+/// Bits of a [`DeviceKey::Recording`] id that hold the device's index.
+pub(crate) const RECORDING_INDEX_BITS: u32 = 16;
+
+impl DeviceKey {
+    /// Whether both keys are CUDA devices, or devices of the same recording backend.
+    pub(crate) fn same_backend(self, other: DeviceKey) -> bool {
+        match (self, other) {
+            (DeviceKey::Cuda(_), DeviceKey::Cuda(_)) => true,
+            (DeviceKey::Recording(a), DeviceKey::Recording(b)) => {
+                a >> RECORDING_INDEX_BITS == b >> RECORDING_INDEX_BITS
+            }
+            _ => false,
+        }
+    }
 }
 
 impl std::fmt::Display for DeviceKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DeviceKey::Cuda(o) => write!(f, "CUDA device {o}"),
-            DeviceKey::Recording(id) => write!(f, "recording backend {id}"),
+            DeviceKey::Recording(id) => {
+                let (backend, index) = (
+                    id >> RECORDING_INDEX_BITS,
+                    id & ((1 << RECORDING_INDEX_BITS) - 1),
+                );
+                if index == 0 {
+                    write!(f, "recording backend {backend}")
+                } else {
+                    write!(f, "recording backend {backend} device {index}")
+                }
+            }
         }
     }
 }

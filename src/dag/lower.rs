@@ -18,7 +18,7 @@ use petgraph::visit::NodeIndexable;
 use super::nodes::backend::{sealed, Backend, EdgeData, NodeParams};
 use super::nodes::{FftNode, KernelNode, Target};
 use super::Dag;
-use crate::device::{Device, DeviceKey, DeviceLimits};
+use crate::device::{Device, DeviceKey, DeviceLimits, RECORDING_INDEX_BITS};
 use crate::error::Result;
 use crate::fft::{FftForm, FftPlan, WorkShare};
 use crate::kernel::{Dim3, Kernel};
@@ -154,8 +154,8 @@ static NEXT_RECORDING: AtomicU64 = AtomicU64::new(1);
 pub struct RecordingBackend {
     id: u64,
     limits: DeviceLimits,
-    /// The ids of the devices (keys `DeviceKey::Recording(id)`); the first is `id`.
-    devices: Vec<u64>,
+    /// How many devices: device `i`'s key is `DeviceKey::Recording(id + i)`.
+    count: usize,
     /// `peer[from * n + to]`: whether device `from` can access memory of device `to`.
     peer: Vec<bool>,
     /// Peer access lowering enabled, as device indexes, in order.
@@ -216,14 +216,14 @@ impl RecordingBackend {
     /// # Panics
     /// If `count` is 0.
     pub fn with_devices(limits: DeviceLimits, count: usize) -> Self {
-        assert!(count >= 1, "a recording backend has at least one device");
-        let devices: Vec<u64> = (0..count)
-            .map(|_| NEXT_RECORDING.fetch_add(1, Ordering::Relaxed))
-            .collect();
+        assert!(
+            (1..=1 << RECORDING_INDEX_BITS).contains(&count),
+            "a recording backend has 1 to 65536 devices"
+        );
         RecordingBackend {
-            id: devices[0],
+            id: NEXT_RECORDING.fetch_add(1, Ordering::Relaxed) << RECORDING_INDEX_BITS,
             limits,
-            devices,
+            count,
             peer: vec![true; count * count],
             peer_enabled: Vec::new(),
             current: 0,
@@ -251,7 +251,7 @@ impl RecordingBackend {
 
     /// How many devices the backend stands in for.
     pub fn device_count(&self) -> usize {
-        self.devices.len()
+        self.count
     }
 
     /// The key of device `index` (for [`Dag::place_on`]); device 0's is the backend's.
@@ -259,7 +259,8 @@ impl RecordingBackend {
     /// # Panics
     /// If there is no device `index`.
     pub fn device_key(&self, index: usize) -> DeviceKey {
-        DeviceKey::Recording(self.devices[index])
+        assert!(index < self.count, "no recording device {index}");
+        DeviceKey::Recording(self.id + index as u64)
     }
 
     /// Says whether work on device `from` can access memory of device `to` (by default every
@@ -268,7 +269,7 @@ impl RecordingBackend {
     /// # Panics
     /// If either device does not exist.
     pub fn set_peer_access(&mut self, from: usize, to: usize, can: bool) {
-        let n = self.devices.len();
+        let n = self.count;
         assert!(from < n && to < n, "no such recording device");
         self.peer[from * n + to] = can;
     }
@@ -282,7 +283,10 @@ impl RecordingBackend {
     /// The index of the device with this key, if it is one of the backend's.
     fn index_of(&self, key: DeviceKey) -> Option<usize> {
         match key {
-            DeviceKey::Recording(id) => self.devices.iter().position(|&d| d == id),
+            DeviceKey::Recording(id) => id
+                .checked_sub(self.id)
+                .map(|i| i as usize)
+                .filter(|&i| i < self.count),
             DeviceKey::Cuda(_) => None,
         }
     }
@@ -361,7 +365,9 @@ impl RecordingBackend {
     }
 
     fn placeholder_on(&mut self, device: usize, bytes: usize, space: MemorySpace) -> Arc<Allocation> {
-        let owner = self.devices[device];
+        let DeviceKey::Recording(owner) = self.device_key(device) else {
+            unreachable!()
+        };
         let ptr = self.next_addr;
         // Keep placeholder ranges apart and 256-byte aligned, like cudaMalloc's (one address
         // space for all devices, like CUDA's unified addressing).
@@ -402,7 +408,10 @@ impl RecordingBackend {
     /// # Panics
     /// If there is no device `index`.
     pub fn kernel_on(&self, index: usize, name: &str, param_sizes: &[usize]) -> Kernel {
-        Kernel::recording(name, param_sizes, self.devices[index])
+        let DeviceKey::Recording(owner) = self.device_key(index) else {
+            unreachable!()
+        };
+        Kernel::recording(name, param_sizes, owner)
     }
 
     /// The calls as text, one per line: `index function name deps params`.
@@ -541,7 +550,7 @@ impl sealed::Devices for RecordingBackend {
     }
     fn can_access_peer(&self, from: DeviceKey, to: DeviceKey) -> Result<bool> {
         Ok(match (self.index_of(from), self.index_of(to)) {
-            (Some(f), Some(t)) => f == t || self.peer[f * self.devices.len() + t],
+            (Some(f), Some(t)) => f == t || self.peer[f * self.count + t],
             _ => false,
         })
     }
@@ -606,7 +615,7 @@ impl sealed::Lower for RecordingBackend {
             NodeParams::Child(child) => {
                 let mut sub = RecordingBackend {
                     id: self.id,
-                    devices: self.devices.clone(),
+                    count: self.count,
                     peer: self.peer.clone(),
                     next_addr: self.next_addr + 0x1000_0000,
                     next_fft_handle: self.next_fft_handle + 1000,

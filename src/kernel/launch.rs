@@ -170,7 +170,7 @@ impl Kernel {
     }
 
     /// [`Kernel::args_problem`] without the device check: buffers may be of any device of
-    /// the kernel's kind (CUDA or recording). For DAG nodes, whose validation checks each
+    /// the kernel's backend (CUDA, or the kernel's recording backend). For DAG nodes, whose validation checks each
     /// buffer against the node's device and peer access.
     pub(crate) fn args_layout_problem(&self, args: &[KernelArg]) -> Option<String> {
         let params = &self.inner.params;
@@ -206,9 +206,9 @@ impl Kernel {
         }
     }
 
-    /// [`Kernel::arg_problem`] without the device check (see
-    /// [`Kernel::args_layout_problem`]); a buffer of a recording backend for a CUDA kernel,
-    /// or the other way round, is still a problem.
+    /// What is wrong with `a` as argument `i`, device aside (see
+    /// [`Kernel::args_layout_problem`]); a buffer of another backend than the kernel's is
+    /// still a problem.
     pub(crate) fn arg_layout_problem(&self, i: usize, a: &KernelArg) -> Option<String> {
         let params = &self.inner.params;
         let Some(p) = params.get(i) else {
@@ -226,11 +226,7 @@ impl Kernel {
             ));
         }
         if let Some(alloc) = &a.buffer {
-            let same_kind = matches!(
-                (self.home(), &alloc.owner),
-                (Ok(_), Owner::Cuda(_)) | (Err(_), Owner::Recording(_))
-            );
-            if !same_kind {
+            if !self.key().same_backend(alloc.owner.key()) {
                 return Some(format!(
                     "argument {i} is a buffer of another device or backend than the kernel's"
                 ));
