@@ -584,4 +584,6 @@ impl Node {
 }
 
 #[cfg(test)]
+mod placement_tests;
+#[cfg(test)]
 mod tests;
