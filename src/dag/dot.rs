@@ -54,6 +54,10 @@ impl Dag {
                 label.push_str("\\n");
                 label.push_str(&esc(l));
             }
+            if let Some(device) = node.device {
+                label.push_str("\\n");
+                label.push_str(&esc(&format!("on {device}")));
+            }
             let style = if node.enabled {
                 "filled"
             } else {

@@ -59,6 +59,11 @@ fn placed_kernels_memsets_and_copies_lower_on_their_devices() {
     dag.chain(&[on1, to2, to0, home]).unwrap();
     dag.add_dependency(fill, to2).unwrap();
     assert_eq!(dag.node(on1).unwrap().device(), Some(r.device_key(1)));
+    let dot = dag.to_dot();
+    assert!(
+        dot.contains(&format!("\\non {}\"", r.device_key(1))),
+        "placed nodes say where in DOT:\n{dot}"
+    );
     assert_eq!(dag.node(home).unwrap().device(), None);
 
     let handles = dag.lower(&mut r).unwrap();
