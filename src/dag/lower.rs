@@ -364,7 +364,12 @@ impl RecordingBackend {
         self.placeholder_on(0, bytes, space)
     }
 
-    fn placeholder_on(&mut self, device: usize, bytes: usize, space: MemorySpace) -> Arc<Allocation> {
+    fn placeholder_on(
+        &mut self,
+        device: usize,
+        bytes: usize,
+        space: MemorySpace,
+    ) -> Arc<Allocation> {
         let DeviceKey::Recording(owner) = self.device_key(device) else {
             unreachable!()
         };

@@ -21,9 +21,9 @@ use petgraph::visit::{EdgeRef, IntoEdgeReferences, NodeIndexable};
 use petgraph::Direction;
 
 use crate::device::Device;
-use lower::CudaDevices;
-use crate::memory::MemorySpace;
 use crate::error::{Error, Result};
+use crate::memory::MemorySpace;
+use lower::CudaDevices;
 use nodes::host::HostFn;
 use nodes::{On, Target};
 

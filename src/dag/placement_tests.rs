@@ -90,7 +90,10 @@ fn placed_kernels_memsets_and_copies_lower_on_their_devices() {
             .ends_with("bytes=1024 kind=DeviceToDevice device=2"),
         "{t}"
     );
-    assert!(t.lines().nth(3).unwrap().ends_with("kind=DeviceToDevice"), "{t}");
+    assert!(
+        t.lines().nth(3).unwrap().ends_with("kind=DeviceToDevice"),
+        "{t}"
+    );
 
     // Lowering again enables the pairs again (CUDA treats "already enabled" as success).
     r.clear();
@@ -199,8 +202,9 @@ fn buffers_unreachable_by_peer_are_refused() {
     dag.place_on(m, one).unwrap();
     let e = dag_error(dag.lower(&mut r).unwrap_err());
     assert!(
-        e.to_string()
-            .contains(&format!("destination buffer belongs to {home}, which {one} cannot")),
+        e.to_string().contains(&format!(
+            "destination buffer belongs to {home}, which {one} cannot"
+        )),
         "{e}"
     );
 

@@ -9,6 +9,7 @@ mod dag;
 mod fft;
 mod foundation;
 mod nccl;
+mod placement;
 mod soundness;
 
 fn main() {
@@ -19,5 +20,6 @@ fn main() {
     trials.extend(fft::tests());
     trials.extend(soundness::tests());
     trials.extend(nccl::tests());
+    trials.extend(placement::tests());
     libtest_mimic::run(&args, trials).exit();
 }

@@ -20,8 +20,8 @@ pub(crate) mod nccl;
 
 use std::sync::Arc;
 
-pub use backend::{Backend, CaptureWork, EdgeData, NodeParams};
 pub(crate) use backend::sealed::Devices;
+pub use backend::{Backend, CaptureWork, EdgeData, NodeParams};
 pub use captured::{CaptureFn, CaptureStream, CapturedNode};
 pub use child::ChildNode;
 pub use empty::EmptyNode;
@@ -82,7 +82,10 @@ impl On<'_> {
         if !devices.has_device(owner) {
             return Err(wrong_device(
                 name,
-                format!("the {what} buffer belongs to {owner}, but {}", self.runs_on()),
+                format!(
+                    "the {what} buffer belongs to {owner}, but {}",
+                    self.runs_on()
+                ),
             ));
         }
         if alloc.space == MemorySpace::PinnedHost || devices.can_access_peer(self.key, owner)? {
