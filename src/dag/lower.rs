@@ -5,6 +5,11 @@
 //! The contract: backends receive only nodes of a validated DAG (bounds, argument layouts,
 //! launch shapes and devices checked). A backend may still fail (CUDA can), but it does not
 //! re-validate.
+//!
+//! Nodes placed on other devices ([`Dag::place`]): before any node is added, the backend
+//! enables peer access once for each `(from, to)` pair the nodes need (a node running on
+//! `from` that uses device memory of `to`), then every node is added with its device current
+//! (the backend is told only when the device changes from one node to the next).
 
 use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;

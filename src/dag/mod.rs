@@ -5,8 +5,10 @@
 //! (kernel arguments against the kernel's parameter layout, copy and memset bounds); edges are
 //! added with [`Dag::add_dependency`] and its helpers, which reject a self-loop or a cycle at
 //! once, naming the nodes of the cycle. [`Dag::validate`] adds the checks that need the device
-//! (launch shapes, every buffer and kernel on that device). Lowering ([`Dag::lower`]) and
-//! instantiation ([`Dag::instantiate`]) run only on a validated DAG.
+//! (launch shapes, every kernel on its node's device, every buffer on its node's device or
+//! reachable from it by peer access). Nodes run on the device the DAG is lowered for, or on the
+//! one they are placed on ([`Dag::place`]). Lowering ([`Dag::lower`]) and instantiation
+//! ([`Dag::instantiate`]) run only on a validated DAG.
 
 mod dot;
 pub(crate) mod exec;

@@ -105,7 +105,8 @@ pub(crate) mod sealed {
     pub trait Lower: Devices {
         /// The backend's handle for a node it created.
         type Node: Copy;
-        /// The device objects must belong to.
+        /// The home device: unplaced nodes run there (and objects of other devices must be
+        /// reachable from their node's device).
         fn key(&self) -> DeviceKey;
         /// The limits launch shapes are validated against.
         fn limits(&self) -> &DeviceLimits;

@@ -308,8 +308,9 @@ impl Node {
 }
 
 impl Exec {
-    /// Replaces the ends of 1D copy node `id` (same direction; checked like when added).
-    /// When CUDA refuses, nothing changes.
+    /// Replaces the ends of 1D copy node `id` (same direction; checked like when added; each
+    /// new end on the same device as the end it replaces, whose access was validated). When
+    /// CUDA refuses, nothing changes.
     pub fn set_copy(&mut self, id: NodeId, dst: Dst, src: Src) -> Result<()> {
         let (dst, src) = (dst.0, src.0);
         let node = self.dag.node(id)?;
