@@ -170,8 +170,8 @@ impl Kernel {
     }
 
     /// [`Kernel::args_problem`] without the device check: buffers may be of any device of
-    /// the kernel's backend (CUDA, or the kernel's recording backend). For DAG nodes, whose validation checks each
-    /// buffer against the node's device and peer access.
+    /// the kernel's backend (CUDA, or the kernel's recording backend). For DAG nodes, whose
+    /// validation checks each buffer against the node's device and peer access.
     pub(crate) fn args_layout_problem(&self, args: &[KernelArg]) -> Option<String> {
         let params = &self.inner.params;
         if args.len() != params.len() {
