@@ -103,7 +103,7 @@ struct RunArgs {
     #[arg(long)]
     png: bool,
     /// GPU graph mode: also write the instantiated graph as Graphviz DOT to
-    /// `OUT_DIR/STEM.dot` (every node, with each FFT node's fused or unfused form).
+    /// `OUT_DIR/STEM.dot` (every node, with its parameters).
     #[arg(long)]
     dot: bool,
     /// Block buffers in the reader's ring (host memory ≈ ring × BLOCSIZE).
