@@ -10,13 +10,16 @@
 //! ```
 //!
 //! Needs NCCL (`pip install nvidia-nccl-cu13`, or set CUDAGRAPH_NCCL_PATH). NVLink multicast is
-//! off (the crate sets NCCL_NVLS_ENABLE=0 unless it is set).
+//! off (`main` sets NCCL_NVLS_ENABLE=0 first unless it is set).
 
 use std::time::Instant;
 
 use cudagraph::{Communicators, Dag, Device, DeviceBuffer, Event, Exec, ReduceOp, Stream};
 
 fn main() -> anyhow::Result<()> {
+    // NVLink multicast off for NCCL (unless the environment says otherwise).
+    // SAFETY: first thing in main: no other thread exists yet.
+    unsafe { cudagraph::load::set_nccl_nvls_off() };
     let mut args = std::env::args().skip(1);
     let iters: usize = args.next().map_or(Ok(200), |a| a.parse())?;
     let k: usize = args.next().map_or(Ok(10), |a| a.parse())?;

@@ -6,8 +6,8 @@
 //! and a symbol that is missing is stored as such: only the call that needs it fails, with
 //! [`Error::MissingSymbol`].
 //!
-//! NCCL ([`nccl`]) is looked for in more places ([`nccl_candidates`]), and before it is opened
-//! NVLink multicast (NVLS) is switched off for the process ([`nccl_nvls_setting`]).
+//! NCCL ([`nccl`]) is looked for in more places ([`nccl_candidates`]), and it is opened only
+//! when `NCCL_NVLS_ENABLE` is set ([`nccl_nvls_setting`]; [`set_nccl_nvls_off`] sets it).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -113,38 +113,45 @@ fn python_wheel_libs(dir: &Path, soname: &str) -> Vec<PathBuf> {
     out
 }
 
-/// What the crate did about NVLink multicast (`NCCL_NVLS_ENABLE`) before loading NCCL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NvlsSetting {
-    /// The variable was unset; the crate set it to `0`.
-    SetOff,
-    /// The variable was already set (to this process's own choice), and left as it was.
-    LeftAsFound,
+/// The value of `NCCL_NVLS_ENABLE` NCCL will see, checked before NCCL is loaded: NVLink
+/// multicast (NVLS) must be off in everything the crate starts (a program using it can put a
+/// host's shared GPUs out of service), so the variable must be set. `Ok` with the value when it
+/// is set (an explicit `1` is the program's own choice and is left alone); an
+/// [`Error::Invalid`] saying how to set it when it is unset.
+///
+/// The crate never writes the environment from safe code: `std::env::set_var` races with C
+/// code reading the environment (`getenv`) on another thread — the CUDA runtime's threads, a
+/// library's — which is undefined behaviour. Set `NCCL_NVLS_ENABLE=0` in the environment the
+/// program starts with, or call [`set_nccl_nvls_off`] at the start of `main`, before any other
+/// thread exists.
+pub fn nccl_nvls_setting() -> Result<String> {
+    match std::env::var("NCCL_NVLS_ENABLE") {
+        Ok(v) => Ok(v),
+        Err(_) => Err(Error::Invalid(
+            "NCCL_NVLS_ENABLE is unset: NVLink multicast must be off before NCCL is loaded. \
+             Start the program with NCCL_NVLS_ENABLE=0 in its environment, or call \
+             `unsafe { cudagraph::load::set_nccl_nvls_off() }` first thing in main, before \
+             any other thread starts"
+                .into(),
+        )),
+    }
 }
 
-/// Switches NVLink multicast off for NCCL, once per process, before NCCL is loaded: if
-/// `NCCL_NVLS_ENABLE` is unset, sets it to `0` (NCCL reads it when a communicator is
-/// initialised; NCCL 2.28's `ncclConfig_t` has no field for it, so the environment is the only
-/// way). An explicit value, `1` included, is left alone.
+/// Sets `NCCL_NVLS_ENABLE=0` (NVLink multicast off) unless the variable is already set, for
+/// NCCL to read when it initialises a communicator. Returns whether it set it.
 ///
-/// Soundness of changing the environment: `std::env::set_var` races with C code reading the
-/// environment (`getenv`) on another thread. The crate calls this exactly once (under a
-/// `OnceLock`), before `libnccl` is loaded, so no NCCL thread exists yet; the CUDA runtime reads
-/// its variables when it initialises, and the crate's own reads go through `std::env`, which
-/// locks. A program whose other threads call C `getenv` at that moment should set
-/// `NCCL_NVLS_ENABLE` itself at start-up (the crate then leaves it as found), or call this (or
-/// [`nccl`]) from `main` before starting threads.
-pub fn nccl_nvls_setting() -> NvlsSetting {
-    static SETTING: OnceLock<NvlsSetting> = OnceLock::new();
-    *SETTING.get_or_init(|| {
-        if std::env::var_os("NCCL_NVLS_ENABLE").is_some() {
-            NvlsSetting::LeftAsFound
-        } else {
-            // See above: once per process, before NCCL exists.
-            std::env::set_var("NCCL_NVLS_ENABLE", "0");
-            NvlsSetting::SetOff
-        }
-    })
+/// # Safety
+/// No other thread may read or write the environment during the call (C `getenv`/`setenv`
+/// are not synchronised with it): call it at the start of `main`, before the program (or the
+/// CUDA runtime, or any library) starts a thread.
+pub unsafe fn set_nccl_nvls_off() -> bool {
+    if std::env::var_os("NCCL_NVLS_ENABLE").is_some() {
+        return false;
+    }
+    // Edition 2021: `set_var` is a safe call, but it is sound only under this function's
+    // contract (no concurrent environment access).
+    std::env::set_var("NCCL_NVLS_ENABLE", "0");
+    true
 }
 
 /// The oldest NCCL the crate works with (the bindings come from NCCL 2.28's `nccl.h`).
@@ -249,11 +256,14 @@ loader!(cufft, sys::cufft::Cufft, Library::Cufft, |_| Ok(()));
 loader!(nvrtc, sys::nvrtc::Nvrtc, Library::Nvrtc, |_| Ok(()));
 
 /// The process-wide handle to NCCL (`libnccl.so.2`, 2.28 or newer), opened on first use from
-/// [`nccl_candidates`], after switching NVLink multicast off ([`nccl_nvls_setting`]).
+/// [`nccl_candidates`], once NVLink multicast is known to be off for it
+/// ([`nccl_nvls_setting`]: `NCCL_NVLS_ENABLE` must be set).
 pub fn nccl() -> Result<&'static sys::nccl::Nccl> {
     static CELL: OnceLock<Result<sys::nccl::Nccl>> = OnceLock::new();
+    // Checked on every call (not kept with the library): a program may set the variable after
+    // a first refusal.
+    nccl_nvls_setting()?;
     CELL.get_or_init(|| {
-        nccl_nvls_setting();
         let lib = open_first(Library::Nccl, &nccl_candidates(), |p| {
             // SAFETY: loading NCCL runs its initialisers, which only set up static state; the
             // generated constructor only looks up symbols.
@@ -369,6 +379,21 @@ mod tests {
         let c = candidates(Library::Cufft);
         assert_eq!(c.last().unwrap(), &PathBuf::from("libcufft.so.12"));
         assert!(c.contains(&PathBuf::from("/usr/local/cuda/lib64/libcufft.so.12")));
+    }
+
+    #[test]
+    fn nccl_is_not_loaded_unless_nvlink_multicast_is_set() {
+        // The test process's environment decides the branch; neither writes it.
+        match std::env::var("NCCL_NVLS_ENABLE") {
+            Ok(v) => assert_eq!(nccl_nvls_setting().unwrap(), v),
+            Err(_) => {
+                let e = nccl_nvls_setting().unwrap_err().to_string();
+                assert!(e.contains("NCCL_NVLS_ENABLE is unset"), "{e}");
+                assert!(e.contains("set_nccl_nvls_off"), "{e}");
+                let e = nccl().map(|_| ()).unwrap_err().to_string();
+                assert!(e.contains("NCCL_NVLS_ENABLE is unset"), "{e}");
+            }
+        }
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! ([`Communicators::all_reduce`], …).
 //!
 //! NCCL is loaded at run time ([`load::nccl`](crate::load::nccl)); without it every call here
-//! returns [`Error::LibraryNotFound`]. Before it is loaded the crate switches NVLink multicast
-//! off for the process (`NCCL_NVLS_ENABLE=0` unless already set, see
+//! returns [`Error::LibraryNotFound`]. It is loaded only when `NCCL_NVLS_ENABLE` is set (NVLink
+//! multicast must be off: start the program with `NCCL_NVLS_ENABLE=0`, or call
+//! [`load::set_nccl_nvls_off`](crate::load::set_nccl_nvls_off) first thing in `main`; see
 //! [`load::nccl_nvls_setting`](crate::load::nccl_nvls_setting)).
 //!
 //! # The rules NCCL imposes, and how the crate keeps them

@@ -13,6 +13,8 @@ mod placement;
 mod soundness;
 
 fn main() {
+    // SAFETY: first thing in main: no other thread exists yet (nothing has touched CUDA).
+    unsafe { cudagraph::load::set_nccl_nvls_off() };
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = Vec::new();
     trials.extend(foundation::tests());

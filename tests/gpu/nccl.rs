@@ -50,11 +50,12 @@ fn communicators(gpu: &Gpu) -> anyhow::Result<()> {
             "rank {r}"
         );
     }
-    let nvls = std::env::var("NCCL_NVLS_ENABLE").unwrap_or_default();
-    match cudagraph::load::nccl_nvls_setting() {
-        cudagraph::load::NvlsSetting::SetOff => ensure!(nvls == "0", "NCCL_NVLS_ENABLE={nvls}"),
-        _ => ensure!(!nvls.is_empty()),
-    }
+    // `main` sets it off when the environment did not (before any thread started).
+    let nvls = cudagraph::load::nccl_nvls_setting()?;
+    ensure!(
+        nvls == "0",
+        "NCCL_NVLS_ENABLE={nvls}: the GPU tests run with NVLink multicast off"
+    );
     comms.async_error()?;
     eprintln!("nccl: {n} rank(s), NCCL_NVLS_ENABLE={nvls}");
     Ok(())
