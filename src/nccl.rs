@@ -362,21 +362,23 @@ impl Communicators {
         // SAFETY: every part was checked (lengths against the communicator size, buffers of
         // the rank's device, in-place rules); the buffers are kept alive until the work ran by
         // the markers noted below; every rank's lock is held; all ranks are in one group.
-        unsafe {
+        let issued = unsafe {
             nc::group_start()?;
             let mut r = Ok(());
             for (rank, p) in parts.iter().enumerate() {
                 r = r.and_then(|()| p.issue(c.raw[rank], streams[rank].raw()));
             }
             let end = nc::group_end();
-            r.and(end)?;
-        }
+            r.and(end)
+        };
+        // Marked even when a call failed: a rank's work may be queued already, and its buffers
+        // and communicator must not be freed before it ran.
         for (rank, p) in parts.iter().enumerate() {
             let m = streams[rank].mark()?;
             c.uses[rank].add_marker(&m);
             p.for_each_allocation(&mut |a| a.uses.add_marker(&m));
         }
-        Ok(())
+        issued
     }
 
     /// `ncclAllReduce` on every rank at once: `recvs[r] = op over ranks of sends[r]`, each rank

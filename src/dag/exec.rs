@@ -3,6 +3,7 @@
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasherDefault;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
 use super::lower::{CudaBackend, NodeKey};
@@ -239,7 +240,50 @@ fn lower_to_cuda(
     if let Some(r) = reuse.take() {
         backend.fft.set_reuse(r);
     }
-    let lowered = dag.lower_validated(&mut backend).and_then(|handles| {
+    // A panic while lowering (a captured node's work may panic) must not drop the reused
+    // context: the live graph still uses its plans and buffers. It is given back first.
+    let lowered = catch_unwind(AssertUnwindSafe(|| {
+        lower_and_close(dag, &mut backend, event)
+    }));
+    let lowered = match lowered {
+        Ok(l) => l,
+        Err(panic) => {
+            if let Some(mut old) = backend.fft.take_reuse() {
+                old.reclaim(&mut backend.fft);
+                *reuse = Some(old);
+            }
+            resume_unwind(panic)
+        }
+    };
+    match lowered {
+        Ok(handles) => {
+            let mut built = backend.into_graph();
+            let leftover = built.fft.take_reuse();
+            Ok(Lowered {
+                graph: built.graph,
+                handles,
+                fft: built.fft,
+                captured: built.captured,
+                leftover,
+            })
+        }
+        Err(e) => {
+            if let Some(mut old) = backend.fft.take_reuse() {
+                old.reclaim(&mut backend.fft);
+                *reuse = Some(old);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Lowers `dag` into `backend`, then adds the last node, which records `event`.
+fn lower_and_close(
+    dag: &Dag,
+    backend: &mut CudaBackend,
+    event: sys::cudaEvent_t,
+) -> Result<Vec<Option<sys::cudaGraphNode_t>>> {
+    dag.lower_validated(backend).and_then(|handles| {
         // After the sinks (every node is one's ancestor), by serial: the same nodes and edges
         // give the same last node, which `cudaGraphExecUpdate` pairs by creation and
         // dependency order.
@@ -263,27 +307,7 @@ fn lower_to_cuda(
         // own the graph (made for this device), which destroys the graph before the event.
         unsafe { rt::graph_add_node(backend.raw_graph(), &deps, &[], &mut raw)? };
         Ok(handles)
-    });
-    match lowered {
-        Ok(handles) => {
-            let mut built = backend.into_graph();
-            let leftover = built.fft.take_reuse();
-            Ok(Lowered {
-                graph: built.graph,
-                handles,
-                fft: built.fft,
-                captured: built.captured,
-                leftover,
-            })
-        }
-        Err(e) => {
-            if let Some(mut old) = backend.fft.take_reuse() {
-                old.reclaim(&mut backend.fft);
-                *reuse = Some(old);
-            }
-            Err(e)
-        }
-    }
+    })
 }
 
 impl Exec {
@@ -541,11 +565,20 @@ impl Exec {
         }
         dag.validate(&self.device)?;
         let mut reuse = Some(std::mem::take(&mut self.fft));
-        let lowered = match lower_to_cuda(dag, &self.device, &mut reuse, self.log.event()) {
-            Ok(l) => l,
-            Err(e) => {
+        let (device, event) = (&self.device, self.log.event());
+        let lowered = catch_unwind(AssertUnwindSafe(|| {
+            lower_to_cuda(dag, device, &mut reuse, event)
+        }));
+        let lowered = match lowered {
+            Ok(Ok(l)) => l,
+            Ok(Err(e)) => {
                 self.fft = reuse.unwrap_or_default();
                 return Err(e);
+            }
+            Err(panic) => {
+                // `lower_to_cuda` gave the context back before unwinding on.
+                self.fft = reuse.unwrap_or_default();
+                resume_unwind(panic)
             }
         };
         // The captured-node map stays the original graph's: per-node calls name its nodes.
@@ -711,6 +744,14 @@ impl Drop for Exec {
         if let Err(e) = self.log.wait() {
             self.device
                 .defer("an executable graph (waiting for its launches)", e);
+            // Launches may still run: leak what they use (and the graphs) rather than free it
+            // early.
+            std::mem::forget(std::mem::take(&mut self.dag));
+            std::mem::forget(std::mem::take(&mut self.fft));
+            std::mem::forget(std::mem::take(&mut self.retired));
+            std::mem::forget(std::mem::take(&mut self.pinned));
+            std::mem::forget(std::mem::take(&mut self.hosts));
+            return;
         }
         // SAFETY: the exec and graphs are owned and no launch is pending.
         unsafe {

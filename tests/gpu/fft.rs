@@ -39,6 +39,10 @@ pub fn tests() -> Vec<Trial> {
             whole_graph_update,
         ),
         gpu_test("fft::disable_and_enable", disable_and_enable),
+        gpu_test(
+            "fft::failed_or_panicking_update_keeps_the_plans",
+            failed_update_keeps_plans,
+        ),
         gpu_test("fft::both_forms_integer_loads", both_forms_integer_loads),
         gpu_test("fft::both_forms_parameter_updates", both_forms_updates),
         gpu_test("fft::both_forms_stream_fft", both_forms_stream_fft),
@@ -1413,4 +1417,60 @@ fn auto_decided_once(gpu: &Gpu) -> anyhow::Result<()> {
     let plain = FftPlan::new(FftPlanDesc::new(FftType::C2C, &[n as i64], 1))?;
     ensure!(cudagraph::fft::measure_fusion(d, &plain).is_err());
     Ok(())
+}
+
+/// A whole-graph update whose lowering fails (a captured node's work returns an error) or
+/// panics after the FFT node was lowered with its reused cuFFT state leaves the executable
+/// graph working: the state goes back to the `Exec` instead of being destroyed while the graph
+/// still uses it (checked against rustfft after each refusal; run under compute-sanitizer too).
+fn failed_update_keeps_plans(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let n = 2048usize;
+    let x = signal(n, 5);
+    let xd = DeviceBuffer::from_slice(d, &x)?;
+    let y = DeviceBuffer::<C32>::zeros(d, n)?;
+    let plan = FftPlan::new(
+        FftPlanDesc::new(FftType::C2C, &[n as i64], 1).with_store(StoreCallback::Scale),
+    )?;
+    // 0 = works, 1 = fails, 2 = panics.
+    let build = |how: u8| -> anyhow::Result<Dag> {
+        let mut dag = Dag::new();
+        let f = dag.add_fft(spec(
+            &plan,
+            Direction::Forward,
+            &xd,
+            &y,
+            ld_st(None, Some(CallbackParams::store(1.0))),
+        ))?;
+        // SAFETY: the work enqueues nothing.
+        let c = unsafe {
+            dag.add_captured("after the FFT", [], move |_| match how {
+                0 => Ok(()),
+                1 => Err(cudagraph::Error::Invalid("refused on purpose".into())),
+                _ => panic!("panics on purpose"),
+            })
+        };
+        dag.add_dependency(f, c)?;
+        Ok(dag)
+    };
+    let mut exec = build(0)?.instantiate(d)?;
+    let want = reference(&to64(&x), n, false);
+    let check_once = |exec: &mut cudagraph::Exec, what: &str| -> anyhow::Result<()> {
+        y.memset_bytes(0)?;
+        exec.launch(&gpu.stream)?;
+        exec.synchronize()?;
+        check(&y.to_vec()?, &want, what)
+    };
+    check_once(&mut exec, "before any update")?;
+    let e = exec.update(&build(1)?).unwrap_err();
+    ensure!(e.to_string().contains("refused on purpose"), "{e}");
+    check_once(&mut exec, "after a failed update")?;
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let dag = build(2).expect("built");
+        let _ = exec.update(&dag);
+    }));
+    ensure!(panicked.is_err(), "the update panicked");
+    check_once(&mut exec, "after a panicking update")?;
+    exec.update(&build(0)?)?;
+    check_once(&mut exec, "after a good update")
 }

@@ -258,7 +258,6 @@ impl LoweringContext {
         f: &FftNode,
     ) -> Result<Captured> {
         device.bind()?;
-        let d = &f.plan.inner.desc;
         let stream = self.capture_stream(device)?;
         let at = self
             .prepared
@@ -266,74 +265,24 @@ impl LoweringContext {
             .position(|s| s.uid == f.uid)
             .expect("every FFT node is prepared before lowering");
         let mut state = self.prepared.swap_remove(at);
-        let handle = &state.handle;
-        // SAFETY: the handle and the stream are live.
-        unsafe { cf::set_stream(handle.raw(), stream.raw())? };
-
-        if !state.warmed {
-            // Execute once outside capture, on scratch buffers, so nothing lazy happens
-            // inside it.
-            let scratch_bytes = (f.plan.inner.in_elems.max(f.plan.inner.out_elems) as usize) * 16;
-            let s_in = zeroed_device(device, scratch_bytes)?;
-            let s_out = zeroed_device(device, scratch_bytes)?;
-            // SAFETY: the scratch buffers are large enough for any element type of the plan;
-            // the parameter buffer is zeroed (and complete: `zeroed_device` waits).
-            unsafe {
-                cf::exec(
-                    handle.raw(),
-                    d.kind.raw(),
-                    s_in.ptr as *mut c_void,
-                    s_out.ptr as *mut c_void,
-                    f.direction.raw(),
-                )?;
-                rt::stream_synchronize(stream.raw())?;
+        match lower_state(device, &stream, graph, deps, f, &mut state) {
+            Ok((captured, setter, convert)) => {
+                self.nodes.push(Lowered {
+                    uid: f.uid,
+                    decision: state.decision,
+                    state: Some(state),
+                    setter,
+                    convert,
+                });
+                Ok(captured)
             }
-            drop((s_in, s_out));
-            state.warmed = true;
+            Err(e) => {
+                // The state goes back where `reclaim` finds it: a reused state's plan and
+                // buffers are still used by the graph being updated, and must not be dropped.
+                self.prepared.push(state);
+                Err(e)
+            }
         }
-
-        // The parameter-setting kernel node (and, unfused, the conversion kernel node).
-        let (capture_deps, setter, convert) = add_kernel_nodes(device, graph, deps, f, &state)?;
-        let input = state.fft_input(f);
-
-        // Capture the transform into the graph.
-        // SAFETY: stream and graph are live and of the bound device; the dependencies are
-        // nodes of the graph; the node's regions were validated against the plan (unfused, the
-        // input is the state's scratch buffer, sized for the callback-free plan's input and
-        // kept alive with the state); the capture records the call instead of running it.
-        let captured = unsafe {
-            capture_into(graph, stream.raw(), &capture_deps, |s| {
-                debug_assert_eq!(s, stream.raw());
-                cf::exec(
-                    handle.raw(),
-                    d.kind.raw(),
-                    input as *mut c_void,
-                    f.output.raw_addr() as *mut c_void,
-                    f.direction.raw(),
-                )
-            })?
-        };
-        if captured.nodes.is_empty() {
-            return Err(Error::Invalid(format!(
-                "capturing the cuFFT call for a {:?} plan added no nodes to the graph",
-                d.kind
-            )));
-        }
-        // Enabled and disabled together: the transform, the parameter setter and (unfused)
-        // the conversion.
-        let mut nodes = captured.nodes;
-        nodes.extend(setter.iter().chain(&convert).map(|(h, _)| h.0));
-        self.nodes.push(Lowered {
-            uid: f.uid,
-            decision: state.decision,
-            state: Some(state),
-            setter,
-            convert,
-        });
-        Ok(Captured {
-            out: captured.out,
-            nodes,
-        })
     }
 
     /// The form FFT node `uid` was lowered in (`None`: not lowered by this context, e.g. in a
@@ -445,6 +394,90 @@ fn add_kernel_node(
     // them are the node's regions (held by the DAG) or buffers of its lowering state (held by
     // the Exec's context); CUDA copies the argument values during the call.
     unsafe { rt::graph_add_node(graph, deps, &[], &mut raw) }
+}
+
+/// Lowers one FFT node with its (prepared) state: binds the plan to the capture stream, warms
+/// it up once outside capture, adds its kernel nodes and captures the transform. On error the
+/// caller keeps `state` (it may be a reused state the live graph still uses).
+#[allow(clippy::type_complexity)] // reason: the node's captured nodes and its two kernel nodes, used once
+fn lower_state(
+    device: &Device,
+    stream: &Stream,
+    graph: sys::cudaGraph_t,
+    deps: &[sys::cudaGraphNode_t],
+    f: &FftNode,
+    state: &mut FftState,
+) -> Result<(
+    Captured,
+    Option<(NodeHandle, KernelNode)>,
+    Option<(NodeHandle, KernelNode)>,
+)> {
+    let d = &f.plan.inner.desc;
+    let handle = &state.handle;
+    // SAFETY: the handle and the stream are live.
+    unsafe { cf::set_stream(handle.raw(), stream.raw())? };
+
+    if !state.warmed {
+        // Execute once outside capture, on scratch buffers, so nothing lazy happens
+        // inside it.
+        let scratch_bytes = (f.plan.inner.in_elems.max(f.plan.inner.out_elems) as usize) * 16;
+        let s_in = zeroed_device(device, scratch_bytes)?;
+        let s_out = zeroed_device(device, scratch_bytes)?;
+        // SAFETY: the scratch buffers are large enough for any element type of the plan;
+        // the parameter buffer is zeroed (and complete: `zeroed_device` waits).
+        unsafe {
+            cf::exec(
+                handle.raw(),
+                d.kind.raw(),
+                s_in.ptr as *mut c_void,
+                s_out.ptr as *mut c_void,
+                f.direction.raw(),
+            )?;
+            rt::stream_synchronize(stream.raw())?;
+        }
+        drop((s_in, s_out));
+        state.warmed = true;
+    }
+
+    // The parameter-setting kernel node (and, unfused, the conversion kernel node).
+    let (capture_deps, setter, convert) = add_kernel_nodes(device, graph, deps, f, state)?;
+    let input = state.fft_input(f);
+
+    // Capture the transform into the graph.
+    // SAFETY: stream and graph are live and of the bound device; the dependencies are
+    // nodes of the graph; the node's regions were validated against the plan (unfused, the
+    // input is the state's scratch buffer, sized for the callback-free plan's input and
+    // kept alive with the state); the capture records the call instead of running it.
+    let captured = unsafe {
+        capture_into(graph, stream.raw(), &capture_deps, |s| {
+            debug_assert_eq!(s, stream.raw());
+            cf::exec(
+                handle.raw(),
+                d.kind.raw(),
+                input as *mut c_void,
+                f.output.raw_addr() as *mut c_void,
+                f.direction.raw(),
+            )
+        })?
+    };
+    if captured.nodes.is_empty() {
+        return Err(Error::Invalid(format!(
+            "capturing the cuFFT call for a {:?} plan added no nodes to the graph",
+            d.kind
+        )));
+    }
+    // Enabled and disabled together: the transform, the parameter setter and (unfused)
+    // the conversion.
+    let mut nodes = captured.nodes;
+    nodes.extend(setter.iter().chain(&convert).map(|(h, _)| h.0));
+    Ok((
+        Captured {
+            out: captured.out,
+            nodes,
+        },
+        setter,
+        convert,
+    ))
 }
 
 /// Adds the kernel nodes an FFT node's captured transform depends on, each after `deps`:
