@@ -276,8 +276,8 @@ fn run_writes_the_graph_as_dot() {
     let dot = std::fs::read_to_string(dir.path().join("out/dot.dot")).expect("dot.dot written");
     assert!(dot.starts_with("digraph"), "{dot}");
     assert!(dot.contains("detect+integrate"), "{dot}");
-    // The FFT node, with the engine's own load callback (a custom callback: fused, the only
-    // form it has).
+    // The FFT node, with the engine's own load callback (a custom callback, in the form
+    // `Fusion::Auto` chose).
     assert!(dot.contains("fft C2C Forward"), "{dot}");
     assert!(dot.contains("load sp_load_"), "{dot}");
     // Stream mode has no graph: a clear error, not a silent skip.

@@ -653,6 +653,37 @@ impl sealed::Lower for RecordingBackend {
 }
 
 impl RecordingBackend {
+    /// Records FFT node `f`'s parameter-setting kernel node (handle `#handle`) after `deps`
+    /// and its parameter buffer; returns the node and the buffer's address (`None` without a
+    /// buffer).
+    fn record_fft_setter(
+        &mut self,
+        name: &str,
+        deps: &[usize],
+        handle: u64,
+        f: &FftNode,
+    ) -> Option<(usize, u64)> {
+        let plan = f.plan();
+        let form = crate::fft::recording_decision(plan).form;
+        let bytes = plan.setter_bytes(form);
+        if bytes == 0 {
+            return None;
+        }
+        let buf = self.placeholder(bytes, MemorySpace::Device);
+        let blob = plan.setter_blob(form, f.params());
+        let p = format!(
+            "kernel=cudagraph_fft_set_params handle=#{handle} param_buffer={:#x} bytes={bytes} params={}",
+            buf.ptr,
+            hex(&blob[..bytes])
+        );
+        let ptr = buf.ptr;
+        self.fft_param_buffers.push(buf);
+        Some((
+            self.record("cudaGraphAddNode", "kernel", name, deps, Params::Words(p)),
+            ptr,
+        ))
+    }
+
     fn add_fft(
         &mut self,
         name: &str,
@@ -672,47 +703,50 @@ impl RecordingBackend {
         let form = decision.form;
         let mut capture_deps = Vec::new();
         let mut input = f.input.raw_addr();
-        if let (FftForm::Unfused, Some(inner), Some(load)) =
-            (form, plan.unfused_plan(), &plan.desc().load)
-        {
+        let unfused = match (form, plan.unfused_plan(), &plan.desc().load) {
+            (FftForm::Unfused, Some(inner), Some(load)) => Some((inner, load)),
+            _ => None,
+        };
+        // With a custom load callback the conversion reads the parameter buffer through
+        // `callerInfo`: the setter first, the conversion after it (the transform after that).
+        let custom = unfused.is_some() && plan.custom_load();
+        let mut setter = None;
+        if custom {
+            setter = self.record_fft_setter(name, deps, handle, f);
+        }
+        if let Some((inner, load)) = unfused {
             let elems = plan.inner.in_elems;
             let scratch = self.placeholder(inner.input_bytes(), MemorySpace::Device);
             let cfg = crate::fft::convert_config(elems);
+            let (load_arg, after) = match setter {
+                Some((node, buf)) => (format!("info={buf:#x}"), vec![node]),
+                None if custom => ("info=0x0".to_string(), deps.to_vec()),
+                None => (
+                    format!("params={}", hex(&FftPlan::load_param_bytes(f.params()))),
+                    deps.to_vec(),
+                ),
+            };
             let p = format!(
-                "kernel={} handle=#{handle} grid={} block={} in={input:#x} scratch={:#x} elems={elems} params={}",
-                crate::fft::handle::convert_source(load).0,
+                "kernel={} handle=#{handle} grid={} block={} in={input:#x} scratch={:#x} elems={elems} {load_arg}",
+                crate::fft::handle::convert_source(load, plan.desc().kind).0,
                 cfg.grid,
                 cfg.block,
                 scratch.ptr,
-                hex(&FftPlan::load_param_bytes(f.params()))
             );
             capture_deps.push(self.record(
                 "cudaGraphAddNode",
                 "kernel",
                 name,
-                deps,
+                &after,
                 Params::Words(p),
             ));
             input = scratch.ptr;
             self.fft_param_buffers.push(scratch);
         }
-        let bytes = plan.setter_bytes(form);
-        if bytes > 0 {
-            let buf = self.placeholder(bytes, MemorySpace::Device);
-            let blob = plan.setter_blob(form, f.params());
-            let p = format!(
-                "kernel=cudagraph_fft_set_params handle=#{handle} param_buffer={:#x} bytes={bytes} params={}",
-                buf.ptr,
-                hex(&blob[..bytes])
-            );
-            self.fft_param_buffers.push(buf);
-            capture_deps.push(self.record(
-                "cudaGraphAddNode",
-                "kernel",
-                name,
-                deps,
-                Params::Words(p),
-            ));
+        if !custom {
+            if let Some((node, _)) = self.record_fft_setter(name, deps, handle, f) {
+                capture_deps.push(node);
+            }
         }
         if capture_deps.is_empty() {
             capture_deps = deps.to_vec();

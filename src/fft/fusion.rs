@@ -1,11 +1,13 @@
 //! Fused and unfused loads ([`Fusion`]).
 //!
-//! A built-in load callback (integers or floats times a scale) can run in two forms:
+//! A load callback (built-in or custom) can run in two forms:
 //! - **fused**: inside the transform, as the plan's LTO load callback;
-//! - **unfused**: as a conversion kernel that applies the same callback function (generated
-//!   from the same template, with the same parameter struct) to every element of the input
-//!   span and writes float data to a scratch buffer, followed by the same plan without the
-//!   load callback (the store callback stays) reading that buffer with the same layout.
+//! - **unfused**: as a conversion kernel that applies the same callback function (built-in:
+//!   generated from the same template, with the same parameter struct; custom: the user's
+//!   source, reading its parameters through `callerInfo` from the node's parameter buffer) to
+//!   every element of the input span and writes float data to a scratch buffer, followed by
+//!   the same plan without the load callback (the store callback stays) reading that buffer
+//!   with the same layout.
 //!
 //! Which is faster depends on the shape: with cuFFT 12.0 the LTO load callback makes large
 //! batches of 4096-point transforms slower than the callback-free plan by more than the
@@ -27,7 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::handle::{
     convert_source, launch_packed, planned_handle, setter_launch, zeroed_device, Handle,
 };
-use super::{FftPlan, FftType, LoadCallback, BUILTIN_PARAMS};
+use super::{FftParams, FftPlan, FftType, LoadCallback};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernel::{CompileOptions, Kernel, KernelArg, LaunchConfig, Module, PackedArgs};
@@ -36,11 +38,11 @@ use crate::result::{cufft as cf, runtime as rt};
 use crate::stream::{Event, Stream};
 use crate::sys;
 
-/// How an FFT plan with a built-in load callback runs ([`FftPlanDesc::with_fusion`](super::FftPlanDesc::with_fusion)).
+/// How an FFT plan with a load callback runs ([`FftPlanDesc::with_fusion`](super::FftPlanDesc::with_fusion)).
 ///
-/// Plans without a load callback, and plans with a [`LoadCallback::Custom`] one, have only the
-/// fused form: for them `Auto` means fused and `Unfused` is refused by
-/// [`FftPlan::new`](super::FftPlan::new).
+/// Plans without a load callback have only the fused form: for them `Auto` means fused and
+/// `Unfused` is refused by [`FftPlan::new`](super::FftPlan::new). Custom load callbacks
+/// ([`LoadCallback::Custom`]) have both forms, as the built-ins do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Fusion {
     /// Measure both forms once per shape (per device and cuFFT version) and use the faster;
@@ -68,7 +70,7 @@ pub enum FftForm {
 /// Why a form was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FusionSource {
-    /// The plan has no unfused form (no built-in load callback).
+    /// The plan has no unfused form (no load callback).
     NoUnfusedForm,
     /// The plan asked for this form ([`Fusion::Fused`] or [`Fusion::Unfused`]).
     Plan,
@@ -368,7 +370,7 @@ pub fn decide_fusion(device: &Device, plan: &FftPlan) -> Result<FusionDecision> 
 pub fn measure_fusion(device: &Device, plan: &FftPlan) -> Result<FusionTimings> {
     if !plan.has_unfused_form() {
         return Err(Error::Invalid(format!(
-            "FFT plan: {:?} has no unfused form to measure (it needs a built-in load callback)",
+            "FFT plan: {:?} has no unfused form to measure (it needs a load callback)",
             plan.desc().load
         )));
     }
@@ -426,6 +428,10 @@ pub(crate) struct Unfused {
     pub(crate) scratch: Arc<Allocation>,
     /// Elements of the span.
     pub(crate) elems: u64,
+    /// Whether the load callback is custom: the kernel then reads its parameters from the
+    /// node's parameter buffer (its argument 2 is that buffer's address, which parameter
+    /// updates never change), instead of taking them by value.
+    pub(crate) custom: bool,
 }
 
 impl Unfused {
@@ -442,10 +448,11 @@ impl Unfused {
             .as_ref()
             .expect("an unfused form has a load");
         Ok(Unfused {
-            kernel: convert_kernel(device, load)?,
+            kernel: convert_kernel(device, load, plan.desc().kind)?,
             scratch: zeroed_device(device, inner.input_bytes())?,
             elems: plan.inner.in_elems,
             plan: inner,
+            custom: plan.custom_load(),
         })
     }
 
@@ -454,32 +461,34 @@ impl Unfused {
         convert_config(self.elems)
     }
 
-    /// The conversion kernel's arguments: scratch, input address, load parameters, count.
-    pub(crate) fn args(&self, input: u64, load: [u8; BUILTIN_PARAMS]) -> [KernelArg; 4] {
-        convert_args(self.scratch.ptr, input, load, self.elems)
+    /// The conversion kernel's argument 2 for `params`: a built-in callback's parameter
+    /// struct (by value), or, custom, the address of the node's parameter buffer `buffer`
+    /// (0 without one: a custom callback with no parameters and no store callback).
+    pub(crate) fn load_arg(&self, buffer: Option<u64>, params: &FftParams) -> KernelArg {
+        if self.custom {
+            KernelArg::from(buffer.unwrap_or(0))
+        } else {
+            KernelArg::from(FftPlan::load_param_bytes(params))
+        }
+    }
+
+    /// The conversion kernel's arguments: scratch, input address, load argument
+    /// ([`Unfused::load_arg`]), count.
+    pub(crate) fn args(&self, input: u64, load: KernelArg) -> [KernelArg; 4] {
+        [
+            KernelArg::from(self.scratch.ptr),
+            KernelArg::from(input),
+            load,
+            KernelArg::from(self.elems),
+        ]
     }
 
     /// The arguments, checked and packed.
-    pub(crate) fn packed(&self, input: u64, load: [u8; BUILTIN_PARAMS]) -> Result<PackedArgs> {
+    pub(crate) fn packed(&self, input: u64, load: KernelArg) -> Result<PackedArgs> {
         let args = self.args(input, load);
         self.kernel.check_args(&args)?;
         Ok(PackedArgs::new(&self.kernel, &args))
     }
-}
-
-/// The conversion kernel's arguments.
-fn convert_args(
-    scratch: u64,
-    input: u64,
-    load: [u8; BUILTIN_PARAMS],
-    elems: u64,
-) -> [KernelArg; 4] {
-    [
-        KernelArg::from(scratch),
-        KernelArg::from(input),
-        KernelArg::from(load),
-        KernelArg::from(elems),
-    ]
 }
 
 const CONVERT_BLOCK: u32 = 256;
@@ -495,15 +504,15 @@ pub(crate) fn convert_config(elems: u64) -> LaunchConfig {
     LaunchConfig::new(blocks, CONVERT_BLOCK)
 }
 
-/// The conversion kernel for built-in load callback `cb`, compiled (through the NVRTC cache)
-/// once per device.
-fn convert_kernel(device: &Device, cb: &LoadCallback) -> Result<Kernel> {
-    type Cache = Mutex<HashMap<(usize, &'static str), Kernel>>;
+/// The conversion kernel for load callback `cb` of a `kind` plan, compiled (through the NVRTC
+/// cache) once per device and source (a custom callback's source is part of it).
+fn convert_kernel(device: &Device, cb: &LoadCallback, kind: FftType) -> Result<Kernel> {
+    type Cache = Mutex<HashMap<(usize, String), Kernel>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
-    let (name, source) = convert_source(cb);
+    let (name, source) = convert_source(cb, kind);
     let cache = CACHE.get_or_init(Default::default);
     let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(k) = map.get(&(device.ordinal(), name)) {
+    if let Some(k) = map.get(&(device.ordinal(), source.clone())) {
         return Ok(k.clone());
     }
     let opts = CompileOptions {
@@ -511,7 +520,7 @@ fn convert_kernel(device: &Device, cb: &LoadCallback) -> Result<Kernel> {
         ..Default::default()
     };
     let k = Module::from_source_with(device, &source, &opts)?.kernel(name)?;
-    map.insert((device.ordinal(), name), k.clone());
+    map.insert((device.ordinal(), source), k.clone());
     Ok(k)
 }
 
@@ -539,8 +548,11 @@ impl Rig {
             FftForm::Fused => None,
             FftForm::Unfused => Some(Unfused::new(device, plan)?),
         };
-        let fft_plan = unfused.as_ref().map_or(plan, |u| &u.plan);
-        let (handle, params, need) = planned_handle(device, fft_plan)?;
+        let (handle, params, need) = planned_handle(
+            device,
+            unfused.as_ref().map_or(plan, |u| &u.plan),
+            plan.buffer_layout(form),
+        )?;
         let work = Allocation::new(device, need.max(16), MemorySpace::Device)?;
         // SAFETY: the area is as large as the plan needs and owned by the rig, whose Drop
         // waits for the stream the plan runs on; both handles are live.
@@ -561,7 +573,8 @@ impl Rig {
         };
         let convert = match unfused {
             Some(u) => {
-                let a = u.packed(input.ptr, [0; BUILTIN_PARAMS])?;
+                let load = u.load_arg(params.as_ref().map(|p| p.ptr), &FftParams::none());
+                let a = u.packed(input.ptr, load)?;
                 Some((u, a))
             }
             None => None,
@@ -592,7 +605,8 @@ impl Rig {
         let s = self.stream.raw();
         // SAFETY: the arguments were checked and packed for their kernels; every address they
         // hold (parameter buffer, packed input, scratch) is an allocation of this rig, sized
-        // for the plan, which the rig's Drop keeps alive until the stream has finished.
+        // for the plan, which the rig's Drop keeps alive until the stream has finished. The
+        // setter runs first: a custom conversion reads the parameter buffer.
         unsafe {
             if let Some((args, k)) = &self.setter {
                 launch_packed(k, LaunchConfig::new(1, 32), args, s)?;
@@ -901,7 +915,7 @@ mod tests {
                 "float2",
             ),
         ] {
-            let (name, src) = convert_source(&cb);
+            let (name, src) = convert_source(&cb, FftType::C2C);
             assert_eq!(name, kernel);
             assert!(
                 src.contains(&format!("__device__ {out} {callback}(void* dataIn")),

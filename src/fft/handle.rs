@@ -215,13 +215,39 @@ fn builtin_source(name: &str) -> String {
     }
 }
 
-/// The unfused form's conversion kernel for built-in load callback `cb`: its name and source.
-/// The kernel calls the callback's own device function (from the same template as the LTO
-/// callback) for every element `i` of the input span, with the same parameter struct (passed
-/// by value) and `offset = i`, and writes the value to element `i` of the float scratch
-/// buffer: the callback-free plan then reads at each offset what the fused plan's callback
-/// would have returned there (same layout, strides included).
-pub(crate) fn convert_source(cb: &LoadCallback) -> (&'static str, String) {
+/// The name of the unfused form's conversion kernel for a custom load callback.
+pub(crate) const CONVERT_CUSTOM: &str = "cudagraph_fft_convert_custom";
+
+/// The unfused form's conversion kernel for load callback `cb` of a `kind` plan: its name and
+/// source. The kernel calls the callback's own device function (built-in: from the same
+/// template as the LTO callback; custom: the user's source, compiled as ordinary device code
+/// with the same options as its LTO compile) for every element `i` of the input span, with
+/// `offset = i`, and writes the value to element `i` of the scratch buffer (the type the
+/// callback-free plan reads: float or float2, double or double2 for a custom callback of a
+/// double-precision plan): that plan then reads at each offset what the fused plan's callback
+/// would have returned there (same layout, strides included). A built-in's parameter struct
+/// is the kernel's by-value argument (its address is `callerInfo`); a custom callback's
+/// `callerInfo` is the kernel's `info` argument, the node's parameter buffer.
+pub(crate) fn convert_source(cb: &LoadCallback, kind: super::FftType) -> (&'static str, String) {
+    if let LoadCallback::Custom(c) = cb {
+        let out = match (kind.double(), kind.real_input()) {
+            (false, false) => "float2",
+            (false, true) => "float",
+            (true, false) => "double2",
+            (true, true) => "double",
+        };
+        let source = format!(
+            r#"{}
+extern "C" __global__ void {CONVERT_CUSTOM}({out}* out, void* dataIn, void* info, unsigned long long n) {{
+    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        out[i] = {}(dataIn, i, info, nullptr);
+}}
+"#,
+            c.source, c.function
+        );
+        return (CONVERT_CUSTOM, source);
+    }
     let (kernel, callback, out) = match cb {
         LoadCallback::ComplexI8 => ("cudagraph_fft_convert_ci8", "cudagraph_load_ci8", "float2"),
         LoadCallback::ComplexI16 => (
@@ -235,7 +261,7 @@ pub(crate) fn convert_source(cb: &LoadCallback) -> (&'static str, String) {
             "cudagraph_load_cf32",
             "float2",
         ),
-        LoadCallback::Custom(_) => unreachable!("custom load callbacks have no unfused form"),
+        LoadCallback::Custom(_) => unreachable!("handled above"),
     };
     let source = format!(
         r#"{BUILTINS}{}
@@ -387,26 +413,23 @@ pub(crate) fn make_plan(handle: sys::cufftHandle, plan: &FftPlan) -> Result<usiz
     unsafe { cf::make_plan_many(handle, &mut shape, d.kind.raw()) }
 }
 
-/// A cuFFT handle for `plan` with its callbacks attached to a new zeroed parameter buffer
-/// (when the plan has callbacks), automatic work-area allocation off, and the plan made;
-/// returns the handle, the buffer and the work-area bytes the plan needs. Shared by FFT
-/// nodes and [`StreamFft`](super::StreamFft).
+/// A cuFFT handle for `plan` with its callbacks attached to a new zeroed parameter buffer of
+/// `layout.0` bytes (when not 0) whose store part is at `layout.1` (a form's
+/// [`FftPlan::buffer_layout`]), automatic work-area allocation off, and the plan made; returns
+/// the handle, the buffer and the work-area bytes the plan needs. Shared by FFT nodes,
+/// [`StreamFft`](super::StreamFft) and the fusion measurement.
 pub(crate) fn planned_handle(
     device: &Device,
     plan: &FftPlan,
+    layout: (usize, usize),
 ) -> Result<(Handle, Option<Arc<Allocation>>, usize)> {
-    let param_bytes = plan.param_buffer_bytes();
+    let (param_bytes, store_offset) = layout;
     let params = if param_bytes > 0 {
         Some(zeroed_device(device, param_bytes)?)
     } else {
         None
     };
-    let handle = new_handle(
-        device,
-        plan,
-        params.as_ref().map(|p| p.ptr),
-        plan.store_offset(),
-    )?;
+    let handle = new_handle(device, plan, params.as_ref().map(|p| p.ptr), store_offset)?;
     // The work area is attached by the caller (shared by nodes the DAG orders, or owned).
     // SAFETY: the handle is live and not made.
     unsafe { cf::set_auto_allocation(handle.raw, false)? };

@@ -36,10 +36,10 @@
 //! that says so, and plain FFT nodes still work.
 //!
 //! # Fused and unfused loads
-//! A plan with a built-in load callback has two forms ([`Fusion`], chosen per plan with
+//! A plan with a load callback has two forms ([`Fusion`], chosen per plan with
 //! [`FftPlanDesc::with_fusion`]): *fused*, the callback inside the transform; *unfused*, a
-//! conversion kernel node (generated from the same callback template, taking the same
-//! parameter struct by value, so both forms compute the same values, layouts and strides
+//! conversion kernel node (for a built-in, generated from the same callback template, taking
+//! the same parameter struct by value, so both forms compute the same values, layouts and strides
 //! included) writing float data to the node's own scratch buffer, then the plan without the
 //! load callback (the store callback stays). Neither is always faster (with cuFFT 12.0 the LTO
 //! load callback slows large batches of 4096-point transforms down by more than the
@@ -48,9 +48,12 @@
 //! made where the plans are made: in the prepare pass of lowering (outside any capture) and
 //! in [`StreamFft::new`]. [`Exec::fft_fusion`](crate::Exec::fft_fusion),
 //! [`StreamFft::fusion`] and [`Exec::to_dot`](crate::Exec::to_dot) show it; [`FUSION_ENV`]
-//! forces one form for every `Auto` plan (tests, benchmarks). Custom load callbacks have
-//! only the fused form. Parameter updates work the same in both forms: unfused, the load
-//! parameters become the conversion kernel node's argument.
+//! forces one form for every `Auto` plan (tests, benchmarks). Custom load callbacks have both
+//! forms too: unfused, the conversion kernel is the callback's own source plus a generated
+//! kernel calling its function for every element, with `callerInfo` the node's parameter
+//! buffer (written by the parameter-setting node, which runs first). Parameter updates work
+//! the same in both forms: unfused, built-in load parameters become the conversion kernel
+//! node's argument, and custom ones stay in the parameter buffer.
 
 mod fusion;
 pub(crate) mod handle;
@@ -236,7 +239,7 @@ pub struct FftPlanDesc {
     pub load: Option<LoadCallback>,
     /// Store callback.
     pub store: Option<StoreCallback>,
-    /// Whether a built-in load callback runs inside the transform or as a conversion kernel
+    /// Whether the load callback runs inside the transform or as a conversion kernel
     /// before it ([`Fusion`]; default [`Fusion::Auto`]).
     pub fusion: Fusion,
 }
@@ -432,14 +435,9 @@ impl FftPlan {
             }
         }
         if desc.fusion == Fusion::Unfused && !has_unfused_form(&desc) {
-            return Err(plan_err(format!(
-                "Fusion::Unfused needs a built-in load callback (ComplexI8, ComplexI16, RealI8 \
-                 or ComplexF32); this plan has {}",
-                match &desc.load {
-                    None => "none".to_string(),
-                    Some(l) => format!("the custom load callback `{}`", cb_name_load(l)),
-                }
-            )));
+            return Err(plan_err(
+                "Fusion::Unfused needs a load callback; this plan has none".to_string(),
+            ));
         }
         // Element sizes are at most 16 bytes (and custom callbacks' are checked by
         // `input_bytes`): the byte counts must fit too.
@@ -509,22 +507,55 @@ impl FftPlan {
         )
     }
 
+    /// Whether the plan's load callback is a custom one: its unfused form's conversion
+    /// kernel then reads the load parameters from the node's parameter buffer (`callerInfo`,
+    /// as the fused callback does), so the buffer keeps the fused layout in both forms.
+    pub(crate) fn custom_load(&self) -> bool {
+        matches!(self.inner.desc.load, Some(LoadCallback::Custom(_)))
+    }
+
+    /// Whether a node in `form` keeps the load parameters in its parameter buffer: fused, or
+    /// unfused with a custom load callback.
+    fn load_in_buffer(&self, form: FftForm) -> bool {
+        form == FftForm::Fused || self.custom_load()
+    }
+
     /// What the parameter-setting kernel of a node in `form` writes for `params`: the whole
-    /// blob when fused; the store part only when unfused (the load parameters are then the
+    /// blob when the buffer holds the load parameters ([`FftPlan::setter_bytes`]); else
+    /// (unfused, built-in load) the store part only (the load parameters are then the
     /// conversion kernel's argument, [`FftPlan::load_param_bytes`]).
     pub(crate) fn setter_blob(&self, form: FftForm, params: &FftParams) -> [u8; PARAM_BLOB] {
-        match form {
-            FftForm::Fused => self.param_blob(params),
-            FftForm::Unfused => blob(None, params.store.as_ref().map(|p| (0, p))),
+        if self.load_in_buffer(form) {
+            self.param_blob(params)
+        } else {
+            blob(None, params.store.as_ref().map(|p| (0, p)))
         }
     }
 
-    /// Bytes of a node's parameter buffer in `form` (0: no buffer, no setter node).
+    /// Bytes of a node's parameter buffer in `form` (0: no buffer, no setter node): load part
+    /// then store part when fused or with a custom load callback (whose conversion kernel
+    /// reads its part), the store part only when unfused with a built-in one.
     pub(crate) fn setter_bytes(&self, form: FftForm) -> usize {
-        match form {
-            FftForm::Fused => self.param_buffer_bytes(),
-            FftForm::Unfused => self.store_size(),
+        if self.load_in_buffer(form) {
+            self.param_buffer_bytes()
+        } else {
+            self.store_size()
         }
+    }
+
+    /// Offset of the store part in a node's parameter buffer in `form`.
+    pub(crate) fn setter_store_offset(&self, form: FftForm) -> usize {
+        if self.load_in_buffer(form) {
+            self.store_offset()
+        } else {
+            0
+        }
+    }
+
+    /// A node's parameter buffer in `form`: its bytes ([`FftPlan::setter_bytes`]) and the
+    /// offset of its store part ([`FftPlan::setter_store_offset`]).
+    pub(crate) fn buffer_layout(&self, form: FftForm) -> (usize, usize) {
+        (self.setter_bytes(form), self.setter_store_offset(form))
     }
 
     /// The built-in load callback's 16-byte parameter struct for `params` (scale, flags,
@@ -543,8 +574,8 @@ impl FftPlan {
         self.inner.desc.fusion
     }
 
-    /// Whether the plan has an unfused form: a built-in load callback, which can run as a
-    /// conversion kernel before a plan without it.
+    /// Whether the plan has an unfused form: a load callback (built-in or custom), which can
+    /// run as a conversion kernel before a plan without it.
     pub fn has_unfused_form(&self) -> bool {
         has_unfused_form(&self.inner.desc)
     }
@@ -707,17 +738,9 @@ fn blob(
     blob
 }
 
-/// Whether `desc`'s load callback is a built-in one (which has an unfused form).
+/// Whether `desc` has a load callback (built-in or custom: each has an unfused form).
 fn has_unfused_form(desc: &FftPlanDesc) -> bool {
-    matches!(
-        desc.load,
-        Some(
-            LoadCallback::ComplexI8
-                | LoadCallback::ComplexI16
-                | LoadCallback::RealI8
-                | LoadCallback::ComplexF32
-        )
-    )
+    desc.load.is_some()
 }
 
 /// The 16-byte parameter struct of the built-in callbacks.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::handle::{launch_packed, planned_handle, setter_launch, Handle};
 use super::{
     check_transform, decide_fusion, Direction, FftForm, FftParams, FftPlan, FusionDecision,
-    Unfused, BUILTIN_PARAMS, PARAM_BLOB,
+    Unfused, PARAM_BLOB,
 };
 use crate::device::Device;
 use crate::error::Result;
@@ -20,11 +20,12 @@ use crate::stream::Stream;
 ///
 /// It owns its cuFFT handle, work area and callback-parameter buffer. [`StreamFft::exec`]
 /// queues a parameter write (a kernel launch, whose arguments CUDA copies at launch, so each
-/// call's parameters stay with it) followed by the transform. A plan with a built-in load
-/// callback runs in the form an FFT node of the same plan would
+/// call's parameters stay with it) followed by the transform. A plan with a load callback
+/// runs in the form an FFT node of the same plan would
 /// ([`decide_fusion`](super::decide_fusion), [`StreamFft::fusion`]): unfused, a conversion
-/// kernel (with the load parameters as its arguments) writes the `StreamFft`'s own scratch
-/// buffer first. The regions may be dropped at
+/// kernel (with built-in load parameters as its arguments; a custom callback reads them from
+/// the parameter buffer, written first) writes the `StreamFft`'s own scratch buffer before
+/// the transform. The regions may be dropped at
 /// once: their memory is freed only after the transform has run. Dropping a `StreamFft` waits for the work
 /// it queued; moving to another stream waits for the work queued on the previous one.
 pub struct StreamFft {
@@ -54,8 +55,11 @@ impl StreamFft {
             FftForm::Fused => None,
             FftForm::Unfused => Some(Unfused::new(device, plan)?),
         };
-        let (handle, params, need) =
-            planned_handle(device, unfused.as_ref().map_or(plan, |u| &u.plan))?;
+        let (handle, params, need) = planned_handle(
+            device,
+            unfused.as_ref().map_or(plan, |u| &u.plan),
+            plan.buffer_layout(form),
+        )?;
         let work = Allocation::new(device, need.max(16), MemorySpace::Device)?;
         // SAFETY: the work area is large enough and owned by `self`.
         unsafe { cf::set_work_area(handle.raw(), work.ptr as *mut c_void)? };
@@ -69,7 +73,8 @@ impl StreamFft {
         };
         let convert = match unfused {
             Some(u) => {
-                let args = u.packed(0, [0; BUILTIN_PARAMS])?;
+                let load = u.load_arg(params.as_ref().map(|p| p.ptr), &FftParams::none());
+                let args = u.packed(0, load)?;
                 Some((u, args))
             }
             None => None,
@@ -116,20 +121,24 @@ impl StreamFft {
             unsafe { cf::set_stream(self.handle.raw(), stream.raw())? };
             self.bound = Some(stream.clone());
         }
-        if let Some((u, args)) = &mut self.convert {
-            args.set_bytes(1, &input.raw_addr().to_ne_bytes());
-            args.set_bytes(2, &FftPlan::load_param_bytes(params));
-            // SAFETY: the arguments were checked at construction and keep their sizes; the
-            // scratch buffer is owned by `self` (whose Drop waits for the stream) and holds
-            // the plan's input span; the input region (and any override region in the load
-            // parameters) was checked against the plan and gets the marker noted below.
-            unsafe { launch_packed(&u.kernel, u.config(), args, stream.raw())? };
-        }
+        // The setter first: a custom load callback's conversion reads the parameter buffer.
         if let (Some(packed), Some(k)) = (&mut self.setter, &self.setter_kernel) {
             packed.set_bytes(1, &self.plan.setter_blob(self.decision.form, params));
             // SAFETY: the setter's arguments match its layout (checked at construction); the
             // parameter buffer is owned by `self`.
             unsafe { launch_packed(k, LaunchConfig::new(1, 32), packed, stream.raw())? };
+        }
+        if let Some((u, args)) = &mut self.convert {
+            args.set_bytes(1, &input.raw_addr().to_ne_bytes());
+            if !u.custom {
+                args.set_bytes(2, &FftPlan::load_param_bytes(params));
+            }
+            // SAFETY: the arguments were checked at construction and keep their sizes; the
+            // scratch buffer (and, custom, the parameter buffer it reads) is owned by `self`
+            // (whose Drop waits for the stream) and holds the plan's input span; the input
+            // region (and any override region in the load parameters) was checked against the
+            // plan and gets the marker noted below.
+            unsafe { launch_packed(&u.kernel, u.config(), args, stream.raw())? };
         }
         let fft_input = self
             .convert

@@ -294,12 +294,12 @@ fn lowering_state_is_send() {
 }
 
 #[test]
-fn unfused_needs_a_builtin_load_callback() {
+fn unfused_needs_a_load_callback() {
     let e = FftPlan::new(c2c(8, 1).with_fusion(Fusion::Unfused))
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("Fusion::Unfused needs a built-in load callback") && e.contains("has none"),
+        e.contains("Fusion::Unfused needs a load callback") && e.contains("has none"),
         "{e}"
     );
     let custom = LoadCallback::Custom(CustomCallback {
@@ -308,18 +308,29 @@ fn unfused_needs_a_builtin_load_callback() {
         params_size: 4,
         elem_bytes: 8,
     });
-    let e = FftPlan::new(
+    // Custom loads have both forms, as built-ins do; plans without a load only the fused one.
+    let p = FftPlan::new(c2c(8, 1).with_load(custom.clone())).unwrap();
+    assert!(p.has_unfused_form());
+    assert_eq!(p.fusion(), Fusion::Auto);
+    let u = FftPlan::new(
         c2c(8, 1)
             .with_load(custom.clone())
             .with_fusion(Fusion::Unfused),
     )
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("the custom load callback `my_load`"), "{e}");
-    // Custom loads and plans without a load have only the fused form; built-ins have both.
-    let p = FftPlan::new(c2c(8, 1).with_load(custom)).unwrap();
-    assert!(!p.has_unfused_form());
-    assert_eq!(p.fusion(), Fusion::Auto);
+    .unwrap();
+    assert_eq!(u.fusion(), Fusion::Unfused);
+    let inner = u.unfused_plan().unwrap();
+    assert_eq!(inner.desc().load, None);
+    assert_eq!(inner.input_bytes(), 8 * 8);
+    // A double-precision custom load: the conversion writes double2.
+    let z = FftPlan::new(
+        FftPlanDesc::new(FftType::Z2Z, &[8], 1)
+            .with_load(custom)
+            .with_fusion(Fusion::Unfused),
+    )
+    .unwrap();
+    assert_eq!(z.unfused_plan().unwrap().input_bytes(), 8 * 16);
+    assert!(!FftPlan::new(c2c(8, 1)).unwrap().has_unfused_form());
     for l in [
         LoadCallback::ComplexI8,
         LoadCallback::ComplexI16,
@@ -569,4 +580,150 @@ fn unfused_conversion_covers_the_input_span() {
         2,
         "no store callback: no parameter node\n{t}"
     );
+}
+
+fn custom_load(params_size: usize) -> LoadCallback {
+    LoadCallback::Custom(CustomCallback {
+        source: "__device__ float2 my_load(void* d, unsigned long long o, void* i, void* s) \
+                 { return make_float2(0.f, 0.f); }"
+            .into(),
+        function: "my_load".into(),
+        params_size,
+        elem_bytes: 2,
+    })
+}
+
+/// A custom load callback's conversion reads its parameters from the node's buffer: both forms
+/// write the same (fused-layout) blob, load part then store part.
+#[test]
+fn custom_load_parameter_blobs_of_both_forms() {
+    let p = FftPlan::new(
+        c2c(16, 1)
+            .with_load(custom_load(20))
+            .with_store(StoreCallback::Power),
+    )
+    .unwrap();
+    let params = FftParams {
+        load: Some(CallbackParams::Custom((1..=20).collect())),
+        store: Some(CallbackParams::store(2.0)),
+    };
+    for form in [FftForm::Fused, FftForm::Unfused] {
+        assert_eq!(p.setter_bytes(form), 48, "{form:?}");
+        assert_eq!(p.setter_store_offset(form), 32, "{form:?}");
+        assert_eq!(
+            p.setter_blob(form, &params),
+            p.param_blob(&params),
+            "{form:?}"
+        );
+    }
+    let blob = p.setter_blob(FftForm::Unfused, &params);
+    assert_eq!(&blob[..20], &(1..=20).collect::<Vec<u8>>()[..]);
+    assert_eq!(&blob[32..36], &2.0f32.to_ne_bytes());
+    // Built-in loads: unfused, the store part alone, at 0.
+    let b = FftPlan::new(
+        c2c(16, 1)
+            .with_load(LoadCallback::ComplexI8)
+            .with_store(StoreCallback::Power),
+    )
+    .unwrap();
+    assert_eq!(b.setter_store_offset(FftForm::Unfused), 0);
+    assert_eq!(b.setter_store_offset(FftForm::Fused), 16);
+    // A custom load without parameters and no store: no buffer in either form.
+    let none = FftPlan::new(c2c(16, 1).with_load(custom_load(0))).unwrap();
+    assert_eq!(none.setter_bytes(FftForm::Fused), 0);
+    assert_eq!(none.setter_bytes(FftForm::Unfused), 0);
+}
+
+/// The conversion kernel of a custom load: the user's source, then a kernel calling the
+/// function with `callerInfo` = its `info` argument, writing the type the callback-free plan
+/// reads.
+#[test]
+fn custom_conversion_source() {
+    let cb = custom_load(4);
+    let LoadCallback::Custom(c) = &cb else {
+        unreachable!()
+    };
+    for (kind, out) in [
+        (FftType::C2C, "float2"),
+        (FftType::C2R, "float2"),
+        (FftType::R2C, "float"),
+        (FftType::Z2Z, "double2"),
+        (FftType::D2Z, "double"),
+    ] {
+        let (name, src) = handle::convert_source(&cb, kind);
+        assert_eq!(name, "cudagraph_fft_convert_custom");
+        assert!(src.starts_with(&c.source), "{src}");
+        assert!(
+            src.contains(&format!(
+                "extern \"C\" __global__ void cudagraph_fft_convert_custom({out}* out, void* dataIn, void* info, unsigned long long n)"
+            )),
+            "{src}"
+        );
+        assert!(
+            src.contains("out[i] = my_load(dataIn, i, info, nullptr);"),
+            "{src}"
+        );
+    }
+}
+
+/// A custom-load plan in both forms through the recording backend: unfused, the setter writes
+/// the whole blob and runs first, the conversion (reading the buffer through `info`) after it,
+/// the transform after the conversion; without parameters the conversion's `info` is null.
+#[test]
+fn lowering_custom_load_both_forms() {
+    let mut r = RecordingBackend::new(DeviceLimits::hopper());
+    let input = r.device_buffer::<[i8; 2]>(512);
+    let out = r.device_buffer::<f32>(512);
+    let out2 = r.device_buffer::<[f32; 2]>(512);
+    let desc = c2c(256, 2)
+        .with_load(custom_load(8))
+        .with_store(StoreCallback::Power);
+    let fused = FftPlan::new(desc.clone().with_fusion(Fusion::Fused)).unwrap();
+    let unfused = FftPlan::new(desc.with_fusion(Fusion::Unfused)).unwrap();
+    let bare = FftPlan::new(
+        c2c(256, 2)
+            .with_load(custom_load(0))
+            .with_fusion(Fusion::Unfused),
+    )
+    .unwrap();
+    let params = FftParams {
+        load: Some(CallbackParams::Custom(vec![1, 2, 3, 4, 5, 6, 7, 8])),
+        store: Some(CallbackParams::store(0.5)),
+    };
+    let spec = |plan: &FftPlan, params: FftParams| FftSpec {
+        plan: plan.clone(),
+        direction: Direction::Forward,
+        input: (&input).into(),
+        output: (&out).into(),
+        params,
+    };
+    let mut dag = Dag::new();
+    let a = dag.add_fft(spec(&fused, params.clone())).unwrap();
+    let b = dag.add_fft(spec(&unfused, params)).unwrap();
+    let c = dag
+        .add_fft(FftSpec {
+            plan: bare,
+            direction: Direction::Forward,
+            input: (&input).into(),
+            output: (&out2).into(),
+            params: FftParams {
+                load: Some(CallbackParams::Custom(Vec::new())),
+                store: None,
+            },
+        })
+        .unwrap();
+    dag.add_dependency(a, b).unwrap();
+    dag.add_dependency(b, c).unwrap();
+    dag.lower(&mut r).unwrap();
+    let t = r.transcript().replace("0x70000000", "@");
+    let expect = "\
+0 cudaGraphAddNode kernel `fft#0` deps=[] kernel=cudagraph_fft_set_params handle=#1 param_buffer=@1c00 bytes=32 params=010203040506070800000000000000000000003f000000000000000000000000
+1 cudaStreamBeginCaptureToGraph+cufftExec captured `fft#0` deps=[0] handle=#1 plan=C2C[256]x2 dir=Forward in=@0000 out=@0400 work_slot=0 form=fused (requested)
+2 cudaGraphAddNode kernel `fft#1` deps=[1] kernel=cudagraph_fft_set_params handle=#2 param_buffer=@1d00 bytes=32 params=010203040506070800000000000000000000003f000000000000000000000000
+3 cudaGraphAddNode kernel `fft#1` deps=[2] kernel=cudagraph_fft_convert_custom handle=#2 grid=(2,1,1) block=(256,1,1) in=@0000 scratch=@1e00 elems=512 info=@1d00
+4 cudaStreamBeginCaptureToGraph+cufftExec captured `fft#1` deps=[3] handle=#2 plan=C2C[256]x2 dir=Forward in=@1e00 out=@0400 work_slot=0 form=unfused: convert + FFT (requested)
+5 cudaGraphAddNode kernel `fft#2` deps=[4] kernel=cudagraph_fft_convert_custom handle=#3 grid=(2,1,1) block=(256,1,1) in=@0000 scratch=@2e00 elems=512 info=0x0
+6 cudaStreamBeginCaptureToGraph+cufftExec captured `fft#2` deps=[5] handle=#3 plan=C2C[256]x2 dir=Forward in=@2e00 out=@0c00 work_slot=0 form=unfused: convert + FFT (requested)
+";
+    assert_eq!(t, expect, "{t}");
 }

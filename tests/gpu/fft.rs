@@ -46,6 +46,11 @@ pub fn tests() -> Vec<Trial> {
         gpu_test("fft::both_forms_integer_loads", both_forms_integer_loads),
         gpu_test("fft::both_forms_parameter_updates", both_forms_updates),
         gpu_test("fft::both_forms_stream_fft", both_forms_stream_fft),
+        gpu_test("fft::both_forms_custom_loads", both_forms_custom_loads),
+        gpu_test(
+            "fft::both_forms_custom_load_updates",
+            both_forms_custom_load_updates,
+        ),
         gpu_test("fft::auto_fusion_is_decided_once", auto_decided_once),
     ]
 }
@@ -1285,6 +1290,325 @@ fn both_forms_stream_fft(gpu: &Gpu) -> anyhow::Result<()> {
                 &out.to_vec()?,
                 &want,
                 &format!("{fusion:?}: stream call {i}"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Custom int8 load callbacks (a gain and an input override address, read through
+/// `callerInfo`; all-zero parameters read zeros times zero): complex (C2C), real (R2C) and
+/// complex into double precision (Z2Z).
+const CUSTOM_I8: &str = r#"
+struct i8_params { float gain; unsigned pad; unsigned long long ptr; };
+__device__ float2 i8_load_c(void* dataIn, unsigned long long offset, void* info, void* smem) {
+    const i8_params* p = (const i8_params*)info;
+    const char2* in = (const char2*)(p->ptr ? p->ptr : (unsigned long long)dataIn);
+    char2 v = in[offset];
+    return make_float2(v.x * p->gain, v.y * p->gain);
+}
+__device__ float i8_load_r(void* dataIn, unsigned long long offset, void* info, void* smem) {
+    const i8_params* p = (const i8_params*)info;
+    const signed char* in = (const signed char*)(p->ptr ? p->ptr : (unsigned long long)dataIn);
+    return in[offset] * p->gain;
+}
+__device__ double2 i8_load_z(void* dataIn, unsigned long long offset, void* info, void* smem) {
+    const i8_params* p = (const i8_params*)info;
+    const char2* in = (const char2*)(p->ptr ? p->ptr : (unsigned long long)dataIn);
+    char2 v = in[offset];
+    return make_double2((double)v.x * p->gain, (double)v.y * p->gain);
+}"#;
+
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct I8Params {
+    gain: f32,
+    pad: u32,
+    ptr: u64,
+}
+
+fn custom_i8(function: &str, elem_bytes: usize) -> LoadCallback {
+    LoadCallback::Custom(CustomCallback {
+        source: CUSTOM_I8.into(),
+        function: function.into(),
+        params_size: std::mem::size_of::<I8Params>(),
+        elem_bytes,
+    })
+}
+
+fn i8_params(gain: f32, input: Option<u64>) -> CallbackParams {
+    CallbackParams::custom(I8Params {
+        gain,
+        pad: 0,
+        ptr: input.unwrap_or(0),
+    })
+}
+
+/// Custom int8 loads in both forms against rustfft: complex (C2C forward, with a built-in store
+/// scale: unfused, the store part sits after the custom load part of the parameter buffer),
+/// real (R2C), and complex into a double-precision Z2Z (the conversion writes double2).
+fn both_forms_custom_loads(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let (n, batch) = (1024usize, 4usize);
+    let m = n * batch;
+    let h = n / 2 + 1;
+    let gain = 0.25f32;
+    let raw8 = ci8(m, 8);
+    let real8: Vec<i8> = (0..m).map(|i| ((i * 29) % 253) as u8 as i8).collect();
+    let (i8d, r8d) = (
+        DeviceBuffer::from_slice(d, &raw8)?,
+        DeviceBuffer::from_slice(d, &real8)?,
+    );
+    for (fusion, form) in FORMS {
+        let plan = |desc: FftPlanDesc| FftPlan::new(desc.with_fusion(fusion));
+        let pc = plan(
+            FftPlanDesc::new(FftType::C2C, &[n as i64], batch as i64)
+                .with_load(custom_i8("i8_load_c", 2))
+                .with_store(StoreCallback::Scale),
+        )?;
+        let pr = plan(
+            FftPlanDesc::new(FftType::R2C, &[n as i64], batch as i64)
+                .with_load(custom_i8("i8_load_r", 1)),
+        )?;
+        let pz = plan(
+            FftPlanDesc::new(FftType::Z2Z, &[n as i64], batch as i64)
+                .with_load(custom_i8("i8_load_z", 2)),
+        )?;
+        ensure!(pc.has_unfused_form() && pr.has_unfused_form() && pz.has_unfused_form());
+        let oc = DeviceBuffer::<C32>::zeros(d, m)?;
+        let or = DeviceBuffer::<C32>::zeros(d, h * batch)?;
+        let oz = DeviceBuffer::<C64>::zeros(d, m)?;
+        let lp = || ld_st(Some(i8_params(gain, None)), None);
+        let mut dag = Dag::new();
+        let nodes = [
+            dag.add_fft(spec(
+                &pc,
+                Direction::Forward,
+                &i8d,
+                &oc,
+                ld_st(
+                    Some(i8_params(gain, None)),
+                    Some(CallbackParams::store(2.0)),
+                ),
+            ))?,
+            dag.add_fft(spec(&pr, Direction::Forward, &r8d, &or, lp()))?,
+            dag.add_fft(spec(&pz, Direction::Forward, &i8d, &oz, lp()))?,
+        ];
+        let mut exec = dag.instantiate(d)?;
+        for node in nodes {
+            let got = exec.fft_fusion(node)?;
+            ensure!(
+                got.form == form && got.source == FusionSource::Plan,
+                "{fusion:?}: lowered as {got:?}"
+            );
+        }
+        let dot = exec.to_dot();
+        let line = match form {
+            FftForm::Fused => "fused (requested)",
+            FftForm::Unfused => "unfused: convert + FFT (requested)",
+        };
+        ensure!(dot.matches(line).count() == 3, "{dot}");
+        ensure!(dot.contains("load i8_load_c"), "{dot}");
+        gpu.launch_and_wait(&mut exec)?;
+        let what = |s: &str| format!("{fusion:?}: {s}");
+        let wantc: Vec<C64> = reference(&ci8_64(&raw8, gain), n, false)
+            .into_iter()
+            .map(|c| c * 2.0)
+            .collect();
+        check(
+            &oc.to_vec()?,
+            &wantc,
+            &what("custom complex i8, store scale 2"),
+        )?;
+        let xr: Vec<C64> = real8
+            .iter()
+            .map(|&v| C64::new(v as f64 * gain as f64, 0.0))
+            .collect();
+        let want_r: Vec<C64> = reference(&xr, n, false)
+            .chunks(n)
+            .flat_map(|c| c[..h].to_vec())
+            .collect();
+        check(&or.to_vec()?, &want_r, &what("custom real i8 (R2C)"))?;
+        let wantz = reference(&ci8_64(&raw8, gain), n, false);
+        let gotz = oz.to_vec()?;
+        let err = gotz
+            .iter()
+            .zip(&wantz)
+            .map(|(g, w)| (g - w).norm())
+            .fold(0.0, f64::max);
+        let scale = wantz.iter().map(|c| c.norm()).fold(0.0, f64::max);
+        ensure!(
+            err <= 1e-12 * scale,
+            "{}: error {err:e} vs {scale:e}",
+            what("custom complex i8 into Z2Z")
+        );
+    }
+    Ok(())
+}
+
+/// Parameter updates of a custom load in both forms (the custom parameters stay in the
+/// parameter buffer: unfused, the conversion reads them there after the setter): gain, input
+/// override and store scale, queued behind a slow kernel; a whole-graph update keeping the
+/// plan; a per-node update after it; a refused update; and a `StreamFft` with per-call
+/// parameters.
+fn both_forms_custom_load_updates(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let (n, batch) = (512usize, 8usize);
+    let m = n * batch;
+    let (x1, x2) = (ci8(m, 9), ci8(m, 10));
+    let (a, b) = (
+        DeviceBuffer::from_slice(d, &x1)?,
+        DeviceBuffer::from_slice(d, &x2)?,
+    );
+    let f1 = reference(&ci8_64(&x1, 1.0), n, false);
+    let f2 = reference(&ci8_64(&x2, 1.0), n, false);
+    let times = |f: &[C64], k: f64| f.iter().map(|c| c * k).collect::<Vec<_>>();
+    // Every launch given `b`'s raw address runs on `gpu.stream`; this guard (dropped before
+    // `b`, also on an early error return) waits for them.
+    struct SyncOnDrop<'a>(&'a Stream);
+    impl Drop for SyncOnDrop<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.synchronize();
+        }
+    }
+    let _sync = SyncOnDrop(&gpu.stream);
+    // SAFETY: `b` outlives every launch given its address (the guard above waits for them
+    // before `b` is dropped), and nothing writes it from the host meanwhile.
+    let b_addr = unsafe { b.as_raw_ptr() };
+    for (fusion, form) in FORMS {
+        let plan = FftPlan::new(
+            FftPlanDesc::new(FftType::C2C, &[n as i64], batch as i64)
+                .with_load(custom_i8("i8_load_c", 2))
+                .with_store(StoreCallback::Scale)
+                .with_fusion(fusion),
+        )?;
+        let launches = 5usize;
+        let ring = DeviceBuffer::<C32>::zeros(d, m * launches)?;
+        let out = DeviceBuffer::<C32>::zeros(d, m)?;
+        let params = |gain: f32, over: bool, store: f32, slot: usize| {
+            ld_st(
+                Some(i8_params(gain, over.then_some(b_addr))),
+                Some(CallbackParams::Store {
+                    scale: store,
+                    output: Some(ring.region(slot * m..(slot + 1) * m)),
+                    accumulate: false,
+                }),
+            )
+        };
+        let build = |input: &DeviceBuffer<[i8; 2]>, output: &DeviceBuffer<C32>, k: f32| {
+            let mut dag = Dag::new();
+            let node = dag.add_fft(spec(
+                &plan,
+                Direction::Forward,
+                input,
+                output,
+                ld_st(Some(i8_params(k, None)), Some(CallbackParams::store(1.0))),
+            ))?;
+            anyhow::Ok((dag, node))
+        };
+        let (dag, node) = build(&a, &out, 1.0)?;
+        let mut exec = dag.instantiate(d)?;
+        ensure!(exec.fft_fusion(node)?.form == form);
+        // (gain, input override, store scale): alone and together, queued.
+        let steps = [
+            (1.0f32, false, 1.0f32),
+            (0.5, false, 1.0),
+            (0.5, false, 4.0),
+            (0.5, true, 4.0),
+            (-2.0, true, 0.25),
+        ];
+        let spin = gpu.kernel("spin")?;
+        spin.launch(&gpu.stream, LaunchConfig::new(1, 1), &args![50_000_000i64])?;
+        for (i, &(g, over, st)) in steps.iter().enumerate() {
+            exec.set_fft_params(node, params(g, over, st, i))?;
+            exec.launch(&gpu.stream)?;
+        }
+        exec.synchronize()?;
+        let got = ring.to_vec()?;
+        for (i, &(g, over, st)) in steps.iter().enumerate() {
+            check(
+                &got[i * m..(i + 1) * m],
+                &times(if over { &f2 } else { &f1 }, (g * st) as f64),
+                &format!("{fusion:?}: custom update {i} (gain {g}, override {over}, store {st})"),
+            )?;
+        }
+        // A whole-graph update: new input, output and gain; the plan is kept.
+        let out2 = DeviceBuffer::<C32>::zeros(d, m)?;
+        let (dag2, node2) = build(&b, &out2, 3.0)?;
+        ensure!(node2 == node);
+        let made = cudagraph::fft::plans_made();
+        exec.update(&dag2)?;
+        ensure!(
+            cudagraph::fft::plans_made() == made,
+            "{fusion:?}: plans remade"
+        );
+        ensure!(exec.fft_fusion(node)?.form == form);
+        gpu.launch_and_wait(&mut exec)?;
+        check(
+            &out2.to_vec()?,
+            &times(&f2, 3.0),
+            &format!("{fusion:?}: custom, after the whole-graph update"),
+        )?;
+        // A per-node update after it.
+        exec.set_fft_params(
+            node,
+            ld_st(
+                Some(i8_params(-1.0, None)),
+                Some(CallbackParams::store(0.5)),
+            ),
+        )?;
+        gpu.launch_and_wait(&mut exec)?;
+        check(
+            &out2.to_vec()?,
+            &times(&f2, -0.5),
+            &format!("{fusion:?}: custom, per-node update after it"),
+        )?;
+        // Refused parameters (wrong size) change nothing.
+        ensure!(exec
+            .set_fft_params(
+                node,
+                ld_st(
+                    Some(CallbackParams::custom(1.0f32)),
+                    Some(CallbackParams::store(1.0))
+                )
+            )
+            .is_err());
+        gpu.launch_and_wait(&mut exec)?;
+        check(
+            &out2.to_vec()?,
+            &times(&f2, -0.5),
+            &format!("{fusion:?}: custom, after a refused update"),
+        )?;
+        // StreamFft, per-call parameters.
+        let mut fft = StreamFft::new(d, &plan)?;
+        ensure!(fft.fusion().form == form, "{:?}", fft.fusion());
+        let outs: Vec<_> = (0..4)
+            .map(|_| DeviceBuffer::<C32>::zeros(d, m))
+            .collect::<Result<_, _>>()?;
+        for (i, o) in outs.iter().enumerate() {
+            let p = ld_st(
+                Some(i8_params(
+                    0.5 * (i + 1) as f32,
+                    (i % 2 == 1).then_some(b_addr),
+                )),
+                Some(CallbackParams::store(i as f32 + 1.0)),
+            );
+            fft.exec(
+                &gpu.stream,
+                Direction::Forward,
+                &a.region(..),
+                &o.region(..),
+                &p,
+            )?;
+        }
+        gpu.stream.synchronize()?;
+        for (i, o) in outs.iter().enumerate() {
+            let f = if i % 2 == 1 { &f2 } else { &f1 };
+            let k = 0.5 * (i + 1) as f64 * (i as f64 + 1.0);
+            check(
+                &o.to_vec()?,
+                &times(f, k),
+                &format!("{fusion:?}: custom, stream call {i}"),
             )?;
         }
     }

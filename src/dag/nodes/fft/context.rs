@@ -98,8 +98,11 @@ impl FftState {
             FftForm::Fused => None,
             FftForm::Unfused => Some(Unfused::new(device, &f.plan)?),
         };
-        let plan = unfused.as_ref().map_or(&f.plan, |u| &u.plan);
-        let (handle, params, need) = planned_handle(device, plan)?;
+        let (handle, params, need) = planned_handle(
+            device,
+            unfused.as_ref().map_or(&f.plan, |u| &u.plan),
+            f.plan.buffer_layout(decision.form),
+        )?;
         Ok(FftState {
             uid: f.uid,
             desc: f.plan.inner.desc.clone(),
@@ -139,7 +142,8 @@ struct Lowered {
     /// launch, whose argument 1 is the parameter blob.
     setter: Option<(NodeHandle, KernelNode)>,
     /// Unfused: the conversion kernel node (same graph) and its launch, whose argument 2 is
-    /// the load callback's parameter struct.
+    /// the built-in load callback's parameter struct (custom: the parameter buffer's address,
+    /// never updated).
     convert: Option<(NodeHandle, KernelNode)>,
     /// The form the node was lowered in.
     decision: FusionDecision,
@@ -316,9 +320,10 @@ impl LoweringContext {
     }
 
     /// Writes new parameters `params` (checked for `plan`, the node's) into FFT node `uid`'s
-    /// kernel nodes of `exec`: the parameter-setting node's blob and, unfused, the conversion
-    /// node's load parameters (only when they changed). All or nothing: when CUDA refuses the
-    /// second node, the first is set back.
+    /// kernel nodes of `exec`: the parameter-setting node's blob and, unfused with a built-in
+    /// load callback, the conversion node's load parameters (only when they changed; a custom
+    /// one's conversion reads them from the parameter buffer). All or nothing: when CUDA
+    /// refuses the second node, the first is set back.
     pub(crate) fn set_params(
         &mut self,
         exec: sys::cudaGraphExec_t,
@@ -338,7 +343,7 @@ impl LoweringContext {
         };
         let load = FftPlan::load_param_bytes(params);
         let convert = match &n.convert {
-            Some((h, node)) if node.args.param_bytes(2) != load => {
+            Some((h, node)) if !plan.custom_load() && node.args.param_bytes(2) != load => {
                 set_kernel_node_arg(exec, *h, node, 2, &load, scratch)?;
                 true
             }
@@ -480,10 +485,12 @@ fn lower_state(
     ))
 }
 
-/// Adds the kernel nodes an FFT node's captured transform depends on, each after `deps`:
-/// unfused, the conversion kernel node (input → scratch, with the load parameters); with a
-/// parameter buffer, the parameter-setting kernel node. Returns what the capture depends on
-/// (those nodes, or `deps` when there are none) and the nodes.
+/// Adds the kernel nodes an FFT node's captured transform depends on: with a parameter
+/// buffer, the parameter-setting kernel node (after `deps`); unfused, the conversion kernel
+/// node (input → scratch, with the built-in load parameters; after `deps`, or, with a custom
+/// load callback, which reads the parameter buffer, after the setter). Returns what the
+/// capture depends on (those nodes, the setter left out when the conversion follows it, or
+/// `deps` when there are none) and the nodes.
 #[allow(clippy::type_complexity)] // reason: a private helper's three results, named at the call
 fn add_kernel_nodes(
     device: &Device,
@@ -496,21 +503,6 @@ fn add_kernel_nodes(
     Option<(NodeHandle, KernelNode)>,
     Option<(NodeHandle, KernelNode)>,
 )> {
-    let mut capture_deps = Vec::new();
-    let convert = match &state.unfused {
-        Some(u) => {
-            let node = KernelNode {
-                args: u.packed(f.input.raw_addr(), FftPlan::load_param_bytes(&f.params))?,
-                kernel: u.kernel.clone(),
-                config: u.config(),
-                priority: None,
-            };
-            let h = add_kernel_node(graph, deps, &node)?;
-            capture_deps.push(h);
-            Some((NodeHandle(h), node))
-        }
-        None => None,
-    };
     let setter = match &state.params {
         Some(p) => {
             let form = state.decision.form;
@@ -527,6 +519,30 @@ fn add_kernel_nodes(
                 priority: None,
             };
             let h = add_kernel_node(graph, deps, &node)?;
+            Some((NodeHandle(h), node))
+        }
+        None => None,
+    };
+    let mut capture_deps: Vec<_> = setter.iter().map(|(h, _)| h.0).collect();
+    let convert = match &state.unfused {
+        Some(u) => {
+            let buffer = state.params.as_ref().map(|p| p.ptr);
+            let node = KernelNode {
+                args: u.packed(f.input.raw_addr(), u.load_arg(buffer, &f.params))?,
+                kernel: u.kernel.clone(),
+                config: u.config(),
+                priority: None,
+            };
+            // A custom conversion reads the parameter buffer: after the setter, which the
+            // capture then depends on through it.
+            let after: Vec<_> = match (&setter, u.custom) {
+                (Some((sh, _)), true) => {
+                    capture_deps.clear();
+                    vec![sh.0]
+                }
+                _ => deps.to_vec(),
+            };
+            let h = add_kernel_node(graph, &after, &node)?;
             capture_deps.push(h);
             Some((NodeHandle(h), node))
         }

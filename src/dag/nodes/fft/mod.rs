@@ -197,8 +197,9 @@ impl Exec {
 
     /// Replaces the callback parameters of FFT node `id` for launches issued after this call
     /// (launches already queued keep theirs). When CUDA refuses, nothing changes. In the
-    /// unfused form the load parameters are the conversion kernel node's argument and the
-    /// store parameters go through the parameter-setting node, as in the fused form. Regions the
+    /// unfused form built-in load parameters are the conversion kernel node's argument (custom
+    /// ones stay in the parameter buffer, which the conversion reads) and the store parameters
+    /// go through the parameter-setting node, as in the fused form. Regions the
     /// old parameters pointed to stay alive until the launches that may use them have
     /// completed.
     pub fn set_fft_params(&mut self, id: NodeId, params: FftParams) -> Result<()> {
