@@ -434,6 +434,28 @@ pub(crate) struct Unfused {
     pub(crate) custom: bool,
 }
 
+/// A plan made in `form`: unfused, its conversion kernel and scratch buffer and the
+/// callback-free-load plan's handle; fused, the plan's own handle. Also the parameter buffer
+/// (laid out for the form) and the work-area bytes the handle needs. One place for FFT nodes,
+/// `StreamFft` and the measurement rigs.
+#[allow(clippy::type_complexity)] // reason: the parts a caller keeps, named at each call
+pub(crate) fn planned_in_form(
+    device: &Device,
+    plan: &FftPlan,
+    form: FftForm,
+) -> Result<(Option<Unfused>, Handle, Option<Arc<Allocation>>, usize)> {
+    let unfused = match form {
+        FftForm::Fused => None,
+        FftForm::Unfused => Some(Unfused::new(device, plan)?),
+    };
+    let (handle, params, need) = planned_handle(
+        device,
+        unfused.as_ref().map_or(plan, |u| &u.plan),
+        plan.buffer_layout(form),
+    )?;
+    Ok((unfused, handle, params, need))
+}
+
 impl Unfused {
     /// The unfused form of `plan` (which has one) on `device`: its plan description, the
     /// conversion kernel (compiled once per device and load callback) and a zeroed scratch
@@ -544,15 +566,7 @@ struct Rig {
 
 impl Rig {
     fn new(device: &Device, plan: &FftPlan, form: FftForm, stream: &Stream) -> Result<Rig> {
-        let unfused = match form {
-            FftForm::Fused => None,
-            FftForm::Unfused => Some(Unfused::new(device, plan)?),
-        };
-        let (handle, params, need) = planned_handle(
-            device,
-            unfused.as_ref().map_or(plan, |u| &u.plan),
-            plan.buffer_layout(form),
-        )?;
+        let (unfused, handle, params, need) = planned_in_form(device, plan, form)?;
         let work = Allocation::new(device, need.max(16), MemorySpace::Device)?;
         // SAFETY: the area is as large as the plan needs and owned by the rig, whose Drop
         // waits for the stream the plan runs on; both handles are live.

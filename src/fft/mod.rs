@@ -65,7 +65,7 @@ use crate::device::DeviceKey;
 use crate::error::{DagError, Error, Result};
 use crate::memory::{DeviceRepr, MemorySpace, Region};
 
-pub(crate) use fusion::{convert_config, recording_decision, Unfused};
+pub(crate) use fusion::{convert_config, planned_in_form, recording_decision, Unfused};
 pub use fusion::{
     decide_fusion, forget_fusion_decisions, fusion_measurements, measure_fusion, FftForm, Fusion,
     FusionDecision, FusionSource, FusionTimings, FUSION_ENV,

@@ -3,9 +3,9 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::handle::{launch_packed, planned_handle, setter_launch, Handle};
+use super::handle::{launch_packed, setter_launch, Handle};
 use super::{
-    check_transform, decide_fusion, Direction, FftForm, FftParams, FftPlan, FusionDecision,
+    check_transform, decide_fusion, planned_in_form, Direction, FftParams, FftPlan, FusionDecision,
     Unfused, PARAM_BLOB,
 };
 use crate::device::Device;
@@ -51,15 +51,7 @@ impl StreamFft {
         device.bind()?;
         let decision = decide_fusion(device, plan)?;
         let form = decision.form;
-        let unfused = match form {
-            FftForm::Fused => None,
-            FftForm::Unfused => Some(Unfused::new(device, plan)?),
-        };
-        let (handle, params, need) = planned_handle(
-            device,
-            unfused.as_ref().map_or(plan, |u| &u.plan),
-            plan.buffer_layout(form),
-        )?;
+        let (unfused, handle, params, need) = planned_in_form(device, plan, form)?;
         let work = Allocation::new(device, need.max(16), MemorySpace::Device)?;
         // SAFETY: the work area is large enough and owned by `self`.
         unsafe { cf::set_work_area(handle.raw(), work.ptr as *mut c_void)? };

@@ -17,8 +17,10 @@ use crate::dag::nodes::KernelNode;
 use crate::dag::{Dag, Op};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::fft::handle::{planned_handle, setter_launch, zeroed_device, Handle};
-use crate::fft::{decide_fusion, FftForm, FftParams, FftPlan, FusionDecision, Unfused, WorkShare};
+use crate::fft::handle::{setter_launch, zeroed_device, Handle};
+use crate::fft::{
+    decide_fusion, planned_in_form, FftParams, FftPlan, FusionDecision, Unfused, WorkShare,
+};
 use crate::kernel::LaunchConfig;
 use crate::memory::{Allocation, MemorySpace};
 use crate::result::{cufft as cf, runtime as rt};
@@ -94,15 +96,7 @@ impl FftState {
     /// `decide_fusion`), then makes its handle and buffers.
     fn new(device: &Device, f: &FftNode) -> Result<FftState> {
         let decision = decide_fusion(device, &f.plan)?;
-        let unfused = match decision.form {
-            FftForm::Fused => None,
-            FftForm::Unfused => Some(Unfused::new(device, &f.plan)?),
-        };
-        let (handle, params, need) = planned_handle(
-            device,
-            unfused.as_ref().map_or(&f.plan, |u| &u.plan),
-            f.plan.buffer_layout(decision.form),
-        )?;
+        let (unfused, handle, params, need) = planned_in_form(device, &f.plan, decision.form)?;
         Ok(FftState {
             uid: f.uid,
             desc: f.plan.inner.desc.clone(),
