@@ -132,6 +132,7 @@ pub mod load;
 mod marker;
 mod memory;
 pub mod nccl;
+mod queue;
 pub mod result;
 mod stream;
 pub mod sys;

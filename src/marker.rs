@@ -1,10 +1,11 @@
 //! Markers: CUDA events recorded on a stream right after some work, which complete when that
-//! work has. [`crate::track`] keeps them in use lists; streams and executable graphs record them.
+//! work has. [`crate::track`] keeps them in use lists; stream queues (`crate::queue`) record
+//! them, after stream operations and, when needed, after graph launches.
 //!
-//! Markers come from a [`MarkerPool`] (one per stream, one per `Exec`), which re-records a marker
-//! only when nobody else holds it, so steady-state launches and updates create no event and
-//! allocate nothing. A marker names its stream by the stream's process-unique id, so this
-//! module needs no stream type (and `stream` and `track` both build on it).
+//! Markers come from a [`MarkerPool`] (one per stream), which re-records a marker only when
+//! nobody else holds it, so steady-state launches and updates create no event and allocate
+//! nothing. A marker names its stream by the stream's process-unique id, so this module needs
+//! no stream type (and `queue` and `track` both build on it).
 
 use std::sync::Arc;
 
@@ -12,10 +13,6 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::result::runtime as rt;
 use crate::sys;
-
-/// The stream id of a marker recorded by a graph's event-record node (stream ids count up from 1
-/// and never reach it).
-const RECORDED_BY_A_GRAPH: u64 = u64::MAX;
 
 /// A CUDA event recorded after some work on one stream.
 pub(crate) struct Marker {
@@ -42,20 +39,6 @@ impl Marker {
             device: device.clone(),
             stream: 0,
         })
-    }
-
-    /// A marker that an executable graph records: its event-record node records it at the end
-    /// of every launch (so [`Marker::wait`] always asks CUDA; an event never recorded is
-    /// complete).
-    pub(crate) fn for_graph(device: &Device) -> Result<Marker> {
-        let mut m = Marker::new(device)?;
-        m.stream = RECORDED_BY_A_GRAPH;
-        Ok(m)
-    }
-
-    /// The raw event, for an event-record node.
-    pub(crate) fn raw(&self) -> sys::cudaEvent_t {
-        self.raw
     }
 
     /// Records the marker on the stream `raw`, whose process-unique id is `id`.
@@ -103,7 +86,7 @@ impl Drop for Marker {
     }
 }
 
-/// Markers owned by one stream or one executable graph, reused once nobody else holds them.
+/// Markers owned by one stream, reused once nobody else holds them.
 pub(crate) struct MarkerPool {
     device: Device,
     markers: Vec<Arc<Marker>>,

@@ -554,6 +554,7 @@ unsafe fn queue_copy(
     kind: sys::cudaMemcpyKind,
     stream: &Stream,
 ) -> Result<()> {
+    let mut tail = stream.queue()?;
     // SAFETY: the caller's contract; the markers below keep both alive until the copy ran.
     unsafe {
         rt::memcpy_async(
@@ -561,10 +562,11 @@ unsafe fn queue_copy(
             src.ptr as *const c_void,
             bytes,
             kind,
-            stream.raw(),
+            tail.raw(),
         )?
     };
-    let m = stream.mark()?;
+    let m = tail.mark()?;
+    drop(tail);
     dst.uses.add_marker(&m);
     src.uses.add_marker(&m);
     Ok(())

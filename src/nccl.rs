@@ -359,6 +359,11 @@ impl Communicators {
         }
         check_group(self, parts, what)?;
         let _guards: Vec<_> = (0..self.len()).map(|r| c.lock(r)).collect();
+        // The streams' tails, in rank order (distinct: one device per rank).
+        let mut tails = Vec::with_capacity(streams.len());
+        for s in streams {
+            tails.push(s.queue()?);
+        }
         // SAFETY: every part was checked (lengths against the communicator size, buffers of
         // the rank's device, in-place rules); the buffers are kept alive until the work ran by
         // the markers noted below; every rank's lock is held; all ranks are in one group.
@@ -366,17 +371,21 @@ impl Communicators {
             nc::group_start()?;
             let mut r = Ok(());
             for (rank, p) in parts.iter().enumerate() {
-                r = r.and_then(|()| p.issue(c.raw[rank], streams[rank].raw()));
+                r = r.and_then(|()| p.issue(c.raw[rank], tails[rank].raw()));
             }
             let end = nc::group_end();
             r.and(end)
         };
         // Marked even when a call failed: a rank's work may be queued already, and its buffers
         // and communicator must not be freed before it ran.
-        for (rank, p) in parts.iter().enumerate() {
-            let m = streams[rank].mark()?;
-            c.uses[rank].add_marker(&m);
-            p.for_each_allocation(&mut |a| a.uses.add_marker(&m));
+        let mut marks = Vec::with_capacity(tails.len());
+        for t in &mut tails {
+            marks.push(t.mark()?);
+        }
+        drop(tails);
+        for (rank, (p, m)) in parts.iter().zip(&marks).enumerate() {
+            c.uses[rank].add_marker(m);
+            p.for_each_allocation(&mut |a| a.uses.add_marker(m));
         }
         issued
     }

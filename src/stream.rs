@@ -1,53 +1,24 @@
 //! Streams and events.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::marker::{Marker, MarkerPool};
+use crate::queue::{Queue, Tail};
 use crate::result::runtime as rt;
 use crate::sys;
-
-pub(crate) struct StreamInner {
-    pub(crate) raw: sys::cudaStream_t,
-    pub(crate) device: Device,
-    /// Never reused within a process (raw handles are): what markers name their stream by.
-    id: u64,
-    /// Markers of the operations queued on this stream (see `marker` and `track`).
-    markers: Mutex<MarkerPool>,
-}
-
-static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
-
-// SAFETY: a CUDA stream handle may be used from any thread; the runtime serialises access.
-// The marker pool is behind a mutex.
-unsafe impl Send for StreamInner {}
-// SAFETY: as above.
-unsafe impl Sync for StreamInner {}
-
-impl Drop for StreamInner {
-    fn drop(&mut self) {
-        // SAFETY: the handle is live and this is its last owner. Work still queued on it runs
-        // to completion (CUDA releases the stream afterwards); everything that work uses is
-        // kept alive by the markers in the objects' use lists, not by the stream.
-        if let Err(e) = unsafe { rt::stream_destroy(self.raw) } {
-            self.device.defer("a stream", e);
-        }
-    }
-}
 
 /// A CUDA stream (created non-blocking: it does not synchronise with the legacy default
 /// stream). Cheap to clone; the stream is destroyed when the last clone is dropped.
 #[derive(Clone)]
 pub struct Stream {
-    pub(crate) inner: Arc<StreamInner>,
+    pub(crate) inner: Arc<Queue>,
 }
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stream")
-            .field("raw", &self.inner.raw)
+            .field("raw", &self.inner.raw())
             .finish()
     }
 }
@@ -55,22 +26,19 @@ impl std::fmt::Debug for Stream {
 impl Stream {
     /// Creates a stream on `device`.
     pub fn new(device: &Device) -> Result<Stream> {
-        device.bind()?;
-        // SAFETY: the stream is owned by the returned value and destroyed in its Drop.
-        let raw = unsafe { rt::stream_create(sys::cudaStreamNonBlocking)? };
         Ok(Stream {
-            inner: Arc::new(StreamInner {
-                raw,
-                device: device.clone(),
-                id: NEXT_STREAM.fetch_add(1, Ordering::Relaxed),
-                markers: Mutex::new(MarkerPool::new(device)),
-            }),
+            inner: Queue::new(device)?,
         })
     }
 
     /// The raw handle, for calling CUDA directly. It stays valid while `self` lives.
+    ///
+    /// The crate does not see work queued through it: should such work follow a graph launch
+    /// on this stream, waiting for that launch (host access to its buffers,
+    /// [`Exec::synchronize`](crate::Exec::synchronize), dropping the `Exec`) waits for that
+    /// work too.
     pub fn raw(&self) -> sys::cudaStream_t {
-        self.inner.raw
+        self.inner.raw()
     }
 
     /// The stream's device.
@@ -78,11 +46,13 @@ impl Stream {
         &self.inner.device
     }
 
-    /// A marker recorded on this stream now: it completes when the work queued so far has.
-    pub(crate) fn mark(&self) -> Result<Arc<Marker>> {
-        let mut pool = self.inner.markers.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: the stream is live and of the pool's device (made together in `new`).
-        unsafe { pool.record(self.inner.raw, self.inner.id) }
+    /// The stream's tail, locked and sealed, for queuing work: a graph launch queued last
+    /// gets its marker first (see `crate::queue`). Mark the work with [`Tail::mark`] and drop
+    /// the guard before noting the marker in use lists (lock order).
+    pub(crate) fn queue(&self) -> Result<Tail<'_>> {
+        let mut tail = self.inner.lock();
+        tail.seal()?;
+        Ok(tail)
     }
 
     /// An error unless the stream is on `device`.
@@ -100,15 +70,16 @@ impl Stream {
     /// Makes the work queued on this stream from now on wait for `event` (the work before its
     /// last record on another stream), without blocking the host (`cudaStreamWaitEvent`).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
+        let tail = self.queue()?;
         // SAFETY: both handles are live.
-        unsafe { rt::stream_wait_event(self.inner.raw, event.raw) }
+        unsafe { rt::stream_wait_event(tail.raw(), event.raw) }
     }
 
     /// Waits until all work queued on the stream has finished, then reports the first error
     /// kept from a `Drop` on this device, if any.
     pub fn synchronize(&self) -> Result<()> {
         // SAFETY: the stream is live.
-        unsafe { rt::stream_synchronize(self.inner.raw)? };
+        unsafe { rt::stream_synchronize(self.inner.raw())? };
         self.inner.device.take_deferred()
     }
 }

@@ -7,75 +7,19 @@
 //!   it (at most one per stream: a newer marker on a stream implies the older ones), and the
 //!   [`LaunchLog`] of every executable graph that refers to it now.
 //! - Waiting for an object ([`Uses::wait`], [`wait_locked`]) waits for those markers and for
-//!   the launches of those graphs (the event their last node records). `Drop` of an allocation or module waits before
-//!   freeing; host reads and writes of pinned memory wait before touching it, and synchronous
-//!   device helpers wait before running.
+//!   the launches of those graphs (a marker recorded right after the latest launch, see
+//!   `crate::queue`). `Drop` of an allocation or module waits before freeing; host reads and
+//!   writes of pinned memory wait before touching it, and synchronous device helpers wait
+//!   before running.
 //!
-//! Lock order: only use lists have locks (a `LaunchLog` is an event and a counter); a launch
+//! Lock order: a use list, then a stream's tail, then a launch log (`crate::queue`); a launch
 //! takes the lists of its pinned allocations in address order.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use crate::device::Device;
 use crate::error::Result;
 use crate::marker::Marker;
-use crate::sys;
-
-/// The launches of one executable graph.
-///
-/// Launches of one `cudaGraphExec_t` never overlap: CUDA orders each launch after the previous
-/// launches of the same executable graph, whatever their streams (`cudaGraphLaunch`). So the
-/// latest launch completing means every launch has, and one event covers them all: the graph
-/// ends with an event-record node that records `event` as part of every launch (no
-/// `cudaEventRecord` call per launch). Waiting for the log waits for exactly this graph's
-/// launches, never for later work queued on their streams.
-pub(crate) struct LaunchLog {
-    /// Recorded by every launch, after all of the graph's work.
-    event: Marker,
-    /// Launches issued so far (counted after `cudaGraphLaunch` returned).
-    launches: AtomicU64,
-}
-
-impl LaunchLog {
-    pub(crate) fn new(device: &Device) -> Result<Arc<LaunchLog>> {
-        Ok(Arc::new(LaunchLog {
-            event: Marker::for_graph(device)?,
-            launches: AtomicU64::new(0),
-        }))
-    }
-
-    /// The event the graph's event-record node records.
-    pub(crate) fn event(&self) -> sys::cudaEvent_t {
-        self.event.raw()
-    }
-
-    /// Notes a launch (after `cudaGraphLaunch` returned).
-    pub(crate) fn launched(&self) {
-        self.launches.fetch_add(1, Ordering::Release);
-    }
-
-    /// Launches issued so far.
-    pub(crate) fn launches(&self) -> u64 {
-        self.launches.load(Ordering::Acquire)
-    }
-
-    /// Waits for every launch issued so far.
-    pub(crate) fn wait(&self) -> Result<()> {
-        if self.launches() == 0 {
-            return Ok(());
-        }
-        self.event.wait()
-    }
-
-    /// Whether every launch issued so far has completed.
-    pub(crate) fn done(&self) -> Result<bool> {
-        if self.launches() == 0 {
-            return Ok(true);
-        }
-        self.event.done()
-    }
-}
+use crate::queue::LaunchLog;
 
 /// Something queued GPU work uses an object through.
 pub(crate) enum User {

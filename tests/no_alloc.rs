@@ -190,12 +190,10 @@ fn gpu_setup(gpu: &Gpu) -> anyhow::Result<GpuSetup> {
 
 /// Warm-up iterations before the measured ones: the first updates that swap buffers grow,
 /// once each, the lists that track them (each buffer's use list, the `Exec`'s retired queue
-/// and its allocation counts), and the first retirement while a launch runs makes the
-/// `Exec`'s side stream and its markers. The side stream's marker pool grows until it has as
-/// many markers as retirements can be pending at once, which depends on how far the GPU runs
-/// behind the host (on the H200, 4 warm-up iterations were once not enough: iteration 3 of the
-/// measured loop made one more marker). A launch itself never allocates: it records the
-/// `Exec`'s event through the graph's last node.
+/// and its allocation counts), and retirements while launches run take markers of the
+/// launches so far from the launch stream's marker pool, which grows until it has as many
+/// markers as can be held at once; that depends on how far the GPU runs behind the host (on
+/// the H200, 4 warm-up iterations were once not enough). A launch itself records nothing.
 const WARM_UP: u32 = 32;
 
 /// Runs the warm-up iterations (reported, not asserted on), then the measured ones.

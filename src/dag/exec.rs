@@ -15,10 +15,10 @@ use crate::error::{Error, Result};
 use crate::kernel::ArgScratch;
 use crate::marker::Marker;
 use crate::memory::{Allocation, MemorySpace};
+use crate::queue::LaunchLog;
 use crate::result::runtime as rt;
 use crate::stream::Stream;
 use crate::sys;
-use crate::track::LaunchLog;
 
 /// Flags for [`Dag::instantiate_with`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -52,12 +52,15 @@ pub enum UpdateOutcome {
 /// [`Exec::synchronize`]); a long pipeline that synchronises through its stream or an event
 /// holds only what its queued launches use.
 ///
-/// The graph CUDA gets ends with an event-record node (after every node of the DAG), so each
-/// launch records the `Exec`'s own event with no extra call: [`Exec::synchronize`] and `Drop`
-/// wait for this graph's launches, not for other work on the streams it used. (It shows in
-/// [`Exec::cuda_dot`].) Host access to a buffer the
-/// graph refers to ([`HostBuffer::copy_to_slice`](crate::HostBuffer::copy_to_slice),
+/// A launch is one `cudaGraphLaunch` and records nothing; when something needs to know that
+/// the launches so far have completed, a marker is recorded right after the latest launch in
+/// its stream's order (before the crate queues other work on that stream, or when asked), so
+/// [`Exec::synchronize`] and `Drop` wait for this graph's launches, not for other work on the
+/// streams it used. Host access to a buffer the graph refers to
+/// ([`HostBuffer::copy_to_slice`](crate::HostBuffer::copy_to_slice),
 /// [`DeviceBuffer::to_vec`](crate::DeviceBuffer::to_vec), …) waits for its launches too.
+/// Work queued through a stream's raw handle after a launch is not seen by the crate: such
+/// waits then wait for it too.
 pub struct Exec {
     pub(super) raw: sys::cudaGraphExec_t,
     /// The graph `raw` was instantiated from: per-node updates name its nodes.
@@ -73,15 +76,8 @@ pub struct Exec {
     /// Host closures of the DAG and its children, with their names (for panic reports).
     pub(super) hosts: Vec<(String, Arc<HostFn>)>,
     pub(super) fft: LoweringContext,
-    /// The launches (and the event each records); allocations the graph refers to point here.
+    /// The launches (and a marker of the latest); allocations the graph refers to point here.
     log: Arc<LaunchLog>,
-    /// A marker for the launches issued so far, by the launch count it was made at (see
-    /// [`Exec::launches_so_far`]).
-    so_far: Option<(u64, Arc<Marker>)>,
-    /// The launch count at which every launch was seen complete.
-    idle_at: u64,
-    /// A stream of this `Exec` only, on which `so_far` markers wait for the graph's event.
-    side: Option<Stream>,
     /// How many references the DAG holds to each allocation (keyed by its address).
     held: HashMap<usize, u32, BuildHasherDefault<AddrHasher>>,
     /// Pinned allocations the DAG refers to, by address: locked during a launch.
@@ -158,8 +154,8 @@ impl Dag {
                 ))
             }
         };
-        let log = LaunchLog::new(device)?;
-        let lowered = lower_to_cuda(&self, device, &mut None, log.event())?;
+        let log = LaunchLog::new();
+        let lowered = lower_to_cuda(&self, device, &mut None)?;
         let (graph, handles, fft, captured) = (
             lowered.graph,
             lowered.handles,
@@ -173,7 +169,9 @@ impl Dag {
         // SAFETY: `graph` is live and complete; the upload stream is live and of this device.
         let raw = match upload {
             None => unsafe { rt::graph_instantiate(graph, f) },
-            Some(s) => unsafe { rt::graph_instantiate_upload(graph, f, s.raw()) },
+            Some(s) => s
+                .queue()
+                .and_then(|tail| unsafe { rt::graph_instantiate_upload(graph, f, tail.raw()) }),
         };
         let raw = match raw {
             Ok(r) => r,
@@ -196,9 +194,6 @@ impl Dag {
             hosts,
             fft,
             log,
-            so_far: None,
-            idle_at: 0,
-            side: None,
             held: HashMap::default(),
             pinned: Vec::new(),
             // Room for the retirements of a few updates without growing on the update path.
@@ -227,14 +222,13 @@ struct Lowered {
     leftover: Option<LoweringContext>,
 }
 
-/// Lowers `dag` into a new CUDA graph, ending with a node that records `event` after every
-/// node of the DAG; FFT nodes whose plan did not change take their cuFFT state from `reuse`
-/// instead of making it again (it moves into the result). On failure, `reuse` is left whole.
+/// Lowers `dag` into a new CUDA graph; FFT nodes whose plan did not change take their cuFFT
+/// state from `reuse` instead of making it again (it moves into the result). On failure,
+/// `reuse` is left whole.
 fn lower_to_cuda(
     dag: &Dag,
     device: &Device,
     reuse: &mut Option<LoweringContext>,
-    event: sys::cudaEvent_t,
 ) -> Result<Lowered> {
     let mut backend = CudaBackend::new(device)?;
     if let Some(r) = reuse.take() {
@@ -242,9 +236,7 @@ fn lower_to_cuda(
     }
     // A panic while lowering (a captured node's work may panic) must not drop the reused
     // context: the live graph still uses its plans and buffers. It is given back first.
-    let lowered = catch_unwind(AssertUnwindSafe(|| {
-        lower_and_close(dag, &mut backend, event)
-    }));
+    let lowered = catch_unwind(AssertUnwindSafe(|| dag.lower_validated(&mut backend)));
     let lowered = match lowered {
         Ok(l) => l,
         Err(panic) => {
@@ -277,39 +269,6 @@ fn lower_to_cuda(
     }
 }
 
-/// Lowers `dag` into `backend`, then adds the last node, which records `event`.
-fn lower_and_close(
-    dag: &Dag,
-    backend: &mut CudaBackend,
-    event: sys::cudaEvent_t,
-) -> Result<Vec<Option<sys::cudaGraphNode_t>>> {
-    dag.lower_validated(backend).and_then(|handles| {
-        // After the sinks (every node is one's ancestor), by serial: the same nodes and edges
-        // give the same last node, which `cudaGraphExecUpdate` pairs by creation and
-        // dependency order.
-        let mut sinks: Vec<(u64, sys::cudaGraphNode_t)> = dag
-            .graph
-            .node_indices()
-            .filter(|&i| {
-                dag.graph
-                    .neighbors_directed(i, petgraph::Direction::Outgoing)
-                    .next()
-                    .is_none()
-            })
-            .filter_map(|i| Some((dag.graph[i].serial, handles[i.index()]?)))
-            .collect();
-        sinks.sort_unstable_by_key(|s| s.0);
-        let deps: Vec<sys::cudaGraphNode_t> = sinks.into_iter().map(|s| s.1).collect();
-        let mut raw =
-            super::NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeEventRecord);
-        raw.__bindgen_anon_1.eventRecord = sys::cudaEventRecordNodeParams { event };
-        // SAFETY: the graph and its nodes are live; the event belongs to the `Exec` that will
-        // own the graph (made for this device), which destroys the graph before the event.
-        unsafe { rt::graph_add_node(backend.raw_graph(), &deps, &[], &mut raw)? };
-        Ok(handles)
-    })
-}
-
 impl Exec {
     /// The DAG as instantiated, with its current parameters.
     pub fn dag(&self) -> &Dag {
@@ -340,7 +299,7 @@ impl Exec {
 
     /// Queues one run of the graph on `stream` (of the graph's device). Reports a host-node
     /// panic from an earlier run (instead of launching). Allocates nothing and makes one CUDA
-    /// call: the run records the graph's event itself (its last node).
+    /// call, `cudaGraphLaunch`: nothing is recorded per launch (see [`Exec`]).
     pub fn launch(&mut self, stream: &Stream) -> Result<()> {
         self.check_host_panics()?;
         stream.check_device(&self.device, "the graph")?;
@@ -348,12 +307,10 @@ impl Exec {
         let launch = || -> Result<()> {
             // What the launch uses is held by `self.dag`, the FFT context or `self.retired`,
             // which outlive it (`Drop` waits for it); no host access of its pinned memory runs
-            // now (their use lists are locked), and any later one waits for the graph's event,
-            // which this launch records after all of its work (its last node).
+            // now (their use lists are locked), and any later one waits for the launches `log`
+            // counts (a marker right after the latest, `crate::queue`).
             // SAFETY: the exec is live and of the stream's device; see above.
-            unsafe { rt::graph_launch(raw, stream.raw())? };
-            log.launched();
-            Ok(())
+            unsafe { stream.inner.lock().launch(log, raw) }
         };
         if self.pinned.is_empty() {
             launch()?;
@@ -369,17 +326,16 @@ impl Exec {
     /// Uploads the graph to the device ahead of the first launch.
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         stream.check_device(&self.device, "the graph")?;
+        let tail = stream.queue()?;
         // SAFETY: both handles are live.
-        unsafe { rt::graph_upload(self.raw, stream.raw()) }
+        unsafe { rt::graph_upload(self.raw, tail.raw()) }
     }
 
     /// Waits for every launch of this graph (not for other work on its streams), then
     /// reports a host-node panic or an error kept from a `Drop`, and releases what updates
     /// replaced.
     pub fn synchronize(&mut self) -> Result<()> {
-        let n = self.log.launches();
         self.log.wait()?;
-        self.idle_at = n;
         self.retired.clear();
         self.check_host_panics()?;
         self.device.take_deferred()
@@ -403,38 +359,10 @@ impl Exec {
     }
 
     /// A marker that completes when the launches issued so far have, and not later; `None`
-    /// when none may still run.
-    ///
-    /// The graph's event can't serve: the next launch records it again. So a stream of this
-    /// `Exec` only waits for the event as it is now (`cudaStreamWaitEvent` takes the latest
-    /// record), and a marker is recorded on it after that wait: it completes when the latest
-    /// launch (so every launch so far) has. Nothing else runs on that stream, so the marker
-    /// waits for no other work (no liveness hazard from later work on the launch streams). One
-    /// marker serves every retirement until the next launch; an update between launches
-    /// that finds the graph idle makes none.
+    /// before the first launch. One marker serves every retirement until the next launch
+    /// (see `crate::queue`: it is recorded right after the latest launch, at most once).
     fn launches_so_far(&mut self) -> Result<Option<Arc<Marker>>> {
-        let n = self.log.launches();
-        if n == self.idle_at {
-            return Ok(None);
-        }
-        if let Some((at, m)) = &self.so_far {
-            if *at == n {
-                return Ok(Some(m.clone()));
-            }
-        }
-        if self.log.done()? {
-            self.idle_at = n;
-            return Ok(None);
-        }
-        if self.side.is_none() {
-            self.side = Some(Stream::new(&self.device)?);
-        }
-        let side = self.side.as_ref().expect("made above");
-        // SAFETY: both are live and of this device.
-        unsafe { rt::stream_wait_event(side.raw(), self.log.event())? };
-        let m = side.mark()?;
-        self.so_far = Some((n, m.clone()));
-        Ok(Some(m))
+        self.log.so_far()
     }
 
     /// Keeps `item` until the launches issued so far have completed (dropped now if none
@@ -565,10 +493,8 @@ impl Exec {
         }
         dag.validate(&self.device)?;
         let mut reuse = Some(std::mem::take(&mut self.fft));
-        let (device, event) = (&self.device, self.log.event());
-        let lowered = catch_unwind(AssertUnwindSafe(|| {
-            lower_to_cuda(dag, device, &mut reuse, event)
-        }));
+        let device = &self.device;
+        let lowered = catch_unwind(AssertUnwindSafe(|| lower_to_cuda(dag, device, &mut reuse)));
         let lowered = match lowered {
             Ok(Ok(l)) => l,
             Ok(Err(e)) => {

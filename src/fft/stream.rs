@@ -104,6 +104,7 @@ impl StreamFft {
         check_transform("StreamFft", &self.plan, direction, input, output, params)?;
         super::check_owners("StreamFft", input, output, params, self.device.key())?;
         stream.check_device(&self.device, "the StreamFft")?;
+        let mut tail = stream.queue()?;
         if self.bound.as_ref().map(Stream::raw) != Some(stream.raw()) {
             // Work queued on the previous stream may still use the work area and parameters.
             if let Some(prev) = &self.bound {
@@ -118,7 +119,7 @@ impl StreamFft {
             packed.set_bytes(1, &self.plan.setter_blob(self.decision.form, params));
             // SAFETY: the setter's arguments match its layout (checked at construction); the
             // parameter buffer is owned by `self`.
-            unsafe { launch_packed(k, LaunchConfig::new(1, 32), packed, stream.raw())? };
+            unsafe { launch_packed(k, LaunchConfig::new(1, 32), packed, tail.raw())? };
         }
         if let Some((u, args)) = &mut self.convert {
             args.set_bytes(1, &input.raw_addr().to_ne_bytes());
@@ -130,7 +131,7 @@ impl StreamFft {
             // (whose Drop waits for the stream) and holds the plan's input span; the input
             // region (and any override region in the load parameters) was checked against the
             // plan and gets the marker noted below.
-            unsafe { launch_packed(&u.kernel, u.config(), args, stream.raw())? };
+            unsafe { launch_packed(&u.kernel, u.config(), args, tail.raw())? };
         }
         let fft_input = self
             .convert
@@ -149,7 +150,8 @@ impl StreamFft {
                 direction.raw(),
             )?
         };
-        let m = stream.mark()?;
+        let m = tail.mark()?;
+        drop(tail);
         input.alloc.uses.add_marker(&m);
         output.alloc.uses.add_marker(&m);
         params.for_each_allocation(&mut |a| a.uses.add_marker(&m));

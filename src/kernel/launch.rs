@@ -337,11 +337,13 @@ impl Kernel {
         };
         self.check_args(args)?;
         self.check_launch(device.limits(), &cfg)?;
+        let mut tail = stream.queue()?;
         // SAFETY: arguments and shape were just checked against the kernel's layout and the
         // device; the kernel is live (its module is held); the buffers and the module are kept
         // from being freed until the launch has run by the marker noted below.
-        unsafe { self.launch_unchecked(stream, cfg, args)? };
-        let m = stream.mark()?;
+        unsafe { self.launch_raw(tail.raw(), cfg, args)? };
+        let m = tail.mark()?;
+        drop(tail);
         module.uses.add_marker(&m);
         for a in args {
             if let Some(b) = &a.buffer {
@@ -364,6 +366,21 @@ impl Kernel {
         cfg: LaunchConfig,
         args: &[KernelArg],
     ) -> Result<()> {
+        let tail = stream.queue()?;
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_raw(tail.raw(), cfg, args) }
+    }
+
+    /// [`Kernel::launch_unchecked`] on a raw stream (whose tail the caller holds).
+    ///
+    /// # Safety
+    /// As [`Kernel::launch_unchecked`]; `stream` is a live stream of the kernel's device.
+    unsafe fn launch_raw(
+        &self,
+        stream: sys::cudaStream_t,
+        cfg: LaunchConfig,
+        args: &[KernelArg],
+    ) -> Result<()> {
         let Some(raw) = self.inner.raw else {
             return Err(Error::WrongDevice(format!(
                 "kernel `{}` was made by a RecordingBackend and has no code",
@@ -379,7 +396,7 @@ impl Kernel {
                 cfg.block.into(),
                 ptrs.as_mut_ptr(),
                 cfg.shared_mem_bytes as usize,
-                stream.raw(),
+                stream,
             );
         }
         let mut ptrs = [std::ptr::null_mut::<c_void>(); MAX];
@@ -392,7 +409,7 @@ impl Kernel {
             cfg.block.into(),
             ptrs.as_mut_ptr(),
             cfg.shared_mem_bytes as usize,
-            stream.raw(),
+            stream,
         )
     }
 }

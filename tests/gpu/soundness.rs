@@ -11,6 +11,9 @@ use cudagraph::{
     Stream,
 };
 use libtest_mimic::Trial;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::common::{gpu_test, Gpu, KERNELS};
 
@@ -56,6 +59,10 @@ pub fn tests() -> Vec<Trial> {
         gpu_test(
             "soundness::host_waits_cover_exactly_the_graph_launches",
             waits_cover_exactly_the_launches,
+        ),
+        gpu_test(
+            "soundness::waits_follow_the_latest_launch_across_streams",
+            waits_follow_launches_across_streams,
         ),
     ]
 }
@@ -386,15 +393,33 @@ fn value_argument_becomes_buffer(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Host access waits for the graph's launches (recorded by the graph's own last node, with no
-/// call per launch) and for nothing queued after them on the same stream: a later graph's host
-/// node blocks the stream until the host read has finished (giving up after 10 s). Checked for
-/// a buffer the graph refers to (its use list names the graph) and for one an update replaced
-/// while the launch ran (its use list gets a marker of the launches so far).
+/// A graph whose host node waits for `flag` (as a later user of a stream might), setting
+/// `gave_up` after 10 s instead.
+fn blocker(
+    gpu: &Gpu,
+    flag: Arc<AtomicBool>,
+    gave_up: Arc<AtomicBool>,
+) -> anyhow::Result<cudagraph::Exec> {
+    let mut g = Dag::new();
+    g.add_host(move || {
+        let t = Instant::now();
+        while !flag.load(SeqCst) {
+            if t.elapsed() > Duration::from_secs(10) {
+                gave_up.store(true, SeqCst);
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    Ok(g.instantiate(&gpu.device)?)
+}
+
+/// Host access waits for the graph's launches (with nothing recorded per launch) and for
+/// nothing queued after them on the same stream: a later graph's host node blocks the stream
+/// until the host read has finished (giving up after 10 s). Checked for a buffer the graph
+/// refers to (its use list names the graph) and for one an update replaced while the launch
+/// ran (its use list gets a marker of the launches so far).
 fn waits_cover_exactly_the_launches(gpu: &Gpu) -> anyhow::Result<()> {
-    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
     let d = &gpu.device;
     let [write, spin] = gpu.kernels(["write_slot", "spin"])?;
     let out = DeviceBuffer::<u32>::zeros(d, 1)?;
@@ -406,28 +431,13 @@ fn waits_cover_exactly_the_launches(gpu: &Gpu) -> anyhow::Result<()> {
     let down = dag.add_copy(dst(&first), src(&out))?;
     dag.chain(&[s0, w, down])?;
     let mut exec = dag.instantiate(d)?;
-    // A graph whose host node waits for `flag`, as a later user of the stream might.
-    let blocker = |flag: Arc<AtomicBool>, gave_up: Arc<AtomicBool>| -> anyhow::Result<_> {
-        let mut g = Dag::new();
-        g.add_host(move || {
-            let t = Instant::now();
-            while !flag.load(SeqCst) {
-                if t.elapsed() > Duration::from_secs(10) {
-                    gave_up.store(true, SeqCst);
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        });
-        Ok(g.instantiate(d)?)
-    };
     let s = Stream::new(d)?;
     for round in 0..2 {
         let (read, gave_up) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicBool::new(false)),
         );
-        let mut later = blocker(read.clone(), gave_up.clone())?;
+        let mut later = blocker(gpu, read.clone(), gave_up.clone())?;
         exec.set_kernel_arg(w, 2, 10 + round)?;
         exec.launch(&s)?;
         later.launch(&s)?;
@@ -449,5 +459,67 @@ fn waits_cover_exactly_the_launches(gpu: &Gpu) -> anyhow::Result<()> {
             "round {round}: read {got:?} before the launch wrote it"
         );
     }
+    Ok(())
+}
+
+/// The launches of one graph on two streams: host access waits for the latest launch wherever
+/// it went (CUDA runs a graph's launches in order), and for nothing queued after the launches
+/// on either stream: neither another graph's blocking host node nor a `Stream::wait_event` on
+/// a third stream held up by one.
+fn waits_follow_launches_across_streams(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let [write, spin] = gpu.kernels(["write_slot", "spin"])?;
+    let out = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let host = HostBuffer::<u32>::zeros(d, 1)?;
+    let mut dag = Dag::new();
+    let s0 = dag.add_kernel(&spin, LaunchConfig::new(1, 1), &args![SPIN])?;
+    let w = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 0u32, 0u32])?;
+    let down = dag.add_copy(dst(&host), src(&out))?;
+    dag.chain(&[s0, w, down])?;
+    let mut exec = dag.instantiate(d)?;
+    let (s1, s2, s3) = (Stream::new(d)?, Stream::new(d)?, Stream::new(d)?);
+    for round in 0..3u32 {
+        let (release, gave_up) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let mut later = [
+            blocker(gpu, release.clone(), gave_up.clone())?,
+            blocker(gpu, release.clone(), gave_up.clone())?,
+            blocker(gpu, release.clone(), gave_up.clone())?,
+        ];
+        let (first, second) = if round % 2 == 0 {
+            (&s1, &s2)
+        } else {
+            (&s2, &s1)
+        };
+        // Work after the launches on all three streams that only the host read's end
+        // releases: a wait for a stream held up by a blocking host node directly after the
+        // latest launch, then blocking host nodes.
+        later[2].launch(&s3)?;
+        let held = Event::new(d)?;
+        held.record(&s3)?;
+        exec.set_kernel_arg(w, 2, 100 + round)?;
+        exec.launch(first)?;
+        exec.set_kernel_arg(w, 2, 200 + round)?;
+        exec.launch(second)?;
+        second.wait_event(&held)?;
+        later[0].launch(first)?;
+        later[1].launch(second)?;
+        let got = host.to_vec()?;
+        release.store(true, SeqCst);
+        for l in &mut later {
+            l.synchronize()?;
+        }
+        ensure!(
+            !gave_up.load(SeqCst),
+            "round {round}: the host read waited for work queued after the graph's launches"
+        );
+        ensure!(
+            got == [200 + round],
+            "round {round}: read {got:?}, not the latest launch's value"
+        );
+    }
+    exec.synchronize()?;
     Ok(())
 }

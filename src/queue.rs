@@ -1,0 +1,251 @@
+//! What is queued on a stream, and knowing when it has completed, at no cost per graph launch.
+//!
+//! A [`Queue`] is the crate's side of one CUDA stream: the raw handle, a process-unique id, a
+//! marker pool, and its *tail*: the graph launch queued last, while no marker follows it yet.
+//! A [`LaunchLog`] is an executable graph's side: how many launches it issued, the queue of
+//! the latest one, and a marker of that launch once one exists.
+//!
+//! A graph launch records nothing (`Exec::launch` is one `cudaGraphLaunch`). A marker of the
+//! latest launch is recorded only when it is needed, and always directly after that launch in
+//! its stream's order, so it completes when the launch has and waits for nothing queued later:
+//!
+//! - before the crate queues other work on that stream ([`Tail::seal`], which [`Tail::mark`]
+//!   and every stream operation of the crate go through), the tail launch gets its marker;
+//! - when somebody asks for one ([`LaunchLog::so_far`]), the latest launch is still its
+//!   stream's tail (otherwise it would have been sealed), so a marker recorded now follows it
+//!   directly.
+//!
+//! Launches of one `cudaGraphExec_t` never overlap: CUDA orders each launch after the earlier
+//! ones, whatever their streams (`cudaGraphLaunch`). So the latest launch completing means all
+//! have, and one marker covers them all. A waiter never waits for later work on the stream
+//! (such as a host node of another graph blocked on a lock the waiter holds).
+//!
+//! Work queued through a stream's raw handle (`Stream::raw` with the `unsafe` calls of
+//! `result`) is not seen here: a marker recorded after it waits for it too (longer, never
+//! shorter, than the launch).
+//!
+//! Lock order: an allocation's use list, then a queue's tail, then a launch log. No lock is
+//! held while waiting for the GPU.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use crate::device::Device;
+use crate::error::Result;
+use crate::marker::{Marker, MarkerPool};
+use crate::result::runtime as rt;
+use crate::sys;
+
+/// One CUDA stream, as the crate tracks it (the inside of a `Stream`).
+pub(crate) struct Queue {
+    raw: sys::cudaStream_t,
+    pub(crate) device: Device,
+    /// Never reused within a process (raw handles are): what markers name their stream by.
+    id: u64,
+    tail: Mutex<TailState>,
+}
+
+struct TailState {
+    pool: MarkerPool,
+    /// The graph launch queued last, while no marker follows it: its log and launch number.
+    launch: Option<(Weak<LaunchLog>, u64)>,
+}
+
+static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
+
+// SAFETY: a CUDA stream handle may be used from any thread; the runtime serialises access.
+// The tail (marker pool and tail launch) is behind a mutex.
+unsafe impl Send for Queue {}
+// SAFETY: as above.
+unsafe impl Sync for Queue {}
+
+impl Queue {
+    /// Creates a non-blocking stream on `device`.
+    pub(crate) fn new(device: &Device) -> Result<Arc<Queue>> {
+        device.bind()?;
+        // SAFETY: the stream is owned by the returned value and destroyed in its Drop.
+        let raw = unsafe { rt::stream_create(sys::cudaStreamNonBlocking)? };
+        Ok(Arc::new(Queue {
+            raw,
+            device: device.clone(),
+            id: NEXT_STREAM.fetch_add(1, Ordering::Relaxed),
+            tail: Mutex::new(TailState {
+                pool: MarkerPool::new(device),
+                launch: None,
+            }),
+        }))
+    }
+
+    /// The raw handle.
+    pub(crate) fn raw(&self) -> sys::cudaStream_t {
+        self.raw
+    }
+
+    /// Locks the tail: work queued while the guard lives has a known place in the stream.
+    pub(crate) fn lock(self: &Arc<Self>) -> Tail<'_> {
+        Tail {
+            queue: self,
+            state: self.tail.lock().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        // SAFETY: the handle is live and this is its last owner. Work still queued on it runs
+        // to completion (CUDA releases the stream afterwards); everything that work uses is
+        // kept alive by the markers in the objects' use lists and by the `Exec`s, not by the
+        // stream.
+        if let Err(e) = unsafe { rt::stream_destroy(self.raw) } {
+            self.device.defer("a stream", e);
+        }
+    }
+}
+
+/// A locked queue tail (see [`Queue::lock`]).
+pub(crate) struct Tail<'a> {
+    queue: &'a Arc<Queue>,
+    state: MutexGuard<'a, TailState>,
+}
+
+impl Tail<'_> {
+    /// The raw stream, for queuing work while the tail is locked.
+    pub(crate) fn raw(&self) -> sys::cudaStream_t {
+        self.queue.raw
+    }
+
+    /// Gives the graph launch at the tail its marker, before other work is queued after it.
+    /// On error, nothing changed.
+    pub(crate) fn seal(&mut self) -> Result<()> {
+        if self.state.launch.is_some() {
+            self.mark()?;
+        }
+        Ok(())
+    }
+
+    /// A marker recorded now: it completes when the work queued so far on the stream has. A
+    /// graph launch at the tail takes it as the marker of that launch (nothing lies between).
+    pub(crate) fn mark(&mut self) -> Result<Arc<Marker>> {
+        // SAFETY: the stream is live and of the pool's device (made together in `Queue::new`).
+        let m = unsafe { self.state.pool.record(self.queue.raw, self.queue.id)? };
+        if let Some((log, n)) = self.state.launch.take() {
+            if let Some(log) = log.upgrade() {
+                log.marked(n, &m);
+            }
+        }
+        Ok(m)
+    }
+
+    /// Launches `exec` (which `log` counts) on the stream. A launch of another graph at the
+    /// tail is sealed first; a launch of the same graph needs no marker (this one completing
+    /// implies it has).
+    ///
+    /// # Safety
+    /// `exec` is a live executable graph of the stream's device, and what its launches use
+    /// stays alive and unaccessed by the host until `log` says they completed.
+    pub(crate) unsafe fn launch(
+        &mut self,
+        log: &Arc<LaunchLog>,
+        exec: sys::cudaGraphExec_t,
+    ) -> Result<()> {
+        let same = matches!(&self.state.launch, Some((w, _)) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(log)));
+        if !same {
+            self.seal()?;
+        }
+        // SAFETY: the caller's contract; the stream is live.
+        unsafe { rt::graph_launch(exec, self.queue.raw)? };
+        let n = log.launched(self.queue);
+        match &mut self.state.launch {
+            Some((_, at)) if same => *at = n,
+            slot => *slot = Some((Arc::downgrade(log), n)),
+        }
+        Ok(())
+    }
+}
+
+/// The launches of one executable graph (see the module docs).
+#[derive(Default)]
+pub(crate) struct LaunchLog {
+    state: Mutex<LogState>,
+}
+
+#[derive(Default)]
+struct LogState {
+    /// Launches issued so far (counted after `cudaGraphLaunch` returned).
+    launches: u64,
+    /// The queue of the latest launch.
+    queue: Option<Arc<Queue>>,
+    /// A marker that completes when launch number `.0` has (so every launch up to it).
+    marker: Option<(u64, Arc<Marker>)>,
+}
+
+impl LaunchLog {
+    pub(crate) fn new() -> Arc<LaunchLog> {
+        Arc::new(LaunchLog::default())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LogState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes a launch on `queue` (its tail locked by the caller); returns its number.
+    fn launched(&self, queue: &Arc<Queue>) -> u64 {
+        let mut s = self.lock();
+        s.launches += 1;
+        if !s.queue.as_ref().is_some_and(|q| Arc::ptr_eq(q, queue)) {
+            s.queue = Some(queue.clone());
+        }
+        s.launches
+    }
+
+    /// Takes `m` as the marker of launch `n`, if that is still the latest.
+    fn marked(&self, n: u64, m: &Arc<Marker>) {
+        let mut s = self.lock();
+        if s.launches == n {
+            s.marker = Some((n, m.clone()));
+        }
+    }
+
+    /// A marker that completes when every launch issued so far has, and waits for nothing
+    /// queued after the latest one; `None` before the first launch. Records one when the
+    /// latest launch has none yet (it is then still its stream's tail).
+    pub(crate) fn so_far(&self) -> Result<Option<Arc<Marker>>> {
+        loop {
+            let (n, queue) = {
+                let s = self.lock();
+                match (&s.marker, &s.queue) {
+                    _ if s.launches == 0 => return Ok(None),
+                    (Some((at, m)), _) if *at == s.launches => return Ok(Some(m.clone())),
+                    (_, Some(q)) => (s.launches, q.clone()),
+                    (_, None) => unreachable!("a launch notes its queue"),
+                }
+            };
+            let mut tail = queue.lock();
+            {
+                let s = self.lock();
+                if s.launches != n {
+                    // Launched again meanwhile (perhaps on another stream): look again.
+                    continue;
+                }
+                if let Some((at, m)) = &s.marker {
+                    if *at == n {
+                        // Sealed meanwhile.
+                        return Ok(Some(m.clone()));
+                    }
+                }
+            }
+            // Launch `n` has no marker, so no work was queued after it: it is the tail.
+            debug_assert!(matches!(&tail.state.launch, Some((w, at))
+                if *at == n && std::ptr::eq(w.as_ptr(), self)));
+            return tail.mark().map(Some);
+        }
+    }
+
+    /// Waits for every launch issued so far (never for later work on their streams).
+    pub(crate) fn wait(&self) -> Result<()> {
+        match self.so_far()? {
+            Some(m) => m.wait(),
+            None => Ok(()),
+        }
+    }
+}
