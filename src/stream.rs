@@ -49,7 +49,11 @@ impl Stream {
     /// The stream's tail, locked and sealed, for queuing work: a graph launch queued last
     /// gets its marker first (see `crate::queue`). Mark the work with [`Tail::mark`] and drop
     /// the guard before noting the marker in use lists (lock order).
+    ///
+    /// An error inside a host node: CUDA forbids CUDA calls there, and the thread must not
+    /// wait for a tail that the thread launching its graph may hold.
     pub(crate) fn queue(&self) -> Result<Tail<'_>> {
+        check_not_in_host_node()?;
         let mut tail = self.inner.lock();
         tail.seal()?;
         Ok(tail)
@@ -82,6 +86,17 @@ impl Stream {
         unsafe { rt::stream_synchronize(self.inner.raw())? };
         self.inner.device.take_deferred()
     }
+}
+
+/// An error when called from a host node (CUDA's callback thread), where no GPU work may be
+/// queued.
+pub(crate) fn check_not_in_host_node() -> Result<()> {
+    if crate::track::in_host_node() {
+        return Err(Error::Invalid(
+            "GPU work was queued from a host node: CUDA forbids CUDA calls there".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A CUDA event with timing enabled, for ordering and measuring work.

@@ -303,6 +303,7 @@ impl Exec {
     pub fn launch(&mut self, stream: &Stream) -> Result<()> {
         self.check_host_panics()?;
         stream.check_device(&self.device, "the graph")?;
+        crate::stream::check_not_in_host_node()?;
         let (raw, log) = (self.raw, &self.log);
         let launch = || -> Result<()> {
             // What the launch uses is held by `self.dag`, the FFT context or `self.retired`,

@@ -64,6 +64,10 @@ pub fn tests() -> Vec<Trial> {
             "soundness::waits_follow_the_latest_launch_across_streams",
             waits_follow_launches_across_streams,
         ),
+        gpu_test(
+            "soundness::no_gpu_work_is_queued_from_a_host_node",
+            no_work_from_host_nodes,
+        ),
     ]
 }
 
@@ -521,5 +525,50 @@ fn waits_follow_launches_across_streams(gpu: &Gpu) -> anyhow::Result<()> {
         );
     }
     exec.synchronize()?;
+    Ok(())
+}
+
+/// A host node that tries to queue GPU work (a stream copy, a kernel launch, a graph launch) gets
+/// an error: CUDA forbids CUDA calls there, and the stream's tail may be held by the thread
+/// that launched the node's graph.
+fn no_work_from_host_nodes(gpu: &Gpu) -> anyhow::Result<()> {
+    use std::sync::Mutex;
+    let d = &gpu.device;
+    let [spin] = gpu.kernels(["spin"])?;
+    let a = DeviceBuffer::<u32>::zeros(d, 4)?;
+    let b = DeviceBuffer::<u32>::zeros(d, 4)?;
+    let s = Stream::new(d)?;
+    let inner = Dag::new().instantiate(d)?;
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut dag = Dag::new();
+    {
+        let (errors, s) = (errors.clone(), s.clone());
+        let inner = Mutex::new(inner);
+        dag.add_host(move || {
+            let results = [
+                a.copy_from_device_async(&b, &s),
+                spin.launch(&s, LaunchConfig::new(1, 1), &args![1i64]),
+                inner.lock().unwrap().launch(&s),
+            ];
+            let mut e = errors.lock().unwrap();
+            for r in results {
+                e.push(match r {
+                    Ok(()) => "queued".to_string(),
+                    Err(err) => err.to_string(),
+                });
+            }
+        });
+    }
+    let mut exec = dag.instantiate(d)?;
+    exec.launch(&gpu.stream)?;
+    exec.synchronize()?;
+    let e = errors.lock().unwrap();
+    ensure!(e.len() == 3, "the host node ran {} calls", e.len());
+    for m in e.iter() {
+        ensure!(
+            m.contains("from a host node"),
+            "queued from a host node: {m}"
+        );
+    }
     Ok(())
 }
