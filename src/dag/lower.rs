@@ -22,7 +22,7 @@ use petgraph::visit::NodeIndexable;
 
 use super::nodes::backend::{sealed, Backend, EdgeData, NodeParams};
 use super::nodes::{FftNode, KernelNode, Target};
-use super::Dag;
+use super::{Dag, NodeName};
 use crate::device::{Device, DeviceKey, DeviceLimits, RECORDING_INDEX_BITS};
 use crate::error::Result;
 use crate::fft::{FftForm, FftPlan, WorkShare};
@@ -172,8 +172,9 @@ pub struct RecordingBackend {
     fft_param_buffers: Vec<Arc<Allocation>>,
     /// The calls received, in order, as data.
     entries: Vec<Entry>,
-    /// Arenas the entries point into: node names, dependency lists, kernel argument bytes.
-    names: String,
+    /// Arenas the entries point into: node names (UTF-8), dependency lists, kernel argument
+    /// bytes.
+    names: Vec<u8>,
     deps: Vec<usize>,
     arg_bytes: Vec<u8>,
     /// `entries` in words, made on first request after a change.
@@ -236,7 +237,7 @@ impl RecordingBackend {
             next_fft_handle: 0,
             fft_param_buffers: Vec::new(),
             entries: Vec::new(),
-            names: String::new(),
+            names: Vec::new(),
             deps: Vec::new(),
             arg_bytes: Vec::new(),
             words: OnceCell::new(),
@@ -359,7 +360,7 @@ impl RecordingBackend {
         RecordedCall {
             function: e.function,
             kind: e.kind,
-            name: self.names[e.name.clone()].to_string(),
+            name: String::from_utf8_lossy(&self.names[e.name.clone()]).into_owned(),
             deps: self.deps[e.deps.clone()].to_vec(),
             params,
         }
@@ -440,12 +441,12 @@ impl RecordingBackend {
         &mut self,
         function: &'static str,
         kind: &'static str,
-        name: &str,
+        name: &NodeName,
         deps: &[usize],
         params: Params,
     ) -> usize {
         let n = self.names.len();
-        self.names.push_str(name);
+        self.names.extend_from_slice(name.as_bytes());
         let d = self.deps.len();
         self.deps.extend_from_slice(deps);
         self.entries.push(Entry {
@@ -463,7 +464,7 @@ impl RecordingBackend {
     /// Records a kernel node's call as data.
     fn record_kernel(
         &mut self,
-        name: &str,
+        name: &NodeName,
         deps: &[usize],
         raw: &sys::cudaKernelNodeParamsV2,
         k: &KernelNode,
@@ -583,9 +584,10 @@ impl sealed::Lower for RecordingBackend {
     fn limits(&self) -> &DeviceLimits {
         &self.limits
     }
+    #[allow(private_interfaces)] // reason: the trait is sealed (see `sealed::Lower::add_node`)
     fn add_node(
         &mut self,
-        name: &str,
+        name: &NodeName,
         deps: &[usize],
         edges: &[EdgeData],
         params: &NodeParams<'_>,
@@ -658,7 +660,7 @@ impl RecordingBackend {
     /// buffer).
     fn record_fft_setter(
         &mut self,
-        name: &str,
+        name: &NodeName,
         deps: &[usize],
         handle: u64,
         f: &FftNode,
@@ -686,7 +688,7 @@ impl RecordingBackend {
 
     fn add_fft(
         &mut self,
-        name: &str,
+        name: &NodeName,
         deps: &[usize],
         f: &FftNode,
         work: &WorkShare,
@@ -909,9 +911,10 @@ impl sealed::Lower for CudaBackend {
     fn limits(&self) -> &DeviceLimits {
         self.device.limits()
     }
+    #[allow(private_interfaces)] // reason: the trait is sealed (see `sealed::Lower::add_node`)
     fn add_node(
         &mut self,
-        _: &str,
+        _: &NodeName,
         deps: &[Self::Node],
         edges: &[EdgeData],
         params: &NodeParams<'_>,

@@ -107,6 +107,14 @@ impl NodeName {
         NodeName::Inline(buf, len as u8)
     }
 
+    /// The name's bytes (UTF-8), without the check [`NodeName::as_str`] makes.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            NodeName::Inline(buf, len) => &buf[..*len as usize],
+            NodeName::Given(s) => s.as_bytes(),
+        }
+    }
+
     pub(crate) fn as_str(&self) -> &str {
         match self {
             // Only `default_for` makes inline names, from ASCII.
@@ -115,6 +123,12 @@ impl NodeName {
             }
             NodeName::Given(s) => s,
         }
+    }
+}
+
+impl std::fmt::Display for NodeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -217,14 +231,14 @@ impl Dag {
         self.graph
             .node_weight(id.idx)
             .filter(|n| n.serial == id.serial)
-            .ok_or(Error::Dag(DagError::UnknownNode(id.serial)))
+            .ok_or_else(|| Error::Dag(DagError::UnknownNode(id.serial)))
     }
 
     pub(crate) fn node_mut(&mut self, id: NodeId) -> Result<&mut Node> {
         self.graph
             .node_weight_mut(id.idx)
             .filter(|n| n.serial == id.serial)
-            .ok_or(Error::Dag(DagError::UnknownNode(id.serial)))
+            .ok_or_else(|| Error::Dag(DagError::UnknownNode(id.serial)))
     }
 
     /// The id of the node at petgraph index `idx` (which must hold a node).
