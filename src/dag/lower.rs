@@ -177,6 +177,9 @@ pub struct RecordingBackend {
     names: Vec<u8>,
     deps: Vec<usize>,
     arg_bytes: Vec<u8>,
+    /// The kernels of kernel entries (one per run of entries with the same kernel: no
+    /// reference-count traffic per node).
+    kernels: Vec<Kernel>,
     /// `entries` in words, made on first request after a change.
     words: OnceCell<Vec<RecordedCall>>,
 }
@@ -196,7 +199,8 @@ struct Entry {
 enum Params {
     /// A kernel node: its words are made from these when asked for.
     Kernel {
-        kernel: Kernel,
+        /// Index into [`RecordingBackend::kernels`].
+        kernel: usize,
         grid: Dim3,
         block: Dim3,
         smem: u32,
@@ -240,6 +244,7 @@ impl RecordingBackend {
             names: Vec::new(),
             deps: Vec::new(),
             arg_bytes: Vec::new(),
+            kernels: Vec::new(),
             words: OnceCell::new(),
         }
     }
@@ -311,6 +316,7 @@ impl RecordingBackend {
         self.names.clear();
         self.deps.clear();
         self.arg_bytes.clear();
+        self.kernels.clear();
         self.words = OnceCell::new();
     }
 
@@ -329,6 +335,7 @@ impl RecordingBackend {
                 priority,
                 suffix,
             } => {
+                let kernel = &self.kernels[*kernel];
                 let bytes = &self.arg_bytes[args.clone()];
                 let mut s = String::with_capacity(96 + 2 * bytes.len());
                 let _ = write!(
@@ -479,8 +486,15 @@ impl RecordingBackend {
             y: d.y,
             z: d.z,
         };
+        if !self
+            .kernels
+            .last()
+            .is_some_and(|last| Arc::ptr_eq(&last.inner, &k.kernel.inner))
+        {
+            self.kernels.push(k.kernel.clone());
+        }
         let params = Params::Kernel {
-            kernel: k.kernel.clone(),
+            kernel: self.kernels.len() - 1,
             grid: dim(raw.gridDim),
             block: dim(raw.blockDim),
             smem: raw.sharedMemBytes,
@@ -590,7 +604,7 @@ impl sealed::Lower for RecordingBackend {
         name: &NodeName,
         deps: &[usize],
         edges: &[EdgeData],
-        params: &NodeParams<'_>,
+        params: NodeParams<'_>,
     ) -> Result<usize> {
         let mut edge_words = String::new();
         for e in edges {
@@ -607,7 +621,7 @@ impl sealed::Lower for RecordingBackend {
                     let p = unsafe { &raw.__bindgen_anon_1.kernel };
                     return Ok(self.record_kernel(name, deps, p, k, edge_words));
                 }
-                let (kind, p) = describe_generic(raw);
+                let (kind, p) = describe_generic(&raw);
                 let p = Params::Words(p + &edge_words);
                 Ok(self.record("cudaGraphAddNode", kind, name, deps, p))
             }
@@ -619,7 +633,7 @@ impl sealed::Lower for RecordingBackend {
             } => {
                 let p = format!(
                     "dst={dst:#x} src={src:#x} bytes={bytes} kind={}",
-                    copy_kind(*kind)
+                    copy_kind(kind)
                 );
                 let p = Params::Words(p);
                 Ok(self.record("cudaGraphAddMemcpyNode1D", "memcpy", name, deps, p))
@@ -917,11 +931,10 @@ impl sealed::Lower for CudaBackend {
         _: &NodeName,
         deps: &[Self::Node],
         edges: &[EdgeData],
-        params: &NodeParams<'_>,
+        params: NodeParams<'_>,
     ) -> Result<Self::Node> {
         match params {
-            NodeParams::Generic { raw, kernel } => {
-                let mut raw = *raw;
+            NodeParams::Generic { mut raw, kernel } => {
                 // Validated node: what the parameters point to (kernel and argument values,
                 // regions of live allocations of this device, the host closure) is valid.
                 // SAFETY: see above; CUDA copies the parameters during the call, and the DAG
@@ -946,10 +959,10 @@ impl sealed::Lower for CudaBackend {
                     rt::graph_add_memcpy_node_1d(
                         self.graph,
                         deps,
-                        *dst as *mut c_void,
-                        *src as *const c_void,
-                        *bytes,
-                        *kind,
+                        dst as *mut c_void,
+                        src as *const c_void,
+                        bytes,
+                        kind,
                     )
                 }
             }

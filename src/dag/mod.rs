@@ -203,6 +203,9 @@ pub struct Dag {
     pub(crate) graph: StableDiGraph<Node, Dependency>,
     /// The serial number of the next node added.
     next_serial: u64,
+    /// Edges added from a later node to an earlier one (by serial; removals do not count
+    /// down). While there are none, the canonical order is serial order.
+    backward_edges: usize,
 }
 
 impl Dag {
@@ -318,6 +321,9 @@ impl Dag {
             return Err(Error::Dag(DagError::Cycle { nodes }));
         }
         self.graph.add_edge(before.idx, after.idx, Dependency);
+        if before.serial > after.serial {
+            self.backward_edges += 1;
+        }
         Ok(())
     }
 
@@ -509,6 +515,11 @@ impl Dag {
     /// (among the nodes whose dependencies are all placed, the one added first comes first).
     /// Lowering creates CUDA nodes in this order.
     pub fn topological_order(&self) -> Vec<NodeId> {
+        self.serial_order().unwrap_or_else(|| self.ready_order())
+    }
+
+    /// The canonical order by Kahn's algorithm: ready nodes by serial.
+    fn ready_order(&self) -> Vec<NodeId> {
         use std::cmp::Reverse;
         use std::collections::BinaryHeap;
         let bound = self.graph.node_bound();
@@ -539,6 +550,28 @@ impl Dag {
             "a Dag has no cycles: add_dependency rejects them"
         );
         order
+    }
+
+    /// The nodes by serial, when that is the canonical order: every edge goes from an earlier
+    /// node to a later one (the DAG was built front to back), so the first node not yet placed
+    /// has all its dependencies placed and is the first ready one. `None` when an edge goes
+    /// backwards, or when petgraph's index order (which reuses the slots of removed nodes) is
+    /// not serial order.
+    fn serial_order(&self) -> Option<Vec<NodeId>> {
+        if self.backward_edges > 0 {
+            return None;
+        }
+        let mut order = Vec::with_capacity(self.graph.node_count());
+        let mut next = 0;
+        for i in self.graph.node_indices() {
+            let serial = self.graph[i].serial;
+            if serial < next {
+                return None;
+            }
+            next = serial + 1;
+            order.push(NodeId { idx: i, serial });
+        }
+        Some(order)
     }
 
     /// The dependencies of `id` in canonical order (by when they were added to the DAG).

@@ -118,7 +118,7 @@ pub(crate) mod sealed {
             name: &NodeName,
             deps: &[Self::Node],
             edges: &[EdgeData],
-            params: &NodeParams<'_>,
+            params: NodeParams<'_>,
         ) -> Result<Self::Node>;
         /// Lets work running on `from` use device memory of `to` (`cudaDeviceEnablePeerAccess`).
         /// Called before any node is added, once per pair the DAG's nodes need (validation

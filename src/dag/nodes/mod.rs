@@ -78,7 +78,7 @@ impl On<'_> {
     #[inline]
     pub(crate) fn check_reach(
         &self,
-        name: &str,
+        name: &NodeName,
         what: &dyn std::fmt::Display,
         alloc: &Allocation,
     ) -> Result<()> {
@@ -259,7 +259,7 @@ impl Op {
         backend: &mut B,
         share: Option<&WorkShare>,
     ) -> Result<B::Node> {
-        backend.add_node(name, deps, &[], &self.imp().params(share))
+        backend.add_node(name, deps, &[], self.imp().params(share))
     }
 }
 
