@@ -231,17 +231,18 @@ impl Dag {
 
     /// The node `id`.
     pub fn node(&self, id: NodeId) -> Result<&Node> {
-        self.graph
-            .node_weight(id.idx)
-            .filter(|n| n.serial == id.serial)
-            .ok_or_else(|| Error::Dag(DagError::UnknownNode(id.serial)))
+        // A match, not `ok_or`: the error is made (and dropped) only for an unknown id.
+        match self.graph.node_weight(id.idx) {
+            Some(n) if n.serial == id.serial => Ok(n),
+            _ => Err(Error::Dag(DagError::UnknownNode(id.serial))),
+        }
     }
 
     pub(crate) fn node_mut(&mut self, id: NodeId) -> Result<&mut Node> {
-        self.graph
-            .node_weight_mut(id.idx)
-            .filter(|n| n.serial == id.serial)
-            .ok_or_else(|| Error::Dag(DagError::UnknownNode(id.serial)))
+        match self.graph.node_weight_mut(id.idx) {
+            Some(n) if n.serial == id.serial => Ok(n),
+            _ => Err(Error::Dag(DagError::UnknownNode(id.serial))),
+        }
     }
 
     /// The id of the node at petgraph index `idx` (which must hold a node).
