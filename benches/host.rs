@@ -194,6 +194,40 @@ pub fn runs_for(n: usize) -> usize {
 
 #[allow(dead_code)] // reason: unused when benches/graphs/ includes this file as a module
 fn main() {
+    // `CUDAGRAPH_HOST_BENCH=chain:10000:3` (or `fan8:…`): that one measurement only, printed
+    // on one line (for profilers such as callgrind); `…:3:build`: the builds only.
+    if let Ok(only) = std::env::var("CUDAGRAPH_HOST_BENCH") {
+        let parts: Vec<&str> = only.split(':').collect();
+        let topology = match parts.first() {
+            Some(&"fan8") => Topology::FAN8,
+            _ => Topology::Chain,
+        };
+        let n = parts.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+        let runs = parts.get(2).and_then(|s| s.parse().ok()).unwrap_or(1);
+        if parts.get(3) == Some(&"build") {
+            // Building (and dropping) only: instruction counts of the build alone.
+            let mut rec = RecordingBackend::new(DeviceLimits::hopper());
+            for _ in 0..=runs {
+                let built = build_recording_dag(&mut rec, topology, n);
+                assert!(built.is_ok(), "build failed");
+            }
+            return;
+        }
+        match measure(topology, n, runs) {
+            Ok(f) => println!(
+                "{} N={n} runs={runs}: build {:.3} validate+lower {:.3} total {:.3} µs/node",
+                topology.key(),
+                f.build_us,
+                f.validate_lower_us,
+                f.total_us
+            ),
+            Err(e) => {
+                eprintln!("host benchmark failed: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     println!("# cudagraph host-only benchmark: build, validate + lower to RecordingBackend\n");
     println!(
         "Tiny one-block kernel nodes (`tiny(unsigned*, unsigned)`), placeholder buffer and kernel; \

@@ -22,7 +22,7 @@ use petgraph::visit::NodeIndexable;
 
 use super::nodes::backend::{sealed, Backend, EdgeData, NodeParams};
 use super::nodes::{FftNode, KernelNode, Target};
-use super::Dag;
+use super::{Dag, NodeName};
 use crate::device::{Device, DeviceKey, DeviceLimits, RECORDING_INDEX_BITS};
 use crate::error::Result;
 use crate::fft::{FftForm, FftPlan, WorkShare};
@@ -172,10 +172,14 @@ pub struct RecordingBackend {
     fft_param_buffers: Vec<Arc<Allocation>>,
     /// The calls received, in order, as data.
     entries: Vec<Entry>,
-    /// Arenas the entries point into: node names, dependency lists, kernel argument bytes.
-    names: String,
+    /// Arenas the entries point into: node names (UTF-8), dependency lists, kernel argument
+    /// bytes.
+    names: Vec<u8>,
     deps: Vec<usize>,
     arg_bytes: Vec<u8>,
+    /// The kernels of kernel entries (one per run of entries with the same kernel: no
+    /// reference-count traffic per node).
+    kernels: Vec<Kernel>,
     /// `entries` in words, made on first request after a change.
     words: OnceCell<Vec<RecordedCall>>,
 }
@@ -195,7 +199,8 @@ struct Entry {
 enum Params {
     /// A kernel node: its words are made from these when asked for.
     Kernel {
-        kernel: Kernel,
+        /// Index into [`RecordingBackend::kernels`].
+        kernel: usize,
         grid: Dim3,
         block: Dim3,
         smem: u32,
@@ -236,9 +241,10 @@ impl RecordingBackend {
             next_fft_handle: 0,
             fft_param_buffers: Vec::new(),
             entries: Vec::new(),
-            names: String::new(),
+            names: Vec::new(),
             deps: Vec::new(),
             arg_bytes: Vec::new(),
+            kernels: Vec::new(),
             words: OnceCell::new(),
         }
     }
@@ -310,6 +316,7 @@ impl RecordingBackend {
         self.names.clear();
         self.deps.clear();
         self.arg_bytes.clear();
+        self.kernels.clear();
         self.words = OnceCell::new();
     }
 
@@ -328,6 +335,7 @@ impl RecordingBackend {
                 priority,
                 suffix,
             } => {
+                let kernel = &self.kernels[*kernel];
                 let bytes = &self.arg_bytes[args.clone()];
                 let mut s = String::with_capacity(96 + 2 * bytes.len());
                 let _ = write!(
@@ -359,7 +367,7 @@ impl RecordingBackend {
         RecordedCall {
             function: e.function,
             kind: e.kind,
-            name: self.names[e.name.clone()].to_string(),
+            name: String::from_utf8_lossy(&self.names[e.name.clone()]).into_owned(),
             deps: self.deps[e.deps.clone()].to_vec(),
             params,
         }
@@ -440,12 +448,12 @@ impl RecordingBackend {
         &mut self,
         function: &'static str,
         kind: &'static str,
-        name: &str,
+        name: &NodeName,
         deps: &[usize],
         params: Params,
     ) -> usize {
         let n = self.names.len();
-        self.names.push_str(name);
+        self.names.extend_from_slice(name.as_bytes());
         let d = self.deps.len();
         self.deps.extend_from_slice(deps);
         self.entries.push(Entry {
@@ -463,7 +471,7 @@ impl RecordingBackend {
     /// Records a kernel node's call as data.
     fn record_kernel(
         &mut self,
-        name: &str,
+        name: &NodeName,
         deps: &[usize],
         raw: &sys::cudaKernelNodeParamsV2,
         k: &KernelNode,
@@ -478,8 +486,15 @@ impl RecordingBackend {
             y: d.y,
             z: d.z,
         };
+        if !self
+            .kernels
+            .last()
+            .is_some_and(|last| Arc::ptr_eq(&last.inner, &k.kernel.inner))
+        {
+            self.kernels.push(k.kernel.clone());
+        }
         let params = Params::Kernel {
-            kernel: k.kernel.clone(),
+            kernel: self.kernels.len() - 1,
             grid: dim(raw.gridDim),
             block: dim(raw.blockDim),
             smem: raw.sharedMemBytes,
@@ -583,12 +598,13 @@ impl sealed::Lower for RecordingBackend {
     fn limits(&self) -> &DeviceLimits {
         &self.limits
     }
+    #[allow(private_interfaces)] // reason: the trait is sealed (see `sealed::Lower::add_node`)
     fn add_node(
         &mut self,
-        name: &str,
+        name: &NodeName,
         deps: &[usize],
         edges: &[EdgeData],
-        params: &NodeParams<'_>,
+        params: NodeParams<'_>,
     ) -> Result<usize> {
         let mut edge_words = String::new();
         for e in edges {
@@ -605,7 +621,7 @@ impl sealed::Lower for RecordingBackend {
                     let p = unsafe { &raw.__bindgen_anon_1.kernel };
                     return Ok(self.record_kernel(name, deps, p, k, edge_words));
                 }
-                let (kind, p) = describe_generic(raw);
+                let (kind, p) = describe_generic(&raw);
                 let p = Params::Words(p + &edge_words);
                 Ok(self.record("cudaGraphAddNode", kind, name, deps, p))
             }
@@ -617,7 +633,7 @@ impl sealed::Lower for RecordingBackend {
             } => {
                 let p = format!(
                     "dst={dst:#x} src={src:#x} bytes={bytes} kind={}",
-                    copy_kind(*kind)
+                    copy_kind(kind)
                 );
                 let p = Params::Words(p);
                 Ok(self.record("cudaGraphAddMemcpyNode1D", "memcpy", name, deps, p))
@@ -658,7 +674,7 @@ impl RecordingBackend {
     /// buffer).
     fn record_fft_setter(
         &mut self,
-        name: &str,
+        name: &NodeName,
         deps: &[usize],
         handle: u64,
         f: &FftNode,
@@ -686,7 +702,7 @@ impl RecordingBackend {
 
     fn add_fft(
         &mut self,
-        name: &str,
+        name: &NodeName,
         deps: &[usize],
         f: &FftNode,
         work: &WorkShare,
@@ -909,16 +925,16 @@ impl sealed::Lower for CudaBackend {
     fn limits(&self) -> &DeviceLimits {
         self.device.limits()
     }
+    #[allow(private_interfaces)] // reason: the trait is sealed (see `sealed::Lower::add_node`)
     fn add_node(
         &mut self,
-        _: &str,
+        _: &NodeName,
         deps: &[Self::Node],
         edges: &[EdgeData],
-        params: &NodeParams<'_>,
+        params: NodeParams<'_>,
     ) -> Result<Self::Node> {
         match params {
-            NodeParams::Generic { raw, kernel } => {
-                let mut raw = *raw;
+            NodeParams::Generic { mut raw, kernel } => {
                 // Validated node: what the parameters point to (kernel and argument values,
                 // regions of live allocations of this device, the host closure) is valid.
                 // SAFETY: see above; CUDA copies the parameters during the call, and the DAG
@@ -943,10 +959,10 @@ impl sealed::Lower for CudaBackend {
                     rt::graph_add_memcpy_node_1d(
                         self.graph,
                         deps,
-                        *dst as *mut c_void,
-                        *src as *const c_void,
-                        *bytes,
-                        *kind,
+                        dst as *mut c_void,
+                        src as *const c_void,
+                        bytes,
+                        kind,
                     )
                 }
             }

@@ -107,6 +107,14 @@ impl NodeName {
         NodeName::Inline(buf, len as u8)
     }
 
+    /// The name's bytes (UTF-8), without the check [`NodeName::as_str`] makes.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            NodeName::Inline(buf, len) => &buf[..*len as usize],
+            NodeName::Given(s) => s.as_bytes(),
+        }
+    }
+
     pub(crate) fn as_str(&self) -> &str {
         match self {
             // Only `default_for` makes inline names, from ASCII.
@@ -115,6 +123,12 @@ impl NodeName {
             }
             NodeName::Given(s) => s,
         }
+    }
+}
+
+impl std::fmt::Display for NodeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -189,6 +203,9 @@ pub struct Dag {
     pub(crate) graph: StableDiGraph<Node, Dependency>,
     /// The serial number of the next node added.
     next_serial: u64,
+    /// Edges added from a later node to an earlier one (by serial; removals do not count
+    /// down). While there are none, the canonical order is serial order.
+    backward_edges: usize,
 }
 
 impl Dag {
@@ -214,17 +231,18 @@ impl Dag {
 
     /// The node `id`.
     pub fn node(&self, id: NodeId) -> Result<&Node> {
-        self.graph
-            .node_weight(id.idx)
-            .filter(|n| n.serial == id.serial)
-            .ok_or(Error::Dag(DagError::UnknownNode(id.serial)))
+        // A match, not `ok_or`: the error is made (and dropped) only for an unknown id.
+        match self.graph.node_weight(id.idx) {
+            Some(n) if n.serial == id.serial => Ok(n),
+            _ => Err(Error::Dag(DagError::UnknownNode(id.serial))),
+        }
     }
 
     pub(crate) fn node_mut(&mut self, id: NodeId) -> Result<&mut Node> {
-        self.graph
-            .node_weight_mut(id.idx)
-            .filter(|n| n.serial == id.serial)
-            .ok_or(Error::Dag(DagError::UnknownNode(id.serial)))
+        match self.graph.node_weight_mut(id.idx) {
+            Some(n) if n.serial == id.serial => Ok(n),
+            _ => Err(Error::Dag(DagError::UnknownNode(id.serial))),
+        }
     }
 
     /// The id of the node at petgraph index `idx` (which must hold a node).
@@ -304,6 +322,9 @@ impl Dag {
             return Err(Error::Dag(DagError::Cycle { nodes }));
         }
         self.graph.add_edge(before.idx, after.idx, Dependency);
+        if before.serial > after.serial {
+            self.backward_edges += 1;
+        }
         Ok(())
     }
 
@@ -495,6 +516,11 @@ impl Dag {
     /// (among the nodes whose dependencies are all placed, the one added first comes first).
     /// Lowering creates CUDA nodes in this order.
     pub fn topological_order(&self) -> Vec<NodeId> {
+        self.serial_order().unwrap_or_else(|| self.ready_order())
+    }
+
+    /// The canonical order by Kahn's algorithm: ready nodes by serial.
+    fn ready_order(&self) -> Vec<NodeId> {
         use std::cmp::Reverse;
         use std::collections::BinaryHeap;
         let bound = self.graph.node_bound();
@@ -525,6 +551,28 @@ impl Dag {
             "a Dag has no cycles: add_dependency rejects them"
         );
         order
+    }
+
+    /// The nodes by serial, when that is the canonical order: every edge goes from an earlier
+    /// node to a later one (the DAG was built front to back), so the first node not yet placed
+    /// has all its dependencies placed and is the first ready one. `None` when an edge goes
+    /// backwards, or when petgraph's index order (which reuses the slots of removed nodes) is
+    /// not serial order.
+    fn serial_order(&self) -> Option<Vec<NodeId>> {
+        if self.backward_edges > 0 {
+            return None;
+        }
+        let mut order = Vec::with_capacity(self.graph.node_count());
+        let mut next = 0;
+        for i in self.graph.node_indices() {
+            let serial = self.graph[i].serial;
+            if serial < next {
+                return None;
+            }
+            next = serial + 1;
+            order.push(NodeId { idx: i, serial });
+        }
+        Some(order)
     }
 
     /// The dependencies of `id` in canonical order (by when they were added to the DAG).

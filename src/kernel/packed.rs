@@ -13,14 +13,28 @@ use crate::memory::Allocation;
 /// reads (`kernelParams`). Updating an argument rewrites bytes in place: the pointers do not
 /// change and nothing is allocated.
 pub(crate) struct PackedArgs {
-    storage: Box<[u64]>,
-    ptrs: Box<[*mut c_void]>,
+    /// One allocation: the `kernelParams` array (one pointer per parameter), then the
+    /// argument values (8-byte words) those pointers point into.
+    cells: Box<[Cell]>,
     layout: Arc<KernelInner>,
     /// The buffers the arguments refer to, one slot per parameter.
     pub(crate) buffers: Box<[Option<Arc<Allocation>>]>,
 }
 
-// SAFETY: the raw pointers point into `storage`, owned by the same value.
+/// A word of [`PackedArgs::cells`]: a pointer of the `kernelParams` array, or 8 bytes of
+/// argument values. `repr(C)`, pointer-sized (on the 64-bit targets CUDA supports): the first
+/// cells are the `kernelParams` array CUDA reads. Copying a cell copies its bytes, pointers
+/// included.
+#[derive(Clone, Copy)]
+#[repr(C)]
+union Cell {
+    word: u64,
+    ptr: *mut c_void,
+}
+
+const _: () = assert!(std::mem::size_of::<Cell>() == std::mem::size_of::<*mut c_void>());
+
+// SAFETY: the raw pointers point into `cells`, owned by the same value.
 unsafe impl Send for PackedArgs {}
 // SAFETY: as above; shared access only reads.
 unsafe impl Sync for PackedArgs {}
@@ -30,10 +44,9 @@ impl PackedArgs {
     pub(crate) fn new(kernel: &Kernel, args: &[KernelArg]) -> Self {
         let params = &kernel.inner.params;
         let total = params.iter().map(|p| p.offset + p.size).max().unwrap_or(0);
-        let storage = vec![0u64; total.div_ceil(8).max(1)].into_boxed_slice();
+        let cells = vec![Cell { word: 0 }; params.len() + total.div_ceil(8).max(1)];
         let mut packed = PackedArgs {
-            ptrs: vec![std::ptr::null_mut(); params.len()].into_boxed_slice(),
-            storage,
+            cells: cells.into_boxed_slice(),
             layout: kernel.inner.clone(),
             buffers: vec![None; params.len()].into_boxed_slice(),
         };
@@ -44,12 +57,37 @@ impl PackedArgs {
         packed
     }
 
+    /// Points the `kernelParams` cells at the values.
     fn fix_ptrs(&mut self) {
-        let base = self.storage.as_mut_ptr().cast::<u8>();
-        for (p, info) in self.ptrs.iter_mut().zip(&self.layout.params) {
-            // SAFETY: every offset is inside `storage`, which was sized for the layout.
-            *p = unsafe { base.add(info.offset) }.cast();
+        let n = self.layout.params.len();
+        let cells = self.cells.as_mut_ptr();
+        // SAFETY: `cells` has `n` pointer cells and at least one value cell after them.
+        let base = unsafe { cells.add(n) }.cast::<u8>();
+        for (i, info) in self.layout.params.iter().enumerate() {
+            // SAFETY: cell `i` is one of the first `params.len()` cells (the pointer array);
+            // every offset is inside the values, which were sized for the layout.
+            unsafe {
+                cells.add(i).write(Cell {
+                    ptr: base.add(info.offset).cast(),
+                })
+            };
         }
+    }
+
+    /// The first byte of the argument values (after the pointer array).
+    fn storage_ptr(&mut self) -> *mut u8 {
+        let n = self.layout.params.len();
+        // SAFETY: `cells` has `n` pointer cells and at least one value cell after them.
+        unsafe { self.cells.as_mut_ptr().add(n) }.cast()
+    }
+
+    /// The argument values, as bytes (whole words).
+    fn storage_bytes(&self) -> &[u8] {
+        let n = self.layout.params.len();
+        let values = &self.cells[n..];
+        // SAFETY: the value cells are initialised (zeroed, then written bytewise) and hold no
+        // padding; `u8` has no alignment or validity requirement.
+        unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len() * 8) }
     }
 
     /// Writes argument `i` (already checked against parameter `i`). Returns the buffer it
@@ -65,11 +103,11 @@ impl PackedArgs {
         };
         let bytes = a.as_bytes();
         debug_assert_eq!(bytes.len(), info.size);
-        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside `storage`.
+        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside the values.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
-                self.storage.as_mut_ptr().cast::<u8>().add(info.offset),
+                self.storage_ptr().add(info.offset),
                 info.size,
             )
         };
@@ -83,11 +121,11 @@ impl PackedArgs {
     pub(crate) fn set_bytes(&mut self, i: usize, bytes: &[u8]) {
         let info = self.layout.params[i];
         assert_eq!(bytes.len(), info.size, "parameter {i} size");
-        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside `storage`.
+        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside the values.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
-                self.storage.as_mut_ptr().cast::<u8>().add(info.offset),
+                self.storage_ptr().add(info.offset),
                 info.size,
             )
         };
@@ -101,9 +139,12 @@ impl PackedArgs {
         scratch: &mut ArgScratch,
         replace: &dyn Fn(usize) -> Option<&'r [u8]>,
     ) -> *mut *mut c_void {
+        let values = self.storage_bytes();
         scratch.storage.clear();
-        scratch.storage.extend_from_slice(&self.storage);
+        scratch.storage.resize(values.len() / 8, 0);
         let base = scratch.storage.as_mut_ptr().cast::<u8>();
+        // SAFETY: the scratch has room for exactly the values' bytes; the two do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), base, values.len()) };
         scratch.ptrs.clear();
         for (i, info) in self.layout.params.iter().enumerate() {
             // SAFETY: every offset is inside the copy of `storage`, sized for the layout.
@@ -137,7 +178,9 @@ impl PackedArgs {
             });
         }
         scratch.ptrs.clear();
-        scratch.ptrs.extend_from_slice(&self.ptrs);
+        // SAFETY: the first `len()` cells are the pointer array, written by `fix_ptrs`.
+        let ptrs = unsafe { std::slice::from_raw_parts(self.kernel_params(), self.len()) };
+        scratch.ptrs.extend_from_slice(ptrs);
         for (i, a) in args {
             assert_eq!(a.size(), self.layout.params[i].size, "parameter {i} size");
             scratch.ptrs[i] = a.as_ptr();
@@ -147,31 +190,25 @@ impl PackedArgs {
 
     /// The `kernelParams` array.
     pub(crate) fn kernel_params(&self) -> *mut *mut c_void {
-        self.ptrs.as_ptr() as *mut *mut c_void
+        // `Cell` is `repr(C)` and pointer-sized: the first cells are an array of pointers.
+        self.cells.as_ptr() as *mut *mut c_void
     }
 
     /// Bytes of parameter `i`.
     pub(crate) fn param_bytes(&self, i: usize) -> &[u8] {
         let info = self.layout.params[i];
-        // SAFETY: in bounds as in `set`.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.storage.as_ptr().cast::<u8>().add(info.offset),
-                info.size,
-            )
-        }
+        &self.storage_bytes()[info.offset..info.offset + info.size]
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.ptrs.len()
+        self.layout.params.len()
     }
 }
 
 impl Clone for PackedArgs {
     fn clone(&self) -> Self {
         let mut c = PackedArgs {
-            storage: self.storage.clone(),
-            ptrs: self.ptrs.clone(),
+            cells: self.cells.clone(),
             layout: self.layout.clone(),
             buffers: self.buffers.clone(),
         };

@@ -4,7 +4,7 @@
 //! `dag/lower.rs`, which imports this; the node kinds import this and never `dag::lower`.
 
 use super::{FftNode, KernelNode};
-use crate::dag::Dag;
+use crate::dag::{Dag, NodeName};
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::Result;
 use crate::fft::WorkShare;
@@ -112,12 +112,13 @@ pub(crate) mod sealed {
         fn limits(&self) -> &DeviceLimits;
         /// Adds one node after `deps` (with `edges`, one per dependency, or none for plain
         /// dependencies).
+        #[allow(private_interfaces)] // reason: the trait is sealed: only this crate calls or implements it
         fn add_node(
             &mut self,
-            name: &str,
+            name: &NodeName,
             deps: &[Self::Node],
             edges: &[EdgeData],
-            params: &NodeParams<'_>,
+            params: NodeParams<'_>,
         ) -> Result<Self::Node>;
         /// Lets work running on `from` use device memory of `to` (`cudaDeviceEnablePeerAccess`).
         /// Called before any node is added, once per pair the DAG's nodes need (validation

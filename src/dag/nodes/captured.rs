@@ -16,7 +16,7 @@ use std::sync::Arc;
 use super::memcpy::check_owner;
 use super::{Label, NodeOp, On};
 use crate::dag::nodes::backend::{CaptureWork, NodeParams};
-use crate::dag::{Dag, NodeId, Op};
+use crate::dag::{Dag, NodeId, NodeName, Op};
 use crate::error::{Error, Result};
 use crate::fft::WorkShare;
 use crate::memory::{Allocation, Region};
@@ -87,7 +87,7 @@ impl CaptureWork for CapturedNode {
 }
 
 impl NodeOp for CapturedNode {
-    fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
         for r in &self.uses {
             check_owner(name, r, "captured work's", on.key)?;
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::host::HostFn;
 use super::{Label, NodeOp, On, Target};
 use crate::dag::nodes::backend::NodeParams;
-use crate::dag::{Dag, NodeId, Op};
+use crate::dag::{Dag, NodeId, NodeName, Op};
 use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;
 use crate::memory::Allocation;
@@ -24,7 +24,7 @@ impl ChildNode {
 }
 
 impl NodeOp for ChildNode {
-    fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
         // The child's nodes run where the child node runs (the graph's device): none of them
         // may be placed elsewhere.
         let inner = Target {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::{wrong_device, Label, NodeOp, On};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
-use crate::dag::{Dag, Node, NodeId, Op};
+use crate::dag::{Dag, Node, NodeId, NodeName, Op};
 use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;
 use crate::kernel::{Kernel, KernelArg, LaunchConfig, PackedArgs};
@@ -101,7 +101,7 @@ impl KernelNode {
 }
 
 impl NodeOp for KernelNode {
-    fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
         let home = self.kernel.key();
         if home != on.key {
             return Err(wrong_device(
@@ -115,7 +115,7 @@ impl NodeOp for KernelNode {
         }
         for (i, b) in self.args.buffers.iter().enumerate() {
             if let Some(b) = b {
-                on.check_reach(name, &format!("argument {i}'s"), b)?;
+                on.check_reach(name, &format_args!("argument {i}'s"), b)?;
             }
         }
         // A CUDA kernel is checked against its own device's limits (the node's device, as

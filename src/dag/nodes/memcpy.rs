@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{oob, span, wrong_device, Label, NodeOp, On};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
-use crate::dag::{Dag, Node, NodeId, Op};
+use crate::dag::{Dag, Node, NodeId, NodeName, Op};
 use crate::device::DeviceKey;
 use crate::error::Result;
 use crate::fft::WorkShare;
@@ -172,9 +172,9 @@ impl MemcpyNode {
 }
 
 impl NodeOp for MemcpyNode {
-    fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
-        on.check_reach(name, "destination", &self.dst.alloc)?;
-        on.check_reach(name, "source", &self.src.alloc)
+    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
+        on.check_reach(name, &"destination", &self.dst.alloc)?;
+        on.check_reach(name, &"source", &self.src.alloc)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
         f(&self.dst.alloc);

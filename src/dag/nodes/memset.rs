@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::{oob, span, Label, NodeOp, On};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
-use crate::dag::{Dag, Node, NodeId, Op};
+use crate::dag::{Dag, Node, NodeId, NodeName, Op};
 use crate::error::Result;
 use crate::fft::WorkShare;
 use crate::memory::{Allocation, MemorySpace, Region};
@@ -99,8 +99,8 @@ impl MemsetNode {
 }
 
 impl NodeOp for MemsetNode {
-    fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
-        on.check_reach(name, "destination", &self.dst.alloc)
+    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
+        on.check_reach(name, &"destination", &self.dst.alloc)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
         f(&self.dst.alloc)

@@ -32,6 +32,7 @@ pub use memcpy::{dst, src, Copy2d, CopyKind, Dst, MemcpyNode, Src};
 pub use memset::{Memset2d, MemsetNode, MemsetValue};
 pub use nccl::CollectiveNode;
 
+use crate::dag::NodeName;
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;
@@ -73,11 +74,29 @@ impl On<'_> {
     /// node's device, pinned host memory of any device of the backend (allocated portable,
     /// so every device's context may use it), or device memory of a device that the node's
     /// device can access by peer (lowering enables that peer access).
-    pub(crate) fn check_reach(&self, name: &str, what: &str, alloc: &Allocation) -> Result<()> {
-        let owner = alloc.owner.key();
-        if owner == self.key {
+    /// `what` is formatted only for an error (this runs for every buffer of every node).
+    #[inline]
+    pub(crate) fn check_reach(
+        &self,
+        name: &NodeName,
+        what: &dyn std::fmt::Display,
+        alloc: &Allocation,
+    ) -> Result<()> {
+        if alloc.owner.key() == self.key {
             return Ok(());
         }
+        self.check_reach_other(name, what, alloc)
+    }
+
+    /// [`On::check_reach`] for memory of another device than the node's.
+    #[cold]
+    fn check_reach_other(
+        &self,
+        name: &str,
+        what: &dyn std::fmt::Display,
+        alloc: &Allocation,
+    ) -> Result<()> {
+        let owner = alloc.owner.key();
         let devices = self.target.devices;
         if !devices.has_device(owner) {
             return Err(wrong_device(
@@ -115,7 +134,7 @@ pub(crate) struct Label {
 pub(crate) trait NodeOp {
     /// Checks that need the target device (run by [`Dag::validate`](super::Dag::validate)):
     /// the node runs on `on.key`; the builder already checked the rest.
-    fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
         let _ = (name, on);
         Ok(())
     }
@@ -206,7 +225,7 @@ node_kinds! {
 }
 
 impl Op {
-    pub(crate) fn validate(&self, name: &str, on: &On<'_>) -> Result<()> {
+    pub(crate) fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
         self.imp().validate(name, on)
     }
     /// Whether nodes of this kind may be placed on another device than the one the DAG is
@@ -235,12 +254,12 @@ impl Op {
     /// nodes depend on.
     pub(crate) fn lower<B: Backend>(
         &self,
-        name: &str,
+        name: &NodeName,
         deps: &[B::Node],
         backend: &mut B,
         share: Option<&WorkShare>,
     ) -> Result<B::Node> {
-        backend.add_node(name, deps, &[], &self.imp().params(share))
+        backend.add_node(name, deps, &[], self.imp().params(share))
     }
 }
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::backend::CaptureWork;
 use super::{Label, NodeOp};
 use crate::dag::nodes::backend::NodeParams;
-use crate::dag::{Dag, NodeId, NodeKind, Op};
+use crate::dag::{Dag, NodeId, NodeKind, NodeName, Op};
 use crate::error::{Error, Result};
 use crate::fft::WorkShare;
 use crate::memory::{Allocation, DeviceBuffer};
@@ -51,7 +51,7 @@ impl CollectiveNode {
 }
 
 impl NodeOp for CollectiveNode {
-    fn validate(&self, name: &str, on: &super::On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName, on: &super::On<'_>) -> Result<()> {
         let key = on.key;
         if self.comm.key() != key {
             return Err(super::wrong_device(

@@ -12,7 +12,7 @@ pub(crate) use context::{work_shares, LoweringContext};
 use super::{Label, NodeOp};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
-use crate::dag::{Dag, NodeId, NodeKind, Op};
+use crate::dag::{Dag, NodeId, NodeKind, NodeName, Op};
 use crate::error::{DagError, Error, Result};
 use crate::fft::{
     cb_name_load, cb_name_store, check_owners, check_transform, params_problem, Direction,
@@ -123,7 +123,7 @@ impl FftNode {
 }
 
 impl NodeOp for FftNode {
-    fn validate(&self, name: &str, on: &super::On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName, on: &super::On<'_>) -> Result<()> {
         check_owners(name, &self.input, &self.output, &self.params, on.key)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
