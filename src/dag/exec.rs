@@ -412,11 +412,11 @@ impl Exec {
 
     pub(super) fn handle(&self, id: NodeId) -> Result<sys::cudaGraphNode_t> {
         self.dag.node(id)?;
-        self.handles
-            .get(id.index())
-            .copied()
-            .flatten()
-            .ok_or(Error::Dag(DagError::UnknownNode(id.serial())))
+        // A match, not `ok_or`: no error is made (and dropped) on the update path.
+        match self.handles.get(id.index()) {
+            Some(Some(h)) => Ok(*h),
+            _ => Err(Error::Dag(DagError::UnknownNode(id.serial()))),
+        }
     }
 
     /// Enables or disables node `id` for later launches: kernel, memcpy and memset nodes,

@@ -92,7 +92,7 @@ impl KernelArg {
     }
 
     /// Whether the bytes are held inline (8-byte aligned, no heap).
-    pub(super) fn is_inline(&self) -> bool {
+    pub(crate) fn is_inline(&self) -> bool {
         matches!(self.bytes, ArgBytes::Inline(..))
     }
 

@@ -159,33 +159,36 @@ impl PackedArgs {
         scratch.ptrs.as_mut_ptr()
     }
 
-    /// The `kernelParams` array for these arguments with `args` (checked against the layout)
-    /// instead of theirs, staged in `scratch`; nothing of `self` changes. Arguments held
-    /// inline (values up to 64 bytes, 8-byte aligned: every buffer and scalar) are pointed to
-    /// where they are, so an update copies no argument bytes: CUDA reads them during the call
-    /// the array is for, while `args` are borrowed. Others are copied into `scratch` with the
-    /// rest of the arguments. Allocates only when `scratch` grows.
-    pub(crate) fn staged_args<'a>(
-        &self,
-        scratch: &mut ArgScratch,
-        args: impl Iterator<Item = (usize, &'a KernelArg)> + Clone,
-    ) -> *mut *mut c_void {
-        if !args.clone().all(|(_, a)| a.is_inline()) {
-            return self.staged(scratch, &|i| {
-                args.clone()
-                    .find(|&(j, _)| j == i)
-                    .map(|(_, a)| a.as_bytes())
-            });
+    /// Calls `f` with the `kernelParams` array of these arguments with `args` (inline values,
+    /// checked against the layout) instead of theirs: during the call the array's pointers
+    /// for `args` point at their bytes, where they are (CUDA reads them during the call the
+    /// array is for, while `args` are borrowed); afterwards, whether `f` returns or unwinds,
+    /// they point at the node's own values again. No argument byte is copied, nothing is
+    /// allocated and the values do not change.
+    ///
+    /// # Panics
+    /// If an argument is not inline or not of its parameter's size (callers check both).
+    pub(crate) fn with_inline_args<'a, R>(
+        &mut self,
+        args: impl Iterator<Item = (usize, &'a KernelArg)>,
+        f: impl FnOnce(*mut *mut c_void) -> R,
+    ) -> R {
+        /// Points the array back at the values when dropped.
+        struct Restore<'p>(&'p mut PackedArgs);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                self.0.fix_ptrs();
+            }
         }
-        scratch.ptrs.clear();
-        // SAFETY: the first `len()` cells are the pointer array, written by `fix_ptrs`.
-        let ptrs = unsafe { std::slice::from_raw_parts(self.kernel_params(), self.len()) };
-        scratch.ptrs.extend_from_slice(ptrs);
+        let g = Restore(self);
         for (i, a) in args {
-            assert_eq!(a.size(), self.layout.params[i].size, "parameter {i} size");
-            scratch.ptrs[i] = a.as_ptr();
+            assert!(a.is_inline(), "parameter {i}: not an inline value");
+            assert_eq!(a.size(), g.0.layout.params[i].size, "parameter {i} size");
+            // Cell `i` is the array's pointer for parameter `i` (`i < len()`, as the layout
+            // lookup above checked).
+            g.0.cells[i] = Cell { ptr: a.as_ptr() };
         }
-        scratch.ptrs.as_mut_ptr()
+        f(g.0.kernel_params())
     }
 
     /// The `kernelParams` array.
@@ -269,34 +272,58 @@ mod tests {
     }
 
     #[test]
-    fn staged_arguments_point_at_inline_values_and_copy_big_ones() {
-        let k = Kernel::recording("k", &[4, 8, 100], 1);
-        let args = crate::args![1.5f32, 7u64, [3u8; 100]];
+    fn inline_arguments_are_pointed_to_for_the_call_only() {
+        let k = Kernel::recording("k", &[4, 8], 1);
+        let args = crate::args![1.5f32, 7u64];
         k.check_args(&args).unwrap();
-        let p = PackedArgs::new(&k, &args);
-        let mut scratch = ArgScratch::default();
+        let mut p = PackedArgs::new(&k, &args);
+        let own = |p: &PackedArgs| -> Vec<*mut c_void> {
+            // SAFETY: the array has one pointer per parameter.
+            unsafe { std::slice::from_raw_parts(p.kernel_params(), p.len()) }.to_vec()
+        };
+        let before = own(&p);
         let nine = KernelArg::from(9u64);
-        let ptrs = p.staged_args(&mut scratch, std::iter::once((1, &nine)));
-        // SAFETY: `ptrs` has one entry per parameter, each pointing at its value (the node's
-        // own, or `nine`'s, alive here).
-        let (p0, p1) = unsafe { (*ptrs, *ptrs.add(1)) };
-        assert_eq!(p0.cast_const().cast::<u8>(), p.param_bytes(0).as_ptr());
+        let (p0, p1) = p.with_inline_args(std::iter::once((1, &nine)), |ptrs| {
+            // SAFETY: `ptrs` has one entry per parameter, each pointing at its value (the
+            // node's own, or `nine`'s, alive here; an inline value is 8-byte aligned).
+            unsafe {
+                assert_eq!(*(*ptrs.add(1)).cast::<u64>(), 9);
+                (*ptrs, *ptrs.add(1))
+            }
+        });
+        assert_eq!(p0, before[0], "other parameters point at the node's values");
+        assert_eq!(p1, nine.as_ptr(), "no copy of an inline value");
         assert_eq!(
-            p1.cast_const(),
-            nine.as_ptr().cast_const(),
-            "no copy of an inline value"
+            own(&p),
+            before,
+            "the array points at the node's values again"
         );
-        // SAFETY: as above; an inline value is 8-byte aligned.
-        assert_eq!(unsafe { *p1.cast::<u64>() }, 9);
         assert_eq!(
             p.param_bytes(1),
             &7u64.to_ne_bytes(),
             "the node is unchanged"
         );
+        // Also when the call unwinds.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            p.with_inline_args(std::iter::once((0, &KernelArg::from(2.5f32))), |_| {
+                panic!("in the call")
+            })
+        }));
+        assert!(r.is_err());
+        assert_eq!(own(&p), before, "restored after a panic too");
+    }
+
+    #[test]
+    fn staged_arguments_copy_big_ones_into_the_scratch() {
+        let k = Kernel::recording("k", &[4, 8, 100], 1);
+        let args = crate::args![1.5f32, 7u64, [3u8; 100]];
+        k.check_args(&args).unwrap();
+        let p = PackedArgs::new(&k, &args);
+        let mut scratch = ArgScratch::default();
         // A value kept on the heap is copied with the rest, in the scratch.
         let big = KernelArg::from([5u8; 100]);
-        let ptrs = p.staged_args(&mut scratch, std::iter::once((2, &big)));
-        // SAFETY: as above.
+        let ptrs = p.staged(&mut scratch, &|i| (i == 2).then(|| big.as_bytes()));
+        // SAFETY: `ptrs` has one entry per parameter, each pointing into the scratch.
         let (q1, q2) = unsafe { (*ptrs.add(1), *ptrs.add(2)) };
         // SAFETY: the scratch copy holds parameter 1 (8 bytes) and parameter 2 (100 bytes).
         let (v1, v2) = unsafe {

@@ -809,6 +809,22 @@ pub unsafe fn graph_upload(exec: sys::cudaGraphExec_t, stream: sys::cudaStream_t
     rt!(cudaGraphUpload(exec, stream))
 }
 
+/// `cudaGraphExecKernelNodeSetParams`: a kernel node's update through the kernel-specific
+/// call (see `Exec::push_kernel_params` for why not the generic one).
+///
+/// # Safety
+/// `node` is a kernel node of the graph `exec` was instantiated from, made with the kernel
+/// `params.func`; `params.kernelParams` points to one pointer per kernel parameter, each to a
+/// value of that parameter's size, all readable during the call (CUDA copies them); the device
+/// addresses among the values stay valid while the graph may run.
+pub unsafe fn graph_exec_kernel_node_set_params(
+    exec: sys::cudaGraphExec_t,
+    node: sys::cudaGraphNode_t,
+    params: &sys::cudaKernelNodeParams,
+) -> Result<()> {
+    rt!(cudaGraphExecKernelNodeSetParams(exec, node, params))
+}
+
 /// `cudaGraphExecNodeSetParams`: the generic per-node update.
 ///
 /// # Safety

@@ -48,8 +48,8 @@ impl KernelNode {
 
     /// The kernel parameters CUDA takes (the kernel's address is null for a recording
     /// kernel, which has no code).
-    pub(crate) fn cuda_params(&self) -> sys::cudaKernelNodeParamsV2 {
-        sys::cudaKernelNodeParamsV2 {
+    pub(crate) fn cuda_params(&self) -> sys::cudaKernelNodeParams {
+        sys::cudaKernelNodeParams {
             func: self
                 .kernel
                 .raw()
@@ -62,10 +62,17 @@ impl KernelNode {
         }
     }
 
-    /// The generic node parameters of this launch with other kernel parameters.
-    pub(crate) fn generic(p: sys::cudaKernelNodeParamsV2) -> sys::cudaGraphNodeParams {
+    /// The generic node parameters of a launch with kernel parameters `p`.
+    pub(crate) fn generic(p: sys::cudaKernelNodeParams) -> sys::cudaGraphNodeParams {
         let mut raw = NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeKernel);
-        raw.__bindgen_anon_1.kernel = p;
+        raw.__bindgen_anon_1.kernel = sys::cudaKernelNodeParamsV2 {
+            func: p.func,
+            gridDim: p.gridDim,
+            blockDim: p.blockDim,
+            sharedMemBytes: p.sharedMemBytes,
+            kernelParams: p.kernelParams,
+            extra: p.extra,
+        };
         raw
     }
 
@@ -279,8 +286,15 @@ impl Exec {
 
     /// Sets kernel node `id`'s parameters in the executable graph (`h` is its CUDA node): its
     /// current arguments with `args` (checked by the caller) instead of theirs, and `config`.
-    /// Nothing of the node changes here. One lookup of the node, no copy of argument bytes for
-    /// values up to 64 bytes (see [`PackedArgs::staged_args`]).
+    /// Nothing of the node changes here. One lookup of the node; inline values (every buffer
+    /// and scalar) are pointed to where they are, so no argument byte is copied (see
+    /// [`PackedArgs::with_inline_args`]).
+    ///
+    /// This is one of the places the generic node API is not used: the kernel-specific
+    /// `cudaGraphExecKernelNodeSetParams` does the same job, and the generic
+    /// `cudaGraphExecNodeSetParams` costs 5–8% more per call (H200, CUDA 13.0; the raw rows
+    /// of the bench's `update-per-node` table), which alone would spend the whole budget of
+    /// a per-node update (within 5% of the raw kernel-specific call).
     fn push_kernel_params<'a>(
         &mut self,
         id: NodeId,
@@ -288,7 +302,8 @@ impl Exec {
         config: Option<LaunchConfig>,
         args: impl Iterator<Item = (usize, &'a KernelArg)> + Clone,
     ) -> Result<()> {
-        let Op::Kernel(k) = &self.dag.graph[id.idx].op else {
+        let exec = self.raw;
+        let Op::Kernel(k) = &mut self.dag.graph[id.idx].op else {
             unreachable!("checked by the caller")
         };
         let mut params = k.cuda_params();
@@ -297,15 +312,27 @@ impl Exec {
             params.blockDim = c.block.into();
             params.sharedMemBytes = c.shared_mem_bytes;
         }
-        if args.clone().next().is_some() {
-            params.kernelParams = k.args.staged_args(&mut self.scratch, args);
+        let set = |params: &sys::cudaKernelNodeParams| {
+            // SAFETY: `h` is the kernel node of the instantiated graph for this DAG node, made
+            // with its kernel; the staged parameters match the kernel's layout (checked by the
+            // caller) and point into the node's arguments, `self.scratch` or the caller's
+            // arguments, all alive during the call (CUDA copies the values); buffers among
+            // them are held by the DAG or, once committed, by the caller's update.
+            unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
+        };
+        if args.clone().all(|(_, a)| a.is_inline()) {
+            k.args.with_inline_args(args, |ptrs| {
+                params.kernelParams = ptrs;
+                set(&params)
+            })
+        } else {
+            params.kernelParams = k.args.staged(&mut self.scratch, &|i| {
+                args.clone()
+                    .find(|&(j, _)| j == i)
+                    .map(|(_, a)| a.as_bytes())
+            });
+            set(&params)
         }
-        let mut raw = KernelNode::generic(params);
-        // SAFETY: `h` is the kernel node of the instantiated graph for this DAG node; the
-        // staged parameters match the kernel's layout (checked by the caller) and point into
-        // the node's arguments, `self.scratch` or the caller's arguments, all alive during the
-        // call; CUDA copies the argument values during the call.
-        unsafe { rt::graph_exec_node_set_params(self.raw, h, &mut raw) }
     }
 
     /// Writes accepted arguments into the node, holding new buffers (all first, so a buffer

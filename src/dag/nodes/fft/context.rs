@@ -347,9 +347,9 @@ impl LoweringContext {
             let blob = plan.setter_blob(n.decision.form, params);
             if let Err(e) = set_kernel_node_arg(exec, *h, node, 1, &blob, scratch) {
                 if let (true, Some((ch, cnode))) = (convert, &n.convert) {
-                    let mut raw = KernelNode::generic(cnode.cuda_params());
+                    let params = cnode.cuda_params();
                     // SAFETY: as in `set_kernel_node_arg`, with the node's committed arguments.
-                    let _ = unsafe { rt::graph_exec_node_set_params(exec, ch.0, &mut raw) };
+                    let _ = unsafe { rt::graph_exec_kernel_node_set_params(exec, ch.0, &params) };
                 }
                 return Err(e);
             }
@@ -375,11 +375,12 @@ fn set_kernel_node_arg(
 ) -> Result<()> {
     let mut params = node.cuda_params();
     params.kernelParams = node.args.staged(scratch, &|j| (j == i).then_some(bytes));
-    let mut raw = KernelNode::generic(params);
+    // The kernel-specific call, as for kernel nodes (see `Exec::push_kernel_params`).
     // SAFETY: `h` is a kernel node of the graph `exec` was instantiated from, added from
-    // `node`; the staged arguments keep its validated layout (only argument `i`'s bytes, of
-    // its size, change, and addresses they hold are kept alive by the node's state or DAG).
-    unsafe { rt::graph_exec_node_set_params(exec, h.0, &mut raw) }
+    // `node` (its kernel); the staged arguments keep its validated layout (only argument
+    // `i`'s bytes, of its size, change, and addresses they hold are kept alive by the node's
+    // state or DAG).
+    unsafe { rt::graph_exec_kernel_node_set_params(exec, h.0, &params) }
 }
 
 /// The node a kernel launch of an FFT node becomes, added to `graph` after `deps`.
