@@ -471,9 +471,10 @@ impl RecordingBackend {
     /// Records a kernel node's call as data.
     fn record_kernel(
         &mut self,
+        function: &'static str,
         name: &NodeName,
         deps: &[usize],
-        raw: &sys::cudaKernelNodeParamsV2,
+        raw: &sys::cudaKernelNodeParams,
         k: &KernelNode,
         suffix: String,
     ) -> usize {
@@ -502,7 +503,7 @@ impl RecordingBackend {
             priority: k.priority,
             suffix,
         };
-        self.record("cudaGraphAddNode", "kernel", name, deps, params)
+        self.record(function, "kernel", name, deps, params)
     }
 }
 
@@ -614,13 +615,16 @@ impl sealed::Lower for RecordingBackend {
             ));
         }
         match params {
-            NodeParams::Generic { raw, kernel } => {
-                if raw.type_ == sys::cudaGraphNodeType::cudaGraphNodeTypeKernel {
-                    let k = kernel.expect("kernel parameters come with their node");
-                    // SAFETY: the node modules set the member `type_` names.
-                    let p = unsafe { &raw.__bindgen_anon_1.kernel };
-                    return Ok(self.record_kernel(name, deps, p, k, edge_words));
-                }
+            NodeParams::Kernel(k) => {
+                // As the CUDA backend: the kernel-specific call unless there is edge data.
+                let function = if edges.is_empty() {
+                    "cudaGraphAddKernelNode"
+                } else {
+                    "cudaGraphAddNode"
+                };
+                Ok(self.record_kernel(function, name, deps, &k.cuda_params(), k, edge_words))
+            }
+            NodeParams::Generic(raw) => {
                 let (kind, p) = describe_generic(&raw);
                 let p = Params::Words(p + &edge_words);
                 Ok(self.record("cudaGraphAddNode", kind, name, deps, p))
@@ -934,13 +938,28 @@ impl sealed::Lower for CudaBackend {
         params: NodeParams<'_>,
     ) -> Result<Self::Node> {
         match params {
-            NodeParams::Generic { mut raw, kernel } => {
-                // Validated node: what the parameters point to (kernel and argument values,
-                // regions of live allocations of this device, the host closure) is valid.
+            NodeParams::Generic(mut raw) => {
+                // Validated node: what the parameters point to (regions of live allocations of
+                // this device, the host closure) is valid.
                 // SAFETY: see above; CUDA copies the parameters during the call, and the DAG
-                // (and any Exec made from it) keeps the kernel, buffers and closure alive.
-                let node = unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? };
-                if let Some(prio) = kernel.and_then(|k| k.priority) {
+                // (and any Exec made from it) keeps the buffers and closure alive.
+                unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw) }
+            }
+            NodeParams::Kernel(k) => {
+                let params = k.cuda_params();
+                // Validated node: its kernel is a live kernel of this device, its arguments
+                // match the kernel's layout and their buffers are live allocations this device
+                // reaches.
+                let node = if edges.is_empty() {
+                    // SAFETY: see above; CUDA copies the argument values during the call, and
+                    // the DAG (and any Exec made from it) keeps the kernel and buffers alive.
+                    unsafe { rt::graph_add_kernel_node(self.graph, deps, &params)? }
+                } else {
+                    let mut raw = KernelNode::generic(params);
+                    // SAFETY: as above; `edges` has one entry per dependency.
+                    unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? }
+                };
+                if let Some(prio) = k.priority {
                     // SAFETY: `node` is the kernel node just added.
                     unsafe { rt::graph_kernel_node_set_priority(node, prio)? };
                 }

@@ -45,8 +45,8 @@ fn lowering_order_dependencies_and_parameters() {
         &mut r,
         "
 0 cudaGraphAddMemcpyNode1D memcpy `upload` deps=[] dst=@0000 src=@0400 bytes=1024 kind=HostToDevice
-1 cudaGraphAddNode kernel `kernel#1` deps=[0] kernel=scale grid=(1,1,1) block=(256,1,1) smem=0 args=[0000000000700000,00000040]
-2 cudaGraphAddNode kernel `kernel#2` deps=[0] kernel=scale grid=(2,1,1) block=(128,1,1) smem=0 args=[0000000000700000,00004040]
+1 cudaGraphAddKernelNode kernel `kernel#1` deps=[0] kernel=scale grid=(1,1,1) block=(256,1,1) smem=0 args=[0000000000700000,00000040]
+2 cudaGraphAddKernelNode kernel `kernel#2` deps=[0] kernel=scale grid=(2,1,1) block=(128,1,1) smem=0 args=[0000000000700000,00004040]
 3 cudaGraphAddNode empty `empty#3` deps=[1, 2] 
 4 cudaGraphAddMemcpyNode1D memcpy `memcpy#4` deps=[3] dst=@0400 src=@0000 bytes=1024 kind=DeviceToHost",
     );
@@ -106,7 +106,7 @@ fn child_graphs_and_host_nodes_lower() {
         &mut r,
         "
 0 cudaGraphAddNode host `host#0` deps=[] 
-1 cudaGraphAddNode graph `child#1` deps=[0] child=[cudaGraphAddNode kernel `kernel#0` deps=[]; cudaGraphAddNode empty `empty#1` deps=[0]]",
+1 cudaGraphAddNode graph `child#1` deps=[0] child=[cudaGraphAddKernelNode kernel `kernel#0` deps=[]; cudaGraphAddNode empty `empty#1` deps=[0]]",
     );
 }
 
@@ -553,7 +553,7 @@ fn captured_nodes_lower_as_one_capture_after_their_dependencies() {
         &dag,
         &mut r,
         "
-0 cudaGraphAddNode kernel `kernel#0` deps=[] kernel=k grid=(1,1,1) block=(64,1,1) smem=0 args=[0000000000700000]
+0 cudaGraphAddKernelNode kernel `kernel#0` deps=[] kernel=k grid=(1,1,1) block=(64,1,1) smem=0 args=[0000000000700000]
 1 cudaStreamBeginCaptureToGraph captured `lib` deps=[0] work=`library call` uses=[@0000+256]
 2 cudaGraphAddNode empty `empty#2` deps=[1] ",
     );

@@ -3,6 +3,7 @@
 //! update).
 
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use super::args::KernelArg;
@@ -13,28 +14,34 @@ use crate::memory::Allocation;
 /// reads (`kernelParams`). Updating an argument rewrites bytes in place: the pointers do not
 /// change and nothing is allocated.
 pub(crate) struct PackedArgs {
-    /// One allocation: the `kernelParams` array (one pointer per parameter), then the
-    /// argument values (8-byte words) those pointers point into.
+    /// One allocation (a kernel node is built with one call to the allocator): for `n`
+    /// parameters, `n` cells of the `kernelParams` array (`ptr`), then `n` cells of the
+    /// buffers the arguments refer to (`buffer`, one per parameter, owned), then the argument
+    /// values (`word`s) the pointers point into. Every cell always holds the member of its
+    /// region.
     cells: Box<[Cell]>,
     layout: Arc<KernelInner>,
-    /// The buffers the arguments refer to, one slot per parameter.
-    pub(crate) buffers: Box<[Option<Arc<Allocation>>]>,
 }
 
-/// A word of [`PackedArgs::cells`]: a pointer of the `kernelParams` array, or 8 bytes of
-/// argument values. `repr(C)`, pointer-sized (on the 64-bit targets CUDA supports): the first
-/// cells are the `kernelParams` array CUDA reads. Copying a cell copies its bytes, pointers
-/// included.
-#[derive(Clone, Copy)]
+/// A word of [`PackedArgs::cells`]: a pointer of the `kernelParams` array, a buffer slot or 8
+/// bytes of argument values. `repr(C)` and pointer-sized (on the 64-bit targets CUDA
+/// supports), every member at offset 0: the first cells are the `kernelParams` array CUDA
+/// reads, the next ones an array of `Option<Arc<Allocation>>`.
 #[repr(C)]
 union Cell {
     word: u64,
     ptr: *mut c_void,
+    buffer: ManuallyDrop<Option<Arc<Allocation>>>,
 }
 
-const _: () = assert!(std::mem::size_of::<Cell>() == std::mem::size_of::<*mut c_void>());
+const _: () = {
+    assert!(std::mem::size_of::<Cell>() == std::mem::size_of::<*mut c_void>());
+    assert!(std::mem::size_of::<Cell>() == std::mem::size_of::<Option<Arc<Allocation>>>());
+    assert!(std::mem::align_of::<Cell>() == std::mem::align_of::<Option<Arc<Allocation>>>());
+};
 
-// SAFETY: the raw pointers point into `cells`, owned by the same value.
+// SAFETY: the raw pointers point into `cells`, owned by the same value; the buffers are
+// `Arc<Allocation>`s, which are `Send` and `Sync`.
 unsafe impl Send for PackedArgs {}
 // SAFETY: as above; shared access only reads.
 unsafe impl Sync for PackedArgs {}
@@ -43,12 +50,20 @@ impl PackedArgs {
     /// Packs `args`, which must already match `kernel`'s layout.
     pub(crate) fn new(kernel: &Kernel, args: &[KernelArg]) -> Self {
         let params = &kernel.inner.params;
+        let n = params.len();
         let total = params.iter().map(|p| p.offset + p.size).max().unwrap_or(0);
-        let cells = vec![Cell { word: 0 }; params.len() + total.div_ceil(8).max(1)];
+        let words = total.div_ceil(8).max(1);
+        let mut cells = Vec::with_capacity(2 * n + words);
+        cells.extend((0..n).map(|_| Cell {
+            ptr: std::ptr::null_mut(),
+        }));
+        cells.extend((0..n).map(|_| Cell {
+            buffer: ManuallyDrop::new(None),
+        }));
+        cells.extend((0..words).map(|_| Cell { word: 0 }));
         let mut packed = PackedArgs {
             cells: cells.into_boxed_slice(),
             layout: kernel.inner.clone(),
-            buffers: vec![None; params.len()].into_boxed_slice(),
         };
         packed.fix_ptrs();
         for (i, a) in args.iter().enumerate() {
@@ -61,11 +76,13 @@ impl PackedArgs {
     fn fix_ptrs(&mut self) {
         let n = self.layout.params.len();
         let cells = self.cells.as_mut_ptr();
-        // SAFETY: `cells` has `n` pointer cells and at least one value cell after them.
-        let base = unsafe { cells.add(n) }.cast::<u8>();
+        // SAFETY: `cells` has `2n` pointer and buffer cells and at least one value cell after
+        // them.
+        let base = unsafe { cells.add(2 * n) }.cast::<u8>();
         for (i, info) in self.layout.params.iter().enumerate() {
-            // SAFETY: cell `i` is one of the first `params.len()` cells (the pointer array);
-            // every offset is inside the values, which were sized for the layout.
+            // SAFETY: cell `i` is one of the first `n` cells (the pointer array; writing a
+            // `Copy` member drops nothing); every offset is inside the values, which were
+            // sized for the layout.
             unsafe {
                 cells.add(i).write(Cell {
                     ptr: base.add(info.offset).cast(),
@@ -74,20 +91,41 @@ impl PackedArgs {
         }
     }
 
-    /// The first byte of the argument values (after the pointer array).
+    /// The first byte of the argument values (after the pointer array and the buffers).
     fn storage_ptr(&mut self) -> *mut u8 {
         let n = self.layout.params.len();
-        // SAFETY: `cells` has `n` pointer cells and at least one value cell after them.
-        unsafe { self.cells.as_mut_ptr().add(n) }.cast()
+        // SAFETY: `cells` has `2n` pointer and buffer cells and at least one value cell after
+        // them.
+        unsafe { self.cells.as_mut_ptr().add(2 * n) }.cast()
     }
 
     /// The argument values, as bytes (whole words).
     fn storage_bytes(&self) -> &[u8] {
         let n = self.layout.params.len();
-        let values = &self.cells[n..];
-        // SAFETY: the value cells are initialised (zeroed, then written bytewise) and hold no
+        let values = &self.cells[2 * n..];
+        // SAFETY: the value cells hold `word`s (zeroed, then written bytewise), which have no
         // padding; `u8` has no alignment or validity requirement.
         unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len() * 8) }
+    }
+
+    /// The buffers the arguments refer to, one slot per parameter.
+    pub(crate) fn buffers(&self) -> &[Option<Arc<Allocation>>] {
+        let n = self.layout.params.len();
+        let slots = &self.cells[n..2 * n];
+        // SAFETY: these cells hold the `buffer` member (written by `new`, replaced only by
+        // `set`), at offset 0 of the `repr(C)` union, as `ManuallyDrop` (`repr(transparent)`)
+        // of `Option<Arc<Allocation>>`, whose size and alignment are the cell's (asserted
+        // above): the cells are an array of them, borrowed with `self`.
+        unsafe { std::slice::from_raw_parts(slots.as_ptr().cast(), n) }
+    }
+
+    /// The buffer slot of parameter `i`.
+    fn buffer_mut(&mut self, i: usize) -> &mut Option<Arc<Allocation>> {
+        let n = self.layout.params.len();
+        assert!(i < n, "parameter {i} of {n}");
+        // SAFETY: cell `n + i` is a buffer cell, which holds the `buffer` member (see
+        // `buffers`); borrowed mutably with `self`.
+        unsafe { &mut self.cells[n + i].buffer }
     }
 
     /// Writes argument `i` (already checked against parameter `i`). Returns the buffer it
@@ -96,7 +134,7 @@ impl PackedArgs {
         let info = self.layout.params[i];
         // The same buffer again (the common case when updating a value next to it): no
         // reference-count traffic.
-        let same = match (&self.buffers[i], &a.buffer) {
+        let same = match (&self.buffers()[i], &a.buffer) {
             (Some(old), Some(new)) => Arc::ptr_eq(old, new),
             (None, None) => true,
             _ => false,
@@ -114,7 +152,7 @@ impl PackedArgs {
         if same {
             return None;
         }
-        std::mem::replace(&mut self.buffers[i], a.buffer.clone())
+        std::mem::replace(self.buffer_mut(i), a.buffer.clone())
     }
 
     /// Overwrites parameter `i` with `bytes` (exactly its size), without touching buffers.
@@ -210,13 +248,47 @@ impl PackedArgs {
 
 impl Clone for PackedArgs {
     fn clone(&self) -> Self {
+        let n = self.layout.params.len();
+        let buffers = self.buffers();
+        let cells: Vec<Cell> = self
+            .cells
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i < n {
+                    // Pointed at the clone's own values below.
+                    Cell {
+                        ptr: std::ptr::null_mut(),
+                    }
+                } else if i < 2 * n {
+                    Cell {
+                        buffer: ManuallyDrop::new(buffers[i - n].clone()),
+                    }
+                } else {
+                    // SAFETY: cells from `2n` on are value cells, which hold `word`s.
+                    Cell {
+                        word: unsafe { c.word },
+                    }
+                }
+            })
+            .collect();
         let mut c = PackedArgs {
-            cells: self.cells.clone(),
+            cells: cells.into_boxed_slice(),
             layout: self.layout.clone(),
-            buffers: self.buffers.clone(),
         };
         c.fix_ptrs();
         c
+    }
+}
+
+impl Drop for PackedArgs {
+    fn drop(&mut self) {
+        let n = self.layout.params.len();
+        for c in &mut self.cells[n..2 * n] {
+            // SAFETY: buffer cells hold the `buffer` member (see `buffers`), each dropped
+            // once, here; the cells are not used afterwards (their memory is freed next).
+            unsafe { ManuallyDrop::drop(&mut c.buffer) };
+        }
     }
 }
 
@@ -269,6 +341,45 @@ mod tests {
         // SAFETY: reading the first pointer of the clone's own array.
         let first = unsafe { *c.kernel_params() };
         assert_eq!(first as *const u8, c.param_bytes(0).as_ptr());
+    }
+
+    #[test]
+    fn buffers_are_held_once_per_copy_and_released_when_replaced_or_dropped() {
+        let mut rec = crate::RecordingBackend::new(crate::DeviceLimits::hopper());
+        let a = rec.device_buffer::<f32>(64);
+        let b = rec.device_buffer::<f32>(64);
+        let count = |buf: &crate::DeviceBuffer<f32>| Arc::strong_count(&buf.alloc);
+        let (a0, b0) = (count(&a), count(&b));
+        let k = Kernel::recording("k", &[8, 4, 8], 1);
+        let args = crate::args![&a, 3u32, &a];
+        let mut p = PackedArgs::new(&k, &args);
+        drop(args);
+        assert_eq!(count(&a), a0 + 2, "one reference per argument slot");
+        assert!(p.buffers()[1].is_none());
+        let c = p.clone();
+        assert_eq!(count(&a), a0 + 4, "the clone holds its own references");
+        let old = p.set(2, &KernelArg::from(&b));
+        assert!(old.is_some_and(|o| Arc::ptr_eq(&o, &a.alloc)));
+        assert_eq!(
+            count(&a),
+            a0 + 3,
+            "the replaced buffer is given back (and dropped)"
+        );
+        assert_eq!(count(&b), b0 + 1);
+        assert_eq!(p.param_bytes(2), &b.alloc.ptr.to_ne_bytes());
+        assert_eq!(
+            c.param_bytes(2),
+            &a.alloc.ptr.to_ne_bytes(),
+            "the clone is apart"
+        );
+        drop(p);
+        assert_eq!(
+            (count(&a), count(&b)),
+            (a0 + 2, b0),
+            "dropping releases every slot"
+        );
+        drop(c);
+        assert_eq!(count(&a), a0);
     }
 
     #[test]

@@ -566,7 +566,33 @@ pub unsafe fn graph_destroy(graph: sys::cudaGraph_t) -> Result<()> {
     rt!(cudaGraphDestroy(graph))
 }
 
-/// `cudaGraphAddNode`: the generic call every node kind but 1D copies is added with.
+/// `cudaGraphAddKernelNode`: a kernel node without edge data (see `NodeParams::Kernel` for why
+/// not the generic call).
+///
+/// # Safety
+/// `graph` is live, `deps` are its nodes; `params.func` is a live kernel of the current
+/// device, `params.kernelParams` points to one pointer per kernel parameter, each to a value
+/// of that parameter's size, readable during the call (CUDA copies them); the device
+/// addresses among the values stay valid while any executable graph made from `graph` can
+/// run.
+pub unsafe fn graph_add_kernel_node(
+    graph: sys::cudaGraph_t,
+    deps: &[sys::cudaGraphNode_t],
+    params: &sys::cudaKernelNodeParams,
+) -> Result<sys::cudaGraphNode_t> {
+    let mut n = ptr::null_mut();
+    rt!(cudaGraphAddKernelNode(
+        &mut n,
+        graph,
+        deps.as_ptr(),
+        deps.len(),
+        params
+    ))?;
+    Ok(n)
+}
+
+/// `cudaGraphAddNode`: the generic call every node kind but 1D copies and kernels without
+/// edge data is added with.
 ///
 /// # Safety
 /// `graph` is live, `deps` are its nodes, `edges` is empty or has one entry per dependency;

@@ -20,16 +20,18 @@ pub type EdgeData = sys::cudaGraphEdgeData;
 /// recording backend records) the same description.
 #[allow(clippy::large_enum_variant)] // reason: made on the stack per node and passed by reference; boxing would allocate per node
 pub enum NodeParams<'a> {
-    /// `cudaGraphAddNode` with these parameters. `kernel` is the DAG's kernel node when the
-    /// parameters are a kernel's: its launch priority has no generic field (it is set with
-    /// `cudaGraphKernelNodeSetAttribute` after adding), and the recording backend names the
-    /// kernel and its argument bytes from it (the generic parameters name them by address).
-    Generic {
-        /// The parameters, with `type_` naming the union member that is set.
-        raw: sys::cudaGraphNodeParams,
-        /// The kernel node, for kernel parameters.
-        kernel: Option<&'a KernelNode>,
-    },
+    /// `cudaGraphAddNode` with these parameters, with `type_` naming the union member that is
+    /// set.
+    Generic(sys::cudaGraphNodeParams),
+    /// A kernel launch (the DAG's kernel node: [`KernelNode::cuda_params`]). Kept on the
+    /// kernel-specific `cudaGraphAddKernelNode` when the node has no edge data: the generic
+    /// `cudaGraphAddNode` does the same job but costs 7–17% more per node (H200, CUDA 13.0;
+    /// the raw rows of the bench's construction tables), a cost a builder on top of CUDA cannot
+    /// afford twice. With edge data, `cudaGraphAddNode` (the only call that takes it). The
+    /// launch priority has no field in either (it is set with
+    /// `cudaGraphKernelNodeSetAttribute` after adding); the recording backend names the
+    /// kernel and its argument bytes from the node.
+    Kernel(&'a KernelNode),
     /// A 1D copy, kept on `cudaGraphAddMemcpyNode1D`: through the generic API it would be a
     /// `cudaMemcpy3DParms` copy whose pitch is the byte count, which CUDA limits
     /// (`cudaDevAttrMaxPitch`) where a 1D copy has no limit, and per-node updates of 1D copies

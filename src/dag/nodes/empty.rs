@@ -13,10 +13,9 @@ pub struct EmptyNode;
 impl EmptyNode {
     /// The node as lowering hands it to a backend.
     pub(crate) fn node_params() -> NodeParams<'static> {
-        NodeParams::Generic {
-            raw: NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeEmpty),
-            kernel: None,
-        }
+        NodeParams::Generic(NodeParams::zeroed(
+            sys::cudaGraphNodeType::cudaGraphNodeTypeEmpty,
+        ))
     }
 }
 

@@ -94,10 +94,7 @@ impl NodeOp for HostNode {
     fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
         // The trampoline never unwinds; the HostFn is kept alive by the DAG and by any Exec
         // made from it.
-        NodeParams::Generic {
-            raw: self.generic(),
-            kernel: None,
-        }
+        NodeParams::Generic(self.generic())
     }
 }
 

@@ -85,7 +85,7 @@ impl KernelNode {
             return None;
         }
         let key = b.owner.key();
-        if self.args.buffers[i]
+        if self.args.buffers()[i]
             .as_ref()
             .is_some_and(|old| old.owner.key() == key)
         {
@@ -100,10 +100,7 @@ impl KernelNode {
 
     /// The node as lowering hands it to a backend.
     pub(crate) fn node_params(&self) -> NodeParams<'_> {
-        NodeParams::Generic {
-            raw: Self::generic(self.cuda_params()),
-            kernel: Some(self),
-        }
+        NodeParams::Kernel(self)
     }
 }
 
@@ -120,7 +117,7 @@ impl NodeOp for KernelNode {
                 ),
             ));
         }
-        for (i, b) in self.args.buffers.iter().enumerate() {
+        for (i, b) in self.args.buffers().iter().enumerate() {
             if let Some(b) = b {
                 on.check_reach(name, &format_args!("argument {i}'s"), b)?;
             }
@@ -138,7 +135,7 @@ impl NodeOp for KernelNode {
         Ok(())
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
-        self.args.buffers.iter().flatten().for_each(f)
+        self.args.buffers().iter().flatten().for_each(f)
     }
     fn label(&self) -> Label {
         let c = self.config;
@@ -349,7 +346,7 @@ impl Exec {
             let Op::Kernel(k) = &self.dag.graph[id.idx].op else {
                 unreachable!("checked by the caller")
             };
-            let unchanged = k.args.buffers[i]
+            let unchanged = k.args.buffers()[i]
                 .as_ref()
                 .is_some_and(|cur| Arc::ptr_eq(cur, b));
             if !unchanged {

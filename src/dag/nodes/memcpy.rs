@@ -167,7 +167,7 @@ impl MemcpyNode {
             reserved: [0; 3],
             copyParams: self.copy_3d(),
         };
-        NodeParams::Generic { raw, kernel: None }
+        NodeParams::Generic(raw)
     }
 }
 

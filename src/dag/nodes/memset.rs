@@ -118,10 +118,7 @@ impl NodeOp for MemsetNode {
         )
     }
     fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
-        NodeParams::Generic {
-            raw: self.generic(),
-            kernel: None,
-        }
+        NodeParams::Generic(self.generic())
     }
 }
 

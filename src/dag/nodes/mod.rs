@@ -217,11 +217,11 @@ node_kinds! {
     /// A whole [`Dag`](super::Dag) embedded as one node.
     Child(ChildNode) = "child",
     /// A cuFFT transform.
-    Fft(FftNode) = "fft",
+    Fft(Box<FftNode>) = "fft",
     /// Work recorded from a stream (a library call with no node API).
     Captured(CapturedNode) = "captured",
     /// One rank's part of an NCCL collective or send/receive.
-    Collective(CollectiveNode) = "collective",
+    Collective(Box<CollectiveNode>) = "collective",
 }
 
 impl Op {
@@ -306,5 +306,25 @@ pub(crate) fn bytes(n: usize) -> String {
         format!("{} KiB", n >> 10)
     } else {
         format!("{n} B")
+    }
+}
+
+/// Large node kinds are boxed in [`Op`] (so every node of the DAG is not as large as the
+/// largest kind); the box is the kind.
+impl<T: NodeOp> NodeOp for Box<T> {
+    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
+        (**self).validate(name, on)
+    }
+    fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
+        (**self).for_each_allocation(f)
+    }
+    fn host_fns(&self, prefix: &str, name: &str, out: &mut Vec<(String, Arc<host::HostFn>)>) {
+        (**self).host_fns(prefix, name, out)
+    }
+    fn label(&self) -> Label {
+        (**self).label()
+    }
+    fn params<'a>(&'a self, share: Option<&'a WorkShare>) -> NodeParams<'a> {
+        (**self).params(share)
     }
 }

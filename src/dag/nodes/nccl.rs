@@ -197,10 +197,10 @@ impl Dag {
         let name = self.next_default_name(NodeKind::Collective);
         let coll = made.map_err(|p| collective_error(&name, p))?;
         coll.check_owners(&name, comm.key())?;
-        Ok(self.push(Op::Collective(CollectiveNode {
+        Ok(self.push(Op::Collective(Box::new(CollectiveNode {
             comm: comm.clone(),
             coll,
-        })))
+        }))))
     }
 
     /// Adds rank `comm.rank()`'s part of an all-reduce: `recv = op over ranks of send`

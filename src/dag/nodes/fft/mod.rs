@@ -153,14 +153,14 @@ impl Dag {
             &spec.output,
             &spec.params,
         )?;
-        Ok(self.push(Op::Fft(FftNode {
+        Ok(self.push(Op::Fft(Box::new(FftNode {
             uid: self.next_serial,
             plan: spec.plan,
             direction: spec.direction,
             input: spec.input,
             output: spec.output,
             params: spec.params,
-        })))
+        }))))
     }
 
     /// Replaces an FFT node's callback parameters in the DAG (for a whole-graph update).
