@@ -666,3 +666,39 @@ fn serial_order_is_the_canonical_order_when_it_applies() {
         assert_eq!(dag.topological_order(), dag.ready_order(), "case {case}");
     }
 }
+
+#[test]
+fn a_value_update_is_written_in_place_and_undone_when_cuda_refuses() {
+    let k = crate::Kernel::recording("k", &[8, 4], 1);
+    let mut dag = Dag::new();
+    let id = dag
+        .add_kernel(&k, LaunchConfig::new(1, 32), &crate::args![5u64, 7u32])
+        .unwrap();
+    let crate::dag::Op::Kernel(node) = &mut dag.node_mut(id).unwrap().op else {
+        panic!("not a kernel node")
+    };
+    // CUDA is given the node's own array, with the new value in it.
+    let seen = |p: &crate::sys::cudaKernelNodeParams| {
+        // SAFETY: the array has one pointer per parameter, each to its value.
+        unsafe { *(*p.kernelParams.add(1)).cast::<u32>() }
+    };
+    let mut got = 0;
+    let r = node.update_value_with(1, &crate::KernelArg::from(9u32), |p| {
+        got = seen(p);
+        Err(Error::Invalid("refused".into()))
+    });
+    assert!(r.is_err());
+    assert_eq!(got, 9, "CUDA saw the new value");
+    assert_eq!(
+        node.arg_bytes(1),
+        &7u32.to_ne_bytes(),
+        "a refusal undoes it"
+    );
+    assert_eq!(node.arg_bytes(0), &5u64.to_ne_bytes());
+    node.update_value_with(1, &crate::KernelArg::from(11u32), |p| {
+        got = seen(p);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!((got, node.arg_bytes(1)), (11, &11u32.to_ne_bytes()[..]));
+}

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use crate::memory::Region;
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer};
 
-const INLINE: usize = 64;
+/// Argument values up to this many bytes are held inline (no heap).
+pub(crate) const INLINE: usize = 64;
 
 #[derive(Clone)]
 enum ArgBytes {

@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
-use super::args::KernelArg;
+use super::args::{KernelArg, INLINE};
 use super::launch::{Kernel, KernelInner};
 use crate::memory::Allocation;
 
@@ -153,6 +153,29 @@ impl PackedArgs {
             return None;
         }
         std::mem::replace(self.buffer_mut(i), a.buffer.clone())
+    }
+
+    /// Writes `bytes` (an inline value: at most [`INLINE`] bytes, exactly parameter `i`'s
+    /// size) as parameter `i`'s value and gives back the bytes it replaced (the first
+    /// `bytes.len()` of the array), so that an update CUDA refuses can be undone with
+    /// [`PackedArgs::set_bytes`]. Buffers are not touched.
+    pub(crate) fn swap_value(&mut self, i: usize, bytes: &[u8]) -> [u8; INLINE] {
+        let info = self.layout.params[i];
+        assert!(
+            bytes.len() == info.size && info.size <= INLINE,
+            "parameter {i} size"
+        );
+        let mut old = [0u8; INLINE];
+        old[..info.size].copy_from_slice(self.param_bytes(i));
+        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside the values.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.storage_ptr().add(info.offset),
+                info.size,
+            )
+        };
+        old
     }
 
     /// Overwrites parameter `i` with `bytes` (exactly its size), without touching buffers.

@@ -98,6 +98,46 @@ impl KernelNode {
         ))
     }
 
+    /// Sets value argument `i` (an inline value replacing a value, checked against the
+    /// layout) in CUDA's node `h` of `exec` (made from this node) and here. The bytes are
+    /// written in place first and CUDA's update is made from the node's own array (nothing
+    /// staged, nothing copied but the value); if CUDA refuses, the old bytes are written back,
+    /// so the node stays as CUDA has it.
+    fn update_value(
+        &mut self,
+        exec: sys::cudaGraphExec_t,
+        h: sys::cudaGraphNode_t,
+        i: usize,
+        a: &KernelArg,
+    ) -> Result<()> {
+        self.update_value_with(i, a, |params| {
+            // The kernel-specific call, as in `Exec::push_kernel_params`.
+            // SAFETY: `h` is the kernel node of `exec`'s graph made from this node (its
+            // kernel); the node's arguments match the kernel's layout (argument `i` was
+            // checked against it) and are alive during the call, which copies them; a value
+            // holds no address.
+            unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
+        })
+    }
+
+    /// [`KernelNode::update_value`] with `set` as CUDA's update call (tests give their own).
+    pub(crate) fn update_value_with(
+        &mut self,
+        i: usize,
+        a: &KernelArg,
+        set: impl FnOnce(&sys::cudaKernelNodeParams) -> Result<()>,
+    ) -> Result<()> {
+        let bytes = a.as_bytes();
+        let old = self.args.swap_value(i, bytes);
+        match set(&self.cuda_params()) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.args.set_bytes(i, &old[..bytes.len()]);
+                Err(e)
+            }
+        }
+    }
+
     /// The node as lowering hands it to a backend.
     pub(crate) fn node_params(&self) -> NodeParams<'_> {
         NodeParams::Kernel(self)
@@ -385,6 +425,14 @@ impl Exec {
         let arg = arg.into();
         let h = self.handle(id)?;
         self.dag.graph[id.idx].check_kernel_arg(index, &arg)?;
+        let exec = self.raw;
+        let Op::Kernel(k) = &mut self.dag.graph[id.idx].op else {
+            unreachable!("checked above")
+        };
+        if arg.buffer.is_none() && arg.is_inline() && k.args.buffers()[index].is_none() {
+            // A value for a value, the common update: no buffer is held or released.
+            return k.update_value(exec, h, index, &arg);
+        }
         self.push_kernel_params(id, h, None, std::iter::once((index, &arg)))?;
         self.commit_kernel_args(id, std::iter::once((index, &arg)));
         Ok(())
