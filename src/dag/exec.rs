@@ -70,7 +70,7 @@ pub struct Exec {
     pub(super) device: Device,
     pub(super) dag: Dag,
     /// CUDA node handles of `graph`, by node index.
-    handles: Vec<Option<sys::cudaGraphNode_t>>,
+    pub(super) handles: Vec<Option<sys::cudaGraphNode_t>>,
     /// The nodes of `graph` each captured node (FFT or other) made, by its handle.
     captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
     /// Host closures of the DAG and its children, with their names (for panic reports).
@@ -412,8 +412,17 @@ impl Exec {
 
     pub(super) fn handle(&self, id: NodeId) -> Result<sys::cudaGraphNode_t> {
         self.dag.node(id)?;
+        Self::handle_in(&self.handles, id)
+    }
+
+    /// The CUDA node of `id` (a node of the DAG, checked by the caller) in `handles`.
+    #[inline]
+    pub(super) fn handle_in(
+        handles: &[Option<sys::cudaGraphNode_t>],
+        id: NodeId,
+    ) -> Result<sys::cudaGraphNode_t> {
         // A match, not `ok_or`: no error is made (and dropped) on the update path.
-        match self.handles.get(id.index()) {
+        match handles.get(id.index()) {
             Some(Some(h)) => Ok(*h),
             _ => Err(Error::Dag(DagError::UnknownNode(id.serial()))),
         }

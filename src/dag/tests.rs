@@ -702,3 +702,48 @@ fn a_value_update_is_written_in_place_and_undone_when_cuda_refuses() {
     .unwrap();
     assert_eq!((got, node.arg_bytes(1)), (11, &11u32.to_ne_bytes()[..]));
 }
+
+#[test]
+fn new_values_with_the_same_buffers_are_written_in_place_and_undone_when_cuda_refuses() {
+    let mut rec = RecordingBackend::new(DeviceLimits::hopper());
+    let k = rec.kernel("k", &[8, 4]);
+    let (a, b) = (rec.device_buffer::<u32>(64), rec.device_buffer::<u32>(64));
+    let mut dag = Dag::new();
+    let id = dag
+        .add_kernel(&k, LaunchConfig::new(1, 32), &args![&a, 7u32])
+        .unwrap();
+    let crate::dag::Op::Kernel(node) = &mut dag.node_mut(id).unwrap().op else {
+        panic!("not a kernel node")
+    };
+    assert!(node.args.same_buffers(&args![&a.region(4..8), 1u32]));
+    assert!(!node.args.same_buffers(&args![&b, 1u32]), "another buffer");
+    assert!(
+        !node.args.same_buffers(&args![0u64, 1u32]),
+        "a value for a buffer"
+    );
+    let before = (node.arg_bytes(0).to_vec(), node.arg_bytes(1).to_vec());
+    let mut saved = crate::kernel::ArgScratch::default();
+    let seen = |p: &crate::sys::cudaKernelNodeParams| {
+        // SAFETY: the array has one pointer per parameter, each to its value.
+        unsafe {
+            (
+                *(*p.kernelParams).cast::<u64>(),
+                *(*p.kernelParams.add(1)).cast::<u32>(),
+            )
+        }
+    };
+    let mut got = (0, 0);
+    let moved = a.region(4..8);
+    let r = node.update_values_with(&args![&moved, 9u32], &mut saved, |p| {
+        got = seen(p);
+        Err(Error::Invalid("refused".into()))
+    });
+    assert!(r.is_err());
+    assert_eq!(got, (a.alloc.ptr + 16, 9), "CUDA saw the new values");
+    let after = (node.arg_bytes(0).to_vec(), node.arg_bytes(1).to_vec());
+    assert_eq!(after, before, "a refusal undoes them");
+    node.update_values_with(&args![&moved, 11u32], &mut saved, |_| Ok(()))
+        .unwrap();
+    assert_eq!(node.arg_bytes(0), &(a.alloc.ptr + 16).to_ne_bytes());
+    assert_eq!(node.arg_bytes(1), &11u32.to_ne_bytes());
+}

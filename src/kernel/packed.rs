@@ -7,7 +7,7 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use super::args::{KernelArg, INLINE};
-use super::launch::{Kernel, KernelInner};
+use super::launch::{Kernel, KernelInner, ParamInfo};
 use crate::memory::Allocation;
 
 /// Kernel arguments packed at the kernel's parameter offsets, with the pointer array CUDA
@@ -140,15 +140,8 @@ impl PackedArgs {
             _ => false,
         };
         let bytes = a.as_bytes();
-        debug_assert_eq!(bytes.len(), info.size);
-        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside the values.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.storage_ptr().add(info.offset),
-                info.size,
-            )
-        };
+        assert_eq!(bytes.len(), info.size, "parameter {i} size");
+        self.write_param(info, bytes);
         if same {
             return None;
         }
@@ -166,25 +159,77 @@ impl PackedArgs {
             "parameter {i} size"
         );
         let mut old = [0u8; INLINE];
-        old[..info.size].copy_from_slice(self.param_bytes(i));
-        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside the values.
+        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside the values,
+        // and `old` has room for `info.size <= INLINE` bytes; the two do not overlap.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
+            copy_value(
                 self.storage_ptr().add(info.offset),
+                old.as_mut_ptr(),
                 info.size,
             )
         };
+        self.write_param(info, bytes);
         old
+    }
+
+    /// Whether `args` (one per parameter, of their sizes) are all inline and leave every
+    /// buffer slot as it is: each buffer argument is of the buffer its parameter has (any
+    /// region of it), each value replaces a value. Writing their bytes is then the whole
+    /// update.
+    pub(crate) fn same_buffers(&self, args: &[KernelArg]) -> bool {
+        args.len() == self.len()
+            && args
+                .iter()
+                .zip(self.buffers())
+                .all(|(a, cur)| match (&a.buffer, cur) {
+                    (None, None) => a.is_inline(),
+                    (Some(new), Some(cur)) => a.is_inline() && Arc::ptr_eq(new, cur),
+                    _ => false,
+                })
+    }
+
+    /// Copies the argument values into `saved` (allocates only when it grows).
+    pub(crate) fn save_values(&self, saved: &mut ArgScratch) {
+        let n = self.layout.params.len();
+        saved.storage.clear();
+        saved.storage.extend(self.cells[2 * n..].iter().map(|c| {
+            // SAFETY: cells from `2n` on are value cells, which hold `word`s.
+            unsafe { c.word }
+        }));
+    }
+
+    /// Writes back the values [`PackedArgs::save_values`] saved from these arguments.
+    pub(crate) fn restore_values(&mut self, saved: &ArgScratch) {
+        let n = self.layout.params.len();
+        let values = &mut self.cells[2 * n..];
+        assert_eq!(
+            values.len(),
+            saved.storage.len(),
+            "saved from these arguments"
+        );
+        for (c, &w) in values.iter_mut().zip(&saved.storage) {
+            // A value cell gets a `word` again (a `Copy` member: nothing is dropped).
+            *c = Cell { word: w };
+        }
     }
 
     /// Overwrites parameter `i` with `bytes` (exactly its size), without touching buffers.
     pub(crate) fn set_bytes(&mut self, i: usize, bytes: &[u8]) {
         let info = self.layout.params[i];
         assert_eq!(bytes.len(), info.size, "parameter {i} size");
-        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside the values.
+        self.write_param(info, bytes);
+    }
+
+    /// Writes `bytes` (exactly `info.size` long, checked by the callers) as the value of the
+    /// parameter `info` describes.
+    #[inline]
+    fn write_param(&mut self, info: ParamInfo, bytes: &[u8]) {
+        debug_assert_eq!(bytes.len(), info.size);
+        // SAFETY: the parameter occupies `info.size` bytes at `info.offset` inside the values
+        // (sized for the layout); `bytes` is that long and borrowed, so it is not inside
+        // `self`'s cells, borrowed mutably here.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            copy_value(
                 bytes.as_ptr(),
                 self.storage_ptr().add(info.offset),
                 info.size,
@@ -315,6 +360,29 @@ impl Drop for PackedArgs {
     }
 }
 
+/// Copies `n` bytes from `src` to `dst`. The sizes of scalars and pointers are copied with
+/// one load and one store (a `copy_nonoverlapping` whose length is known only at run time is
+/// a call to `memcpy`, a good part of a per-node update's cost).
+///
+/// # Safety
+/// As for [`std::ptr::copy_nonoverlapping`]: `src` readable and `dst` writable for `n` bytes
+/// (no alignment needed), the two not overlapping.
+#[inline]
+unsafe fn copy_value(src: *const u8, dst: *mut u8, n: usize) {
+    // SAFETY (all arms): the caller's contract, for exactly `n` bytes; unaligned accesses.
+    unsafe {
+        match n {
+            4 => dst
+                .cast::<u32>()
+                .write_unaligned(src.cast::<u32>().read_unaligned()),
+            8 => dst
+                .cast::<u64>()
+                .write_unaligned(src.cast::<u64>().read_unaligned()),
+            _ => std::ptr::copy_nonoverlapping(src, dst, n),
+        }
+    }
+}
+
 /// Room to stage kernel parameters for an update before the node's own copy changes (so a
 /// refused update leaves the node as CUDA still has it).
 #[derive(Default)]
@@ -330,7 +398,6 @@ unsafe impl Send for ArgScratch {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::ParamInfo;
 
     #[test]
     fn values_pack_at_parameter_offsets() {

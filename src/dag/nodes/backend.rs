@@ -23,7 +23,7 @@ pub enum NodeParams<'a> {
     /// `cudaGraphAddNode` with these parameters, with `type_` naming the union member that is
     /// set.
     Generic(sys::cudaGraphNodeParams),
-    /// A kernel launch (the DAG's kernel node: [`KernelNode::cuda_params`]). Kept on the
+    /// A kernel launch (the DAG's kernel node, whose `cuda_params` CUDA gets). Kept on the
     /// kernel-specific `cudaGraphAddKernelNode` when the node has no edge data: the generic
     /// `cudaGraphAddNode` does the same job but costs 7–17% more per node (H200, CUDA 13.0;
     /// the raw rows of the bench's construction tables), a cost a builder on top of CUDA cannot

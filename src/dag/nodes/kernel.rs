@@ -9,7 +9,7 @@ use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
 use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;
-use crate::kernel::{Kernel, KernelArg, LaunchConfig, PackedArgs};
+use crate::kernel::{ArgScratch, Kernel, KernelArg, LaunchConfig, PackedArgs};
 use crate::memory::Allocation;
 use crate::result::runtime as rt;
 use crate::sys;
@@ -118,6 +118,48 @@ impl KernelNode {
             // holds no address.
             unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
         })
+    }
+
+    /// Replaces all arguments (checked against the layout; inline, each buffer argument the
+    /// buffer its parameter already has, see [`PackedArgs::same_buffers`]) in CUDA's node `h`
+    /// of `exec` (made from this node) and here, as [`KernelNode::update_value`] does for one:
+    /// the values are saved in `saved`, written in place, and written back if CUDA refuses.
+    fn update_values(
+        &mut self,
+        exec: sys::cudaGraphExec_t,
+        h: sys::cudaGraphNode_t,
+        args: &[KernelArg],
+        saved: &mut ArgScratch,
+    ) -> Result<()> {
+        self.update_values_with(args, saved, |params| {
+            // The kernel-specific call, as in `Exec::push_kernel_params`.
+            // SAFETY: `h` is the kernel node of `exec`'s graph made from this node (its
+            // kernel); the node's arguments match the kernel's layout (the new ones were
+            // checked against it) and are alive during the call, which copies them; the
+            // addresses among them are of the buffers the node already holds.
+            unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
+        })
+    }
+
+    /// [`KernelNode::update_values`] with `set` as CUDA's update call (tests give their own).
+    pub(crate) fn update_values_with(
+        &mut self,
+        args: &[KernelArg],
+        saved: &mut ArgScratch,
+        set: impl FnOnce(&sys::cudaKernelNodeParams) -> Result<()>,
+    ) -> Result<()> {
+        debug_assert!(self.args.same_buffers(args));
+        self.args.save_values(saved);
+        for (i, a) in args.iter().enumerate() {
+            self.args.set_bytes(i, a.as_bytes());
+        }
+        match set(&self.cuda_params()) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.args.restore_values(saved);
+                Err(e)
+            }
+        }
     }
 
     /// [`KernelNode::update_value`] with `set` as CUDA's update call (tests give their own).
@@ -276,6 +318,16 @@ impl Node {
     /// [`Exec`]'s update, see [`KernelNode::exec_arg_device_problem`].
     pub(crate) fn check_kernel_args(&self, args: &[KernelArg], in_exec: bool) -> Result<()> {
         let k = self.kernel()?;
+        // The common update, checked inline: values of their parameters' sizes and the
+        // buffers the node already has (checked when they were given). Anything else, errors
+        // included, goes through the full checks below.
+        let params = k.kernel.params();
+        if args.len() == params.len()
+            && args.iter().zip(params).all(|(a, p)| a.size() == p.size)
+            && k.args.same_buffers(args)
+        {
+            return Ok(());
+        }
         let problem = k.kernel.args_layout_problem(args).or_else(|| {
             if !in_exec {
                 return None;
@@ -293,6 +345,12 @@ impl Node {
     /// What is wrong with `arg` as argument `index` of this kernel node, in an [`Exec`].
     pub(crate) fn check_kernel_arg(&self, index: usize, arg: &KernelArg) -> Result<()> {
         let k = self.kernel()?;
+        // The common update, checked inline: a value (no buffer to check) of its parameter's
+        // size. Anything else, errors included, goes through the full checks below.
+        let params = k.kernel.params();
+        if arg.buffer.is_none() && params.get(index).is_some_and(|p| p.size == arg.size()) {
+            return Ok(());
+        }
         let problem = k
             .kernel
             .arg_layout_problem(index, arg)
@@ -408,8 +466,18 @@ impl Exec {
     /// Replaces all arguments of kernel node `id` (checked against the kernel's layout).
     /// When CUDA refuses, nothing changes.
     pub fn set_kernel_args(&mut self, id: NodeId, args: &[KernelArg]) -> Result<()> {
-        let h = self.handle(id)?;
-        self.dag.graph[id.idx].check_kernel_args(args, true)?;
+        // One lookup of the node (the fields are borrowed apart).
+        let node = self.dag.node_mut(id)?;
+        let h = Self::handle_in(&self.handles, id)?;
+        node.check_kernel_args(args, true)?;
+        let Op::Kernel(k) = &mut node.op else {
+            unreachable!("checked above")
+        };
+        if k.args.same_buffers(args) {
+            // New values, the same buffers (the common update): no buffer is held or
+            // released.
+            return k.update_values(self.raw, h, args, &mut self.scratch);
+        }
         self.push_kernel_params(id, h, None, args.iter().enumerate())?;
         self.commit_kernel_args(id, args.iter().enumerate());
         Ok(())
@@ -423,15 +491,16 @@ impl Exec {
         arg: impl Into<KernelArg>,
     ) -> Result<()> {
         let arg = arg.into();
-        let h = self.handle(id)?;
-        self.dag.graph[id.idx].check_kernel_arg(index, &arg)?;
-        let exec = self.raw;
-        let Op::Kernel(k) = &mut self.dag.graph[id.idx].op else {
+        // One lookup of the node (the fields are borrowed apart).
+        let node = self.dag.node_mut(id)?;
+        let h = Self::handle_in(&self.handles, id)?;
+        node.check_kernel_arg(index, &arg)?;
+        let Op::Kernel(k) = &mut node.op else {
             unreachable!("checked above")
         };
         if arg.buffer.is_none() && arg.is_inline() && k.args.buffers()[index].is_none() {
             // A value for a value, the common update: no buffer is held or released.
-            return k.update_value(exec, h, index, &arg);
+            return k.update_value(self.raw, h, index, &arg);
         }
         self.push_kernel_params(id, h, None, std::iter::once((index, &arg)))?;
         self.commit_kernel_args(id, std::iter::once((index, &arg)));
