@@ -37,12 +37,12 @@ impl Dag {
     /// of each node, indexed by [`NodeId::index`](super::NodeId::index) (`None` for holes left
     /// by removed nodes).
     pub fn lower<B: Backend>(&self, backend: &mut B) -> Result<Vec<Option<B::Node>>> {
-        self.validate_on(&Target {
-            home: backend.key(),
-            limits: backend.limits(),
-            devices: &*backend,
-            placeable: true,
-        })?;
+        self.validate_on(&Target::new(
+            backend.key(),
+            backend.limits(),
+            &*backend,
+            true,
+        ))?;
         self.lower_validated(backend)
     }
 

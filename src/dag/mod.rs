@@ -453,12 +453,7 @@ impl Dag {
     /// by peer access. (Arguments, bounds and cycles were checked as the DAG was built.)
     pub fn validate(&self, device: &Device) -> Result<()> {
         let devices = CudaDevices::default();
-        self.validate_on(&Target {
-            home: device.key(),
-            limits: device.limits(),
-            devices: &devices,
-            placeable: true,
-        })
+        self.validate_on(&Target::new(device.key(), device.limits(), &devices, true))
     }
 
     /// Validates every node on its device within `target`.

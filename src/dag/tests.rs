@@ -747,3 +747,26 @@ fn new_values_with_the_same_buffers_are_written_in_place_and_undone_when_cuda_re
     assert_eq!(node.arg_bytes(0), &(a.alloc.ptr + 16).to_ne_bytes());
     assert_eq!(node.arg_bytes(1), &11u32.to_ne_bytes());
 }
+
+#[test]
+fn a_launch_shape_is_checked_for_every_node_not_only_the_first_of_a_kernel() {
+    let mut rec = RecordingBackend::new(DeviceLimits::hopper());
+    let k = rec.kernel("k", &[4]);
+    let good = LaunchConfig::new(1, 256);
+    let mut dag = Dag::new();
+    let a = dag.add_kernel(&k, good, &args![1u32]).unwrap();
+    let b = dag.add_kernel(&k, good, &args![2u32]).unwrap();
+    dag.add_dependency(a, b).unwrap();
+    dag.lower(&mut rec).unwrap();
+    // The same kernel again, with a block too large for the device: still refused.
+    let bad = dag
+        .add_kernel(&k, LaunchConfig::new(1, 2048), &args![3u32])
+        .unwrap();
+    dag.set_name(bad, "too wide");
+    dag.add_dependency(b, bad).unwrap();
+    let e = dag.lower(&mut rec).unwrap_err();
+    assert!(
+        matches!(&e, Error::Dag(DagError::LaunchShape { node, .. }) if node == "too wide"),
+        "{e}"
+    );
+}

@@ -27,10 +27,8 @@ impl NodeOp for ChildNode {
     fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
         // The child's nodes run where the child node runs (the graph's device): none of them
         // may be placed elsewhere.
-        let inner = Target {
-            placeable: false,
-            ..*on.target
-        };
+        let t = on.target;
+        let inner = Target::new(t.home, t.limits, t.devices, false);
         self.dag.validate_on(&inner).map_err(|e| match e {
             Error::Dag(inner) => Error::Dag(DagError::WrongKind {
                 node: name.to_string(),

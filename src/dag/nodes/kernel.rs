@@ -206,6 +206,10 @@ impl NodeOp for KernelNode {
         }
         // A CUDA kernel is checked against its own device's limits (the node's device, as
         // checked above); a recording kernel against the backend's.
+        let launch = (Arc::as_ptr(&self.kernel.inner) as usize, self.config);
+        if on.target.accepted_launch.get() == Some(launch) {
+            return Ok(());
+        }
         let limits = self.kernel.home().map_or(on.target.limits, |d| d.limits());
         if let Some(problem) = self.kernel.launch_problem(limits, &self.config) {
             return Err(Error::Dag(DagError::LaunchShape {
@@ -214,6 +218,7 @@ impl NodeOp for KernelNode {
                 problem,
             }));
         }
+        on.target.accepted_launch.set(Some(launch));
         Ok(())
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {

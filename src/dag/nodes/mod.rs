@@ -50,6 +50,29 @@ pub(crate) struct Target<'a> {
     pub(crate) devices: &'a dyn Devices,
     /// Whether nodes may run on other devices than `home` (not inside a child graph).
     pub(crate) placeable: bool,
+    /// The last kernel (by the address of its shared state, alive for the whole pass: the DAG
+    /// holds it) and launch shape this pass accepted: a node with the same pair has the same
+    /// limits (its kernel's device's, or the target's for a recording kernel) and passes the
+    /// same check, so it is not checked again (a chain of one kernel is checked once).
+    pub(crate) accepted_launch: std::cell::Cell<Option<(usize, crate::kernel::LaunchConfig)>>,
+}
+
+impl<'a> Target<'a> {
+    /// A target for a validation pass (nothing accepted yet).
+    pub(crate) fn new(
+        home: DeviceKey,
+        limits: &'a DeviceLimits,
+        devices: &'a dyn Devices,
+        placeable: bool,
+    ) -> Self {
+        Target {
+            home,
+            limits,
+            devices,
+            placeable,
+            accepted_launch: std::cell::Cell::new(None),
+        }
+    }
 }
 
 /// One node's validation: the device it runs on, in its [`Target`].
