@@ -395,7 +395,7 @@ impl Bench {
 pub const STREAM: &str = "stream launches";
 pub const CAPTURE: &str = "stream capture";
 pub const RAW: &str = "raw graph";
-/// The raw graph made with CUDA's generic node API (the calls the crate makes).
+/// The raw graph made with CUDA's generic node API (what the kernel-specific calls save).
 pub const RAW_GENERIC: &str = "raw graph, generic API: cudaGraphAddNode";
 pub const CRATE: &str = "cudagraph";
 

@@ -39,8 +39,8 @@ pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
             &format!("construction-{key}-lower"),
             &format!("Construction, {name}: validation + lowering, per node"),
             "cudagraph: `Dag::lower` into a `CudaBackend` (validation, then one \
-             `cudaGraphAddNode` per node), compared with the raw graph's build (the same CUDA \
-             work; through the generic API, the same CUDA calls).",
+             `cudaGraphAddKernelNode` per node), compared with the raw graph's build (the same \
+             CUDA calls).",
             &ns,
         );
         let lr = lower.row("raw graph: build (same CUDA calls)", None);

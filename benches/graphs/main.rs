@@ -14,10 +14,10 @@
 //! 3. **raw graph**: an explicit graph built with the raw runtime calls of the crate's `sys`
 //!    layer (function pointers fetched once): `cudaGraphCreate`, `cudaGraphAddKernelNode`,
 //!    `cudaGraphInstantiate`, `cudaGraphLaunch`, `cudaGraphExecKernelNodeSetParams`,
-//!    `cudaGraphExecUpdate`: the floor for any wrapper; the construction and update experiments
-//!    also make it through CUDA's generic node API (`cudaGraphAddNode`,
-//!    `cudaGraphExecNodeSetParams`: the calls the crate makes), which splits the crate's gap
-//!    into CUDA's generic API and the crate's own host work;
+//!    `cudaGraphExecUpdate` (for kernel nodes the crate makes the same calls): the floor for any
+//!    wrapper; the construction and update experiments also make it through CUDA's generic
+//!    node API (`cudaGraphAddNode`, `cudaGraphExecNodeSetParams`), which shows what the
+//!    kernel-specific calls save;
 //! 4. **cudagraph**: the crate's `Dag` built node by node, then `Dag::into_exec` (or `Dag::instantiate`, which keeps the DAG) → `Exec`.
 //!
 //! Every node is the same tiny kernel, `tiny(unsigned* c, unsigned v)`, one block of 32

@@ -227,9 +227,10 @@ impl Report {
             "\nMethods: **stream launches** (`cudaLaunchKernel` per node; fan-out through 8 \
              worker streams and events), **stream capture** (the same stream work captured, \
              then `cudaGraphInstantiate` + `cudaGraphLaunch`), **raw graph** (explicit graph \
-             with the raw runtime calls: the floor for any wrapper; in the construction and update \
-             tables also made through CUDA's generic node API, `cudaGraphAddNode` / \
-             `cudaGraphExecNodeSetParams`, the calls the crate makes), **cudagraph** (`Dag` → \
+             with the raw runtime calls, the kernel-specific ones the crate also makes for kernel \
+             nodes: the floor for any wrapper; in the construction and update tables also made \
+             through CUDA's generic node API, `cudaGraphAddNode` / \
+             `cudaGraphExecNodeSetParams`), **cudagraph** (`Dag` → \
              `Exec`). Every node is `tiny(unsigned*, unsigned)`, one block of 32 threads. \
              Values are medians, in µs **per node** (the time of the whole operation divided \
              by N); ratios are per N, in N order. The FFT tables are in µs **per iteration** \
