@@ -34,7 +34,7 @@
 //!
 //! Every node is lowered through one backend method with CUDA's generic node parameters
 //! (`cudaGraphNodeParams`, added with `cudaGraphAddNode`); the exceptions are named. Kernels
-//! keep the kernel-specific calls, which do the same job at 5–17% less CPU time per call
+//! keep the kernel-specific calls, which do the same job at 3–17% less CPU time per call
 //! (measured, `docs/performance/`); a kernel with edge data goes through `cudaGraphAddNode`.
 //!
 //! | DAG node | builder | CUDA runtime call | per-node update on [`Exec`] |

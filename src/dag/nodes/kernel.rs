@@ -392,7 +392,7 @@ impl Exec {
     ///
     /// This is one of the places the generic node API is not used: the kernel-specific
     /// `cudaGraphExecKernelNodeSetParams` does the same job, and the generic
-    /// `cudaGraphExecNodeSetParams` costs 5–8% more per call (H200, CUDA 13.0; the raw rows
+    /// `cudaGraphExecNodeSetParams` costs 3–14% more per call (H200, CUDA 13.0; the raw rows
     /// of the bench's `update-per-node` table), which alone would spend the whole budget of
     /// a per-node update (within 5% of the raw kernel-specific call).
     fn push_kernel_params<'a>(
