@@ -40,6 +40,12 @@ const _: () = {
     assert!(std::mem::align_of::<Cell>() == std::mem::align_of::<Option<Arc<Allocation>>>());
 };
 
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Arc<Allocation>>();
+    send_sync::<Arc<KernelInner>>();
+};
+
 // SAFETY: the raw pointers point into `cells`, owned by the same value; the buffers are
 // `Arc<Allocation>`s, which are `Send` and `Sync`.
 unsafe impl Send for PackedArgs {}

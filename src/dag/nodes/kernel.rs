@@ -148,7 +148,12 @@ impl KernelNode {
         saved: &mut ArgScratch,
         set: impl FnOnce(&sys::cudaKernelNodeParams) -> Result<()>,
     ) -> Result<()> {
-        debug_assert!(self.args.same_buffers(args));
+        // Checked, not assumed: with another buffer the node would hand CUDA an address it
+        // does not hold.
+        assert!(
+            self.args.same_buffers(args),
+            "new values with the same buffers"
+        );
         self.args.save_values(saved);
         for (i, a) in args.iter().enumerate() {
             self.args.set_bytes(i, a.as_bytes());
@@ -170,6 +175,11 @@ impl KernelNode {
         set: impl FnOnce(&sys::cudaKernelNodeParams) -> Result<()>,
     ) -> Result<()> {
         let bytes = a.as_bytes();
+        // Checked, not assumed: a value for a value leaves no buffer unheld or held twice.
+        assert!(
+            a.buffer.is_none() && self.args.buffers()[i].is_none(),
+            "argument {i}: a value for a value"
+        );
         let old = self.args.swap_value(i, bytes);
         match set(&self.cuda_params()) {
             Ok(()) => Ok(()),
@@ -206,7 +216,12 @@ impl NodeOp for KernelNode {
         }
         // A CUDA kernel is checked against its own device's limits (the node's device, as
         // checked above); a recording kernel against the backend's.
-        let launch = (Arc::as_ptr(&self.kernel.inner) as usize, self.config);
+        // The dynamic shared memory limit is in the key: it can be raised between nodes.
+        let launch = (
+            Arc::as_ptr(&self.kernel.inner) as usize,
+            self.kernel.max_dynamic_shared_mem(),
+            self.config,
+        );
         if on.target.accepted_launch.get() == Some(launch) {
             return Ok(());
         }

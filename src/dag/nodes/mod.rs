@@ -54,7 +54,10 @@ pub(crate) struct Target<'a> {
     /// holds it) and launch shape this pass accepted: a node with the same pair has the same
     /// limits (its kernel's device's, or the target's for a recording kernel) and passes the
     /// same check, so it is not checked again (a chain of one kernel is checked once).
-    pub(crate) accepted_launch: std::cell::Cell<Option<(usize, crate::kernel::LaunchConfig)>>,
+    /// The kernel's dynamic shared memory limit (which another thread may raise) is part of
+    /// the key.
+    pub(crate) accepted_launch:
+        std::cell::Cell<Option<(usize, usize, crate::kernel::LaunchConfig)>>,
 }
 
 impl<'a> Target<'a> {
