@@ -623,7 +623,16 @@ impl Node {
     pub(crate) fn wrong_kind(&self, wanted: &str) -> Error {
         Error::Dag(DagError::WrongKind {
             node: self.name.to_string(),
-            problem: format!("is a {} node, not {wanted}", self.kind().as_str()),
+            problem: {
+                let kind = self.kind().as_str();
+                // "an empty node", "a kernel node".
+                let article = if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                    "an"
+                } else {
+                    "a"
+                };
+                format!("is {article} {kind} node, not {wanted}")
+            },
         })
     }
 }

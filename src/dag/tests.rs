@@ -770,3 +770,11 @@ fn a_launch_shape_is_checked_for_every_node_not_only_the_first_of_a_kernel() {
         "{e}"
     );
 }
+
+#[test]
+fn wrong_kind_errors_read_as_english() {
+    let mut dag = Dag::new();
+    let e = dag.add_empty();
+    let err = dag.set_memset_value(e, 1u8).unwrap_err().to_string();
+    assert!(err.contains("is an empty node, not a memset node"), "{err}");
+}
