@@ -166,12 +166,14 @@ impl Dag {
         if flags.use_node_priority {
             f |= sys::cudaGraphInstantiateFlagUseNodePriority as u64;
         }
-        // SAFETY: `graph` is live and complete; the upload stream is live and of this device.
         let raw = match upload {
+            // SAFETY: `graph` is live and complete.
             None => unsafe { rt::graph_instantiate(graph, f) },
-            Some(s) => s
-                .queue()
-                .and_then(|tail| unsafe { rt::graph_instantiate_upload(graph, f, tail.raw()) }),
+            Some(s) => s.queue().and_then(|tail| {
+                // SAFETY: `graph` is live and complete; the upload stream is live and of this
+                // device, its tail held.
+                unsafe { rt::graph_instantiate_upload(graph, f, tail.raw()) }
+            }),
         };
         let raw = match raw {
             Ok(r) => r,
