@@ -257,7 +257,7 @@ fn enable_disable(gpu: &Gpu) -> anyhow::Result<()> {
     exec.synchronize()?;
     ensure!(c.to_vec()? == [23], "{:?}", c.to_vec()?);
     let err = exec.set_enabled(e, false).unwrap_err();
-    ensure!(err.to_string().contains("is a empty node"), "{err}");
+    ensure!(err.to_string().contains("is an empty node"), "{err}");
     Ok(())
 }
 
