@@ -74,69 +74,95 @@ pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
             let st = stages(topology, n);
             let reps = b.reps(n).construction;
             let mut s: Vec<Vec<f64>> = vec![Vec::new(); 15];
+            // One method's measurements of a repetition into `v` (the indices the medians
+            // below read).
+            let run = |method: usize, v: &mut [f64; 15]| -> Result<()> {
+                match method {
+                    0 => {
+                        let t0 = Instant::now();
+                        let g = b.build_raw(topology, n, 1)?;
+                        let t1 = Instant::now();
+                        let e = b.instantiate_raw(&g)?;
+                        let t2 = Instant::now();
+                        drop((e, g));
+                        v[0] = us_per_node(t1 - t0, n);
+                        v[1] = us_per_node(t2 - t1, n);
+                        v[2] = us_per_node(t2 - t0, n);
+                    }
+                    1 => {
+                        // Raw, generic API.
+                        let t0 = Instant::now();
+                        let g = b.build_raw_generic(topology, n, 1)?;
+                        let t1 = Instant::now();
+                        let e = b.instantiate_raw(&g)?;
+                        let t2 = Instant::now();
+                        drop((e, g));
+                        v[12] = us_per_node(t1 - t0, n);
+                        v[13] = us_per_node(t2 - t1, n);
+                        v[14] = us_per_node(t2 - t0, n);
+                    }
+                    2 => {
+                        let t0 = Instant::now();
+                        let g = b.capture(&st, 1)?;
+                        let t1 = Instant::now();
+                        let e = b.instantiate_raw(&g)?;
+                        let t2 = Instant::now();
+                        drop((e, g));
+                        v[3] = us_per_node(t1 - t0, n);
+                        v[4] = us_per_node(t2 - t1, n);
+                        v[5] = us_per_node(t2 - t0, n);
+                    }
+                    3 => {
+                        // cudagraph, end to end, the DAG consumed.
+                        let t0 = Instant::now();
+                        let (dag, _) = b.build_dag(topology, n, 1)?;
+                        let t1 = Instant::now();
+                        let exec = dag.into_exec(&b.device)?;
+                        let t2 = Instant::now();
+                        drop(exec);
+                        v[6] = us_per_node(t1 - t0, n);
+                        v[7] = us_per_node(t2 - t1, n);
+                        v[8] = us_per_node(t2 - t0, n);
+                    }
+                    4 => {
+                        // cudagraph, end to end, the DAG kept (copied into the Exec).
+                        let t0 = Instant::now();
+                        let (dag, _) = b.build_dag(topology, n, 1)?;
+                        let exec = dag.instantiate(&b.device)?;
+                        let t1 = Instant::now();
+                        drop((exec, dag));
+                        v[11] = us_per_node(t1 - t0, n);
+                    }
+                    _ => {
+                        // cudagraph, by phase: validate + lower, then CUDA's instantiation
+                        // alone.
+                        let (dag, _) = b.build_dag(topology, n, 1)?;
+                        let t0 = Instant::now();
+                        let mut backend = cudagraph::CudaBackend::new(&b.device)?;
+                        let handles = dag.lower(&mut backend)?;
+                        let t1 = Instant::now();
+                        // SAFETY: the backend's graph is live and complete.
+                        let e = unsafe { rt::graph_instantiate(backend.raw_graph(), 0)? };
+                        let t2 = Instant::now();
+                        // SAFETY: never launched.
+                        unsafe { rt::graph_exec_destroy(e)? };
+                        drop((handles, backend, dag));
+                        v[9] = us_per_node(t1 - t0, n);
+                        v[10] = us_per_node(t2 - t1, n);
+                    }
+                }
+                Ok(())
+            };
+            const METHODS: usize = 6;
             for rep in 0..=reps {
                 b.sync()?;
                 let mut v = [0f64; 15];
-                // raw
-                let t0 = Instant::now();
-                let g = b.build_raw(topology, n, 1)?;
-                let t1 = Instant::now();
-                let e = b.instantiate_raw(&g)?;
-                let t2 = Instant::now();
-                drop((e, g));
-                v[0] = us_per_node(t1 - t0, n);
-                v[1] = us_per_node(t2 - t1, n);
-                v[2] = us_per_node(t2 - t0, n);
-                // raw, generic API
-                let t0 = Instant::now();
-                let g = b.build_raw_generic(topology, n, 1)?;
-                let t1 = Instant::now();
-                let e = b.instantiate_raw(&g)?;
-                let t2 = Instant::now();
-                drop((e, g));
-                v[12] = us_per_node(t1 - t0, n);
-                v[13] = us_per_node(t2 - t1, n);
-                v[14] = us_per_node(t2 - t0, n);
-                // capture
-                let t0 = Instant::now();
-                let g = b.capture(&st, 1)?;
-                let t1 = Instant::now();
-                let e = b.instantiate_raw(&g)?;
-                let t2 = Instant::now();
-                drop((e, g));
-                v[3] = us_per_node(t1 - t0, n);
-                v[4] = us_per_node(t2 - t1, n);
-                v[5] = us_per_node(t2 - t0, n);
-                // cudagraph, end to end, the DAG consumed
-                let t0 = Instant::now();
-                let (dag, _) = b.build_dag(topology, n, 1)?;
-                let t1 = Instant::now();
-                let exec = dag.into_exec(&b.device)?;
-                let t2 = Instant::now();
-                drop(exec);
-                v[6] = us_per_node(t1 - t0, n);
-                v[7] = us_per_node(t2 - t1, n);
-                v[8] = us_per_node(t2 - t0, n);
-                // cudagraph, end to end, the DAG kept (copied into the Exec)
-                let t0 = Instant::now();
-                let (dag, _) = b.build_dag(topology, n, 1)?;
-                let exec = dag.instantiate(&b.device)?;
-                let t1 = Instant::now();
-                drop(exec);
-                v[11] = us_per_node(t1 - t0, n);
-                // cudagraph, by phase: validate + lower, then CUDA's instantiation alone
-                let t0 = Instant::now();
-                let mut backend = cudagraph::CudaBackend::new(&b.device)?;
-                let handles = dag.lower(&mut backend)?;
-                let t1 = Instant::now();
-                // SAFETY: the backend's graph is live and complete.
-                let e = unsafe { rt::graph_instantiate(backend.raw_graph(), 0)? };
-                let t2 = Instant::now();
-                // SAFETY: never launched.
-                unsafe { rt::graph_exec_destroy(e)? };
-                drop((handles, backend, dag));
-                v[9] = us_per_node(t1 - t0, n);
-                v[10] = us_per_node(t2 - t1, n);
+                // Each repetition starts with the next method, so that none always runs first
+                // (or right after another's teardown): the order's effect on CUDA's timings
+                // falls on every method alike.
+                for k in 0..METHODS {
+                    run((rep + k) % METHODS, &mut v)?;
+                }
                 if rep > 0 {
                     for (k, x) in v.iter().enumerate() {
                         s[k].push(*x);

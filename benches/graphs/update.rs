@@ -105,36 +105,45 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         let mut s: Vec<Vec<f64>> = vec![Vec::new(); 4];
         for rep in 0..reps.update {
             let v = rep as u32 * 7 + 2;
-            let t0 = Instant::now();
-            raw_updates(v)?;
-            s[0].push(us_per_node(t0.elapsed(), n));
-
-            let t0 = Instant::now();
-            raw_generic_updates(v)?;
-            s[3].push(us_per_node(t0.elapsed(), n));
-
-            let (a, (t, updated)) = count(|| {
-                let t0 = Instant::now();
-                let r = ids
-                    .iter()
-                    .enumerate()
-                    .try_for_each(|(i, &id)| exec.set_kernel_arg(id, 1, v.wrapping_add(i as u32)));
-                (t0.elapsed(), r)
-            });
-            updated?;
-            arg_allocs.add(a, n as u64);
-            s[1].push(us_per_node(t, n));
-
-            let (a, (t, updated)) = count(|| {
-                let t0 = Instant::now();
-                let r = ids.iter().enumerate().try_for_each(|(i, &id)| {
-                    exec.set_kernel_args(id, &args![c, v.wrapping_add(i as u32)])
-                });
-                (t0.elapsed(), r)
-            });
-            updated?;
-            args_allocs.add(a, n as u64);
-            s[2].push(us_per_node(t, n));
+            // Each repetition starts with the next method, so that none always runs first.
+            for k in 0..4 {
+                match (rep + k) % 4 {
+                    0 => {
+                        let t0 = Instant::now();
+                        raw_updates(v)?;
+                        s[0].push(us_per_node(t0.elapsed(), n));
+                    }
+                    1 => {
+                        let t0 = Instant::now();
+                        raw_generic_updates(v)?;
+                        s[3].push(us_per_node(t0.elapsed(), n));
+                    }
+                    2 => {
+                        let (a, (t, updated)) = count(|| {
+                            let t0 = Instant::now();
+                            let r = ids.iter().enumerate().try_for_each(|(i, &id)| {
+                                exec.set_kernel_arg(id, 1, v.wrapping_add(i as u32))
+                            });
+                            (t0.elapsed(), r)
+                        });
+                        updated?;
+                        arg_allocs.add(a, n as u64);
+                        s[1].push(us_per_node(t, n));
+                    }
+                    _ => {
+                        let (a, (t, updated)) = count(|| {
+                            let t0 = Instant::now();
+                            let r = ids.iter().enumerate().try_for_each(|(i, &id)| {
+                                exec.set_kernel_args(id, &args![c, v.wrapping_add(i as u32)])
+                            });
+                            (t0.elapsed(), r)
+                        });
+                        updated?;
+                        args_allocs.add(a, n as u64);
+                        s[2].push(us_per_node(t, n));
+                    }
+                }
+            }
         }
         exec.synchronize()?;
         per.set(pr, ni, median(&mut s[0]));

@@ -490,9 +490,9 @@ impl RecordingBackend {
         if !self
             .kernels
             .last()
-            .is_some_and(|last| Arc::ptr_eq(&last.inner, &k.kernel.inner))
+            .is_some_and(|last| Arc::ptr_eq(&last.inner, &k.kernel().inner))
         {
-            self.kernels.push(k.kernel.clone());
+            self.kernels.push(k.kernel().clone());
         }
         let params = Params::Kernel {
             kernel: self.kernels.len() - 1,

@@ -274,6 +274,7 @@ impl Dag {
         id
     }
 
+    #[inline]
     fn push(&mut self, op: Op) -> NodeId {
         let serial = self.next_serial;
         self.next_serial += 1;

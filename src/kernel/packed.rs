@@ -7,7 +7,7 @@ use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use super::args::{KernelArg, INLINE};
-use super::launch::{Kernel, KernelInner, ParamInfo};
+use super::launch::{Kernel, ParamInfo};
 use crate::memory::Allocation;
 
 /// Kernel arguments packed at the kernel's parameter offsets, with the pointer array CUDA
@@ -20,7 +20,8 @@ pub(crate) struct PackedArgs {
     /// values (`word`s) the pointers point into. Every cell always holds the member of its
     /// region.
     cells: Box<[Cell]>,
-    layout: Arc<KernelInner>,
+    /// The kernel the arguments are for (its parameter layout); a kernel node's kernel.
+    kernel: Kernel,
 }
 
 /// A word of [`PackedArgs::cells`]: a pointer of the `kernelParams` array, a buffer slot or 8
@@ -43,7 +44,7 @@ const _: () = {
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<Arc<Allocation>>();
-    send_sync::<Arc<KernelInner>>();
+    send_sync::<Kernel>();
 };
 
 // SAFETY: the raw pointers point into `cells`, owned by the same value; the buffers are
@@ -53,39 +54,55 @@ unsafe impl Send for PackedArgs {}
 unsafe impl Sync for PackedArgs {}
 
 impl PackedArgs {
-    /// Packs `args`, which must already match `kernel`'s layout.
+    /// Packs `args`, which must already match `kernel`'s layout (one argument per parameter,
+    /// of its size).
+    ///
+    /// # Panics
+    /// If they do not (callers check them first).
     pub(crate) fn new(kernel: &Kernel, args: &[KernelArg]) -> Self {
         let params = &kernel.inner.params;
         let n = params.len();
+        assert_eq!(args.len(), n, "one argument per parameter");
         let total = params.iter().map(|p| p.offset + p.size).max().unwrap_or(0);
         let words = total.div_ceil(8).max(1);
+        // One exact allocation: null pointers (fixed below), the arguments' buffers, zeroed
+        // values (written below).
         let mut cells = Vec::with_capacity(2 * n + words);
         cells.extend((0..n).map(|_| Cell {
             ptr: std::ptr::null_mut(),
         }));
-        cells.extend((0..n).map(|_| Cell {
-            buffer: ManuallyDrop::new(None),
+        cells.extend(args.iter().map(|a| Cell {
+            buffer: ManuallyDrop::new(a.buffer.clone()),
         }));
         cells.extend((0..words).map(|_| Cell { word: 0 }));
+        let cells = cells.into_boxed_slice();
         let mut packed = PackedArgs {
-            cells: cells.into_boxed_slice(),
-            layout: kernel.inner.clone(),
+            cells,
+            kernel: kernel.clone(),
         };
         packed.fix_ptrs();
         for (i, a) in args.iter().enumerate() {
-            packed.set(i, a);
+            let info = params[i];
+            let bytes = a.as_bytes();
+            assert_eq!(bytes.len(), info.size, "parameter {i} size");
+            packed.write_param(info, bytes);
         }
         packed
     }
 
+    /// The kernel the arguments are for.
+    pub(crate) fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
     /// Points the `kernelParams` cells at the values.
     fn fix_ptrs(&mut self) {
-        let n = self.layout.params.len();
+        let n = self.kernel.inner.params.len();
         let cells = self.cells.as_mut_ptr();
         // SAFETY: `cells` has `2n` pointer and buffer cells and at least one value cell after
         // them.
         let base = unsafe { cells.add(2 * n) }.cast::<u8>();
-        for (i, info) in self.layout.params.iter().enumerate() {
+        for (i, info) in self.kernel.inner.params.iter().enumerate() {
             // SAFETY: cell `i` is one of the first `n` cells (the pointer array; writing a
             // `Copy` member drops nothing); every offset is inside the values, which were
             // sized for the layout.
@@ -99,7 +116,7 @@ impl PackedArgs {
 
     /// The first byte of the argument values (after the pointer array and the buffers).
     fn storage_ptr(&mut self) -> *mut u8 {
-        let n = self.layout.params.len();
+        let n = self.kernel.inner.params.len();
         // SAFETY: `cells` has `2n` pointer and buffer cells and at least one value cell after
         // them.
         unsafe { self.cells.as_mut_ptr().add(2 * n) }.cast()
@@ -107,7 +124,7 @@ impl PackedArgs {
 
     /// The argument values, as bytes (whole words).
     fn storage_bytes(&self) -> &[u8] {
-        let n = self.layout.params.len();
+        let n = self.kernel.inner.params.len();
         let values = &self.cells[2 * n..];
         // SAFETY: the value cells hold `word`s (zeroed, then written bytewise), which have no
         // padding; `u8` has no alignment or validity requirement.
@@ -116,7 +133,7 @@ impl PackedArgs {
 
     /// The buffers the arguments refer to, one slot per parameter.
     pub(crate) fn buffers(&self) -> &[Option<Arc<Allocation>>] {
-        let n = self.layout.params.len();
+        let n = self.kernel.inner.params.len();
         let slots = &self.cells[n..2 * n];
         // SAFETY: these cells hold the `buffer` member (written by `new`, replaced only by
         // `set`), at offset 0 of the `repr(C)` union, as `ManuallyDrop` (`repr(transparent)`)
@@ -127,7 +144,7 @@ impl PackedArgs {
 
     /// The buffer slot of parameter `i`.
     fn buffer_mut(&mut self, i: usize) -> &mut Option<Arc<Allocation>> {
-        let n = self.layout.params.len();
+        let n = self.kernel.inner.params.len();
         assert!(i < n, "parameter {i} of {n}");
         // SAFETY: cell `n + i` is a buffer cell, which holds the `buffer` member (see
         // `buffers`); borrowed mutably with `self`.
@@ -137,7 +154,7 @@ impl PackedArgs {
     /// Writes argument `i` (already checked against parameter `i`). Returns the buffer it
     /// replaced, if any.
     pub(crate) fn set(&mut self, i: usize, a: &KernelArg) -> Option<Arc<Allocation>> {
-        let info = self.layout.params[i];
+        let info = self.kernel.inner.params[i];
         // The same buffer again (the common case when updating a value next to it): no
         // reference-count traffic.
         let same = match (&self.buffers()[i], &a.buffer) {
@@ -159,7 +176,7 @@ impl PackedArgs {
     /// `bytes.len()` of the array), so that an update CUDA refuses can be undone with
     /// [`PackedArgs::set_bytes`]. Buffers are not touched.
     pub(crate) fn swap_value(&mut self, i: usize, bytes: &[u8]) -> [u8; INLINE] {
-        let info = self.layout.params[i];
+        let info = self.kernel.inner.params[i];
         assert!(
             bytes.len() == info.size && info.size <= INLINE,
             "parameter {i} size"
@@ -196,7 +213,7 @@ impl PackedArgs {
 
     /// Copies the argument values into `saved` (allocates only when it grows).
     pub(crate) fn save_values(&self, saved: &mut ArgScratch) {
-        let n = self.layout.params.len();
+        let n = self.kernel.inner.params.len();
         saved.storage.clear();
         saved.storage.extend(self.cells[2 * n..].iter().map(|c| {
             // SAFETY: cells from `2n` on are value cells, which hold `word`s.
@@ -206,7 +223,7 @@ impl PackedArgs {
 
     /// Writes back the values [`PackedArgs::save_values`] saved from these arguments.
     pub(crate) fn restore_values(&mut self, saved: &ArgScratch) {
-        let n = self.layout.params.len();
+        let n = self.kernel.inner.params.len();
         let values = &mut self.cells[2 * n..];
         assert_eq!(
             values.len(),
@@ -221,7 +238,7 @@ impl PackedArgs {
 
     /// Overwrites parameter `i` with `bytes` (exactly its size), without touching buffers.
     pub(crate) fn set_bytes(&mut self, i: usize, bytes: &[u8]) {
-        let info = self.layout.params[i];
+        let info = self.kernel.inner.params[i];
         assert_eq!(bytes.len(), info.size, "parameter {i} size");
         self.write_param(info, bytes);
     }
@@ -258,7 +275,7 @@ impl PackedArgs {
         // SAFETY: the scratch has room for exactly the values' bytes; the two do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), base, values.len()) };
         scratch.ptrs.clear();
-        for (i, info) in self.layout.params.iter().enumerate() {
+        for (i, info) in self.kernel.inner.params.iter().enumerate() {
             // SAFETY: every offset is inside the copy of `storage`, sized for the layout.
             let p = unsafe { base.add(info.offset) };
             if let Some(bytes) = replace(i) {
@@ -295,7 +312,11 @@ impl PackedArgs {
         let g = Restore(self);
         for (i, a) in args {
             assert!(a.is_inline(), "parameter {i}: not an inline value");
-            assert_eq!(a.size(), g.0.layout.params[i].size, "parameter {i} size");
+            assert_eq!(
+                a.size(),
+                g.0.kernel.inner.params[i].size,
+                "parameter {i} size"
+            );
             // Cell `i` is the array's pointer for parameter `i` (`i < len()`, as the layout
             // lookup above checked).
             g.0.cells[i] = Cell { ptr: a.as_ptr() };
@@ -311,18 +332,18 @@ impl PackedArgs {
 
     /// Bytes of parameter `i`.
     pub(crate) fn param_bytes(&self, i: usize) -> &[u8] {
-        let info = self.layout.params[i];
+        let info = self.kernel.inner.params[i];
         &self.storage_bytes()[info.offset..info.offset + info.size]
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.layout.params.len()
+        self.kernel.inner.params.len()
     }
 }
 
 impl Clone for PackedArgs {
     fn clone(&self) -> Self {
-        let n = self.layout.params.len();
+        let n = self.kernel.inner.params.len();
         let buffers = self.buffers();
         let cells: Vec<Cell> = self
             .cells
@@ -348,7 +369,7 @@ impl Clone for PackedArgs {
             .collect();
         let mut c = PackedArgs {
             cells: cells.into_boxed_slice(),
-            layout: self.layout.clone(),
+            kernel: self.kernel.clone(),
         };
         c.fix_ptrs();
         c
@@ -357,7 +378,7 @@ impl Clone for PackedArgs {
 
 impl Drop for PackedArgs {
     fn drop(&mut self) {
-        let n = self.layout.params.len();
+        let n = self.kernel.inner.params.len();
         for c in &mut self.cells[n..2 * n] {
             // SAFETY: buffer cells hold the `buffer` member (see `buffers`), each dropped
             // once, here; the cells are not used afterwards (their memory is freed next).

@@ -17,8 +17,8 @@ use crate::sys;
 /// A kernel launch: kernel, launch shape and packed arguments.
 #[derive(Clone)]
 pub struct KernelNode {
-    pub(crate) kernel: Kernel,
     pub(crate) config: LaunchConfig,
+    /// The arguments, packed for the node's kernel (which they hold).
     pub(crate) args: PackedArgs,
     /// Launch priority (`cudaLaunchAttributePriority`), if set with [`Dag::set_priority`].
     pub(crate) priority: Option<i32>,
@@ -27,7 +27,7 @@ pub struct KernelNode {
 impl KernelNode {
     /// The kernel.
     pub fn kernel(&self) -> &Kernel {
-        &self.kernel
+        self.args.kernel()
     }
     /// The launch shape.
     pub fn config(&self) -> LaunchConfig {
@@ -51,7 +51,7 @@ impl KernelNode {
     pub(crate) fn cuda_params(&self) -> sys::cudaKernelNodeParams {
         sys::cudaKernelNodeParams {
             func: self
-                .kernel
+                .kernel()
                 .raw()
                 .map_or(std::ptr::null_mut(), |k| k as *mut c_void),
             gridDim: self.config.grid.into(),
@@ -81,7 +81,7 @@ impl KernelNode {
     /// buffer it replaces (whose peer access, if needed, lowering enabled).
     pub(crate) fn exec_arg_device_problem(&self, i: usize, a: &KernelArg) -> Option<String> {
         let b = a.buffer.as_ref()?;
-        if self.kernel.owns(b) {
+        if self.kernel().owns(b) {
             return None;
         }
         let key = b.owner.key();
@@ -94,7 +94,7 @@ impl KernelNode {
         Some(format!(
             "argument {i} is a buffer of {key}, neither the kernel's device ({}) nor that of \
              the buffer it replaces; update the DAG and the Exec with Exec::update instead",
-            self.kernel.key()
+            self.kernel().key()
         ))
     }
 
@@ -198,13 +198,13 @@ impl KernelNode {
 
 impl NodeOp for KernelNode {
     fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
-        let home = self.kernel.key();
+        let home = self.kernel().key();
         if home != on.key {
             return Err(wrong_device(
                 name,
                 format!(
                     "kernel `{}` belongs to {home}, but {}",
-                    self.kernel.name(),
+                    self.kernel().name(),
                     on.runs_on()
                 ),
             ));
@@ -218,18 +218,21 @@ impl NodeOp for KernelNode {
         // checked above); a recording kernel against the backend's.
         // The dynamic shared memory limit is in the key: it can be raised between nodes.
         let launch = (
-            Arc::as_ptr(&self.kernel.inner) as usize,
-            self.kernel.max_dynamic_shared_mem(),
+            Arc::as_ptr(&self.kernel().inner) as usize,
+            self.kernel().max_dynamic_shared_mem(),
             self.config,
         );
         if on.target.accepted_launch.get() == Some(launch) {
             return Ok(());
         }
-        let limits = self.kernel.home().map_or(on.target.limits, |d| d.limits());
-        if let Some(problem) = self.kernel.launch_problem(limits, &self.config) {
+        let limits = self
+            .kernel()
+            .home()
+            .map_or(on.target.limits, |d| d.limits());
+        if let Some(problem) = self.kernel().launch_problem(limits, &self.config) {
             return Err(Error::Dag(DagError::LaunchShape {
                 node: name.to_string(),
-                kernel: self.kernel.name().to_string(),
+                kernel: self.kernel().name().to_string(),
                 problem,
             }));
         }
@@ -242,7 +245,7 @@ impl NodeOp for KernelNode {
     fn label(&self) -> Label {
         let c = self.config;
         let mut lines = vec![
-            format!("kernel {}", self.kernel.name()),
+            format!("kernel {}", self.kernel().name()),
             format!("grid {} block {}", c.grid, c.block),
         ];
         if c.shared_mem_bytes > 0 {
@@ -281,7 +284,6 @@ impl Dag {
             }));
         }
         Ok(self.push(Op::Kernel(KernelNode {
-            kernel: kernel.clone(),
             config,
             args: PackedArgs::new(kernel, args),
             priority: None,
@@ -341,14 +343,14 @@ impl Node {
         // The common update, checked inline: values of their parameters' sizes and the
         // buffers the node already has (checked when they were given). Anything else, errors
         // included, goes through the full checks below.
-        let params = k.kernel.params();
+        let params = k.kernel().params();
         if args.len() == params.len()
             && args.iter().zip(params).all(|(a, p)| a.size() == p.size)
             && k.args.same_buffers(args)
         {
             return Ok(());
         }
-        let problem = k.kernel.args_layout_problem(args).or_else(|| {
+        let problem = k.kernel().args_layout_problem(args).or_else(|| {
             if !in_exec {
                 return None;
             }
@@ -367,12 +369,12 @@ impl Node {
         let k = self.kernel()?;
         // The common update, checked inline: a value (no buffer to check) of its parameter's
         // size. Anything else, errors included, goes through the full checks below.
-        let params = k.kernel.params();
+        let params = k.kernel().params();
         if arg.buffer.is_none() && params.get(index).is_some_and(|p| p.size == arg.size()) {
             return Ok(());
         }
         let problem = k
-            .kernel
+            .kernel()
             .arg_layout_problem(index, arg)
             .or_else(|| k.exec_arg_device_problem(index, arg));
         match problem {
@@ -384,7 +386,7 @@ impl Node {
     fn kernel_args_error(&self, k: &KernelNode, problem: String) -> Error {
         Error::Dag(DagError::KernelArgs {
             node: self.name.to_string(),
-            kernel: k.kernel.name().to_string(),
+            kernel: k.kernel().name().to_string(),
             problem,
         })
     }
@@ -532,11 +534,14 @@ impl Exec {
         let node = self.dag.node(id)?;
         let k = node.kernel()?;
         // The limits of the kernel's device (the node's).
-        let limits = k.kernel.home().map_or(self.device.limits(), |d| d.limits());
-        if let Some(problem) = k.kernel.launch_problem(limits, &config) {
+        let limits = k
+            .kernel()
+            .home()
+            .map_or(self.device.limits(), |d| d.limits());
+        if let Some(problem) = k.kernel().launch_problem(limits, &config) {
             return Err(Error::Dag(DagError::LaunchShape {
                 node: node.name.to_string(),
-                kernel: k.kernel.name().to_string(),
+                kernel: k.kernel().name().to_string(),
                 problem,
             }));
         }

@@ -501,7 +501,7 @@ fn add_kernel_nodes(
     let setter = match &state.params {
         Some(p) => {
             let form = state.decision.form;
-            let (args, kernel) = setter_launch(
+            let (args, _) = setter_launch(
                 device,
                 p.ptr,
                 f.plan.setter_blob(form, &f.params),
@@ -509,7 +509,6 @@ fn add_kernel_nodes(
             )?;
             let node = KernelNode {
                 args,
-                kernel,
                 config: LaunchConfig::new(1, 32),
                 priority: None,
             };
@@ -524,7 +523,6 @@ fn add_kernel_nodes(
             let buffer = state.params.as_ref().map(|p| p.ptr);
             let node = KernelNode {
                 args: u.packed(f.input.raw_addr(), u.load_arg(buffer, &f.params))?,
-                kernel: u.kernel.clone(),
                 config: u.config(),
                 priority: None,
             };
