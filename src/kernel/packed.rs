@@ -4,6 +4,7 @@
 
 use std::ffi::c_void;
 use std::mem::ManuallyDrop;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::args::{KernelArg, INLINE};
@@ -14,12 +15,19 @@ use crate::memory::Allocation;
 /// reads (`kernelParams`). Updating an argument rewrites bytes in place: the pointers do not
 /// change and nothing is allocated.
 pub(crate) struct PackedArgs {
-    /// One allocation (a kernel node is built with one call to the allocator): for `n`
-    /// parameters, `n` cells of the `kernelParams` array (`ptr`), then `n` cells of the
-    /// buffers the arguments refer to (`buffer`, one per parameter, owned), then the argument
-    /// values (`word`s) the pointers point into. Every cell always holds the member of its
-    /// region.
-    cells: Box<[Cell]>,
+    /// One allocation (a kernel node is built with one call to the allocator) of `len` cells:
+    /// for `n` parameters, `n` cells of the `kernelParams` array (`ptr`), then `n` cells of
+    /// the buffers the arguments refer to (`buffer`, one per parameter, owned), then the
+    /// argument values (`word`s) the pointers point into. Every cell always holds the member
+    /// of its region.
+    ///
+    /// Owned (a `Box<[Cell]>` turned into a raw pointer by `new` and `clone`, freed by
+    /// `drop`), and held raw so that the pointers of the `kernelParams` array, derived from
+    /// it, stay valid for CUDA's reads while the values are rewritten: every access goes
+    /// through this pointer, and no reference to the whole block is ever made (a `&mut` to
+    /// it would invalidate them in Rust's aliasing model; Miri checks this in the tests).
+    cells: NonNull<Cell>,
+    len: usize,
     /// The kernel the arguments are for (its parameter layout); a kernel node's kernel.
     kernel: Kernel,
 }
@@ -47,8 +55,9 @@ const _: () = {
     send_sync::<Kernel>();
 };
 
-// SAFETY: the raw pointers point into `cells`, owned by the same value; the buffers are
-// `Arc<Allocation>`s, which are `Send` and `Sync`.
+// SAFETY: `cells` is owned by the value (like a `Box`), and the raw pointers in it point into
+// it; the buffers are `Arc<Allocation>`s and the kernel a `Kernel`, which are `Send` and `Sync`
+// (asserted above).
 unsafe impl Send for PackedArgs {}
 // SAFETY: as above; shared access only reads.
 unsafe impl Sync for PackedArgs {}
@@ -75,11 +84,7 @@ impl PackedArgs {
             buffer: ManuallyDrop::new(a.buffer.clone()),
         }));
         cells.extend((0..words).map(|_| Cell { word: 0 }));
-        let cells = cells.into_boxed_slice();
-        let mut packed = PackedArgs {
-            cells,
-            kernel: kernel.clone(),
-        };
+        let mut packed = PackedArgs::own(cells.into_boxed_slice(), kernel.clone());
         packed.fix_ptrs();
         for (i, a) in args.iter().enumerate() {
             let info = params[i];
@@ -95,19 +100,35 @@ impl PackedArgs {
         &self.kernel
     }
 
+    /// Takes ownership of `cells`, laid out for `kernel` (the pointer array is not yet
+    /// pointed at the values: callers call [`PackedArgs::fix_ptrs`]).
+    fn own(cells: Box<[Cell]>, kernel: Kernel) -> Self {
+        let n = kernel.inner.params.len();
+        let len = cells.len();
+        assert!(len > 2 * n, "pointer, buffer and at least one value cell");
+        let raw = Box::into_raw(cells);
+        PackedArgs {
+            // SAFETY: `Box::into_raw` never gives a null pointer.
+            cells: unsafe { NonNull::new_unchecked(raw.cast::<Cell>()) },
+            len,
+            kernel,
+        }
+    }
+
+    /// The first cell; every access to the cells is made from this pointer.
+    fn base(&self) -> *mut Cell {
+        self.cells.as_ptr()
+    }
+
     /// Points the `kernelParams` cells at the values.
     fn fix_ptrs(&mut self) {
-        let n = self.kernel.inner.params.len();
-        let cells = self.cells.as_mut_ptr();
-        // SAFETY: `cells` has `2n` pointer and buffer cells and at least one value cell after
-        // them.
-        let base = unsafe { cells.add(2 * n) }.cast::<u8>();
+        let base = self.storage_ptr();
         for (i, info) in self.kernel.inner.params.iter().enumerate() {
             // SAFETY: cell `i` is one of the first `n` cells (the pointer array; writing a
             // `Copy` member drops nothing); every offset is inside the values, which were
             // sized for the layout.
             unsafe {
-                cells.add(i).write(Cell {
+                self.base().add(i).write(Cell {
                     ptr: base.add(info.offset).cast(),
                 })
             };
@@ -115,40 +136,45 @@ impl PackedArgs {
     }
 
     /// The first byte of the argument values (after the pointer array and the buffers).
-    fn storage_ptr(&mut self) -> *mut u8 {
+    fn storage_ptr(&self) -> *mut u8 {
         let n = self.kernel.inner.params.len();
-        // SAFETY: `cells` has `2n` pointer and buffer cells and at least one value cell after
-        // them.
-        unsafe { self.cells.as_mut_ptr().add(2 * n) }.cast()
+        // SAFETY: the block has `2n` pointer and buffer cells and at least one value cell
+        // after them (`own` checked it).
+        unsafe { self.base().add(2 * n) }.cast()
+    }
+
+    /// Number of value cells.
+    fn words(&self) -> usize {
+        self.len - 2 * self.kernel.inner.params.len()
     }
 
     /// The argument values, as bytes (whole words).
     fn storage_bytes(&self) -> &[u8] {
-        let n = self.kernel.inner.params.len();
-        let values = &self.cells[2 * n..];
         // SAFETY: the value cells hold `word`s (zeroed, then written bytewise), which have no
-        // padding; `u8` has no alignment or validity requirement.
-        unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), values.len() * 8) }
+        // padding; `u8` has no alignment or validity requirement; borrowed with `self` (values
+        // are only written through `&mut self`).
+        unsafe { std::slice::from_raw_parts(self.storage_ptr(), self.words() * 8) }
     }
 
     /// The buffers the arguments refer to, one slot per parameter.
     pub(crate) fn buffers(&self) -> &[Option<Arc<Allocation>>] {
         let n = self.kernel.inner.params.len();
-        let slots = &self.cells[n..2 * n];
-        // SAFETY: these cells hold the `buffer` member (written by `new`, replaced only by
-        // `set`), at offset 0 of the `repr(C)` union, as `ManuallyDrop` (`repr(transparent)`)
-        // of `Option<Arc<Allocation>>`, whose size and alignment are the cell's (asserted
-        // above): the cells are an array of them, borrowed with `self`.
-        unsafe { std::slice::from_raw_parts(slots.as_ptr().cast(), n) }
+        // SAFETY: cells `n..2n` (inside the block) hold the `buffer` member (written by `new`,
+        // replaced only by `set`), at offset 0 of the `repr(C)` union, as `ManuallyDrop`
+        // (`repr(transparent)`) of `Option<Arc<Allocation>>`, whose size and alignment are
+        // the cell's (asserted above): the cells are an array of them, borrowed with `self`
+        // (buffer slots are only written through `&mut self`).
+        unsafe { std::slice::from_raw_parts(self.base().add(n).cast(), n) }
     }
 
     /// The buffer slot of parameter `i`.
     fn buffer_mut(&mut self, i: usize) -> &mut Option<Arc<Allocation>> {
         let n = self.kernel.inner.params.len();
         assert!(i < n, "parameter {i} of {n}");
-        // SAFETY: cell `n + i` is a buffer cell, which holds the `buffer` member (see
-        // `buffers`); borrowed mutably with `self`.
-        unsafe { &mut self.cells[n + i].buffer }
+        // SAFETY: cell `n + i` (`i < n`) is a buffer cell, which holds the `buffer` member
+        // (see `buffers`); borrowed mutably with `self`. Only that cell is borrowed, not the
+        // pointers or values.
+        unsafe { &mut (*self.base().add(n + i)).buffer }
     }
 
     /// Writes argument `i` (already checked against parameter `i`). Returns the buffer it
@@ -213,26 +239,27 @@ impl PackedArgs {
 
     /// Copies the argument values into `saved` (allocates only when it grows).
     pub(crate) fn save_values(&self, saved: &mut ArgScratch) {
-        let n = self.kernel.inner.params.len();
+        let values = self.storage_ptr().cast::<u64>();
         saved.storage.clear();
-        saved.storage.extend(self.cells[2 * n..].iter().map(|c| {
-            // SAFETY: cells from `2n` on are value cells, which hold `word`s.
-            unsafe { c.word }
+        saved.storage.extend((0..self.words()).map(|w| {
+            // SAFETY: the value cells (`words()` of them from `storage_ptr`, cell-aligned)
+            // hold `word`s.
+            unsafe { values.add(w).read() }
         }));
     }
 
     /// Writes back the values [`PackedArgs::save_values`] saved from these arguments.
     pub(crate) fn restore_values(&mut self, saved: &ArgScratch) {
-        let n = self.kernel.inner.params.len();
-        let values = &mut self.cells[2 * n..];
         assert_eq!(
-            values.len(),
+            self.words(),
             saved.storage.len(),
             "saved from these arguments"
         );
-        for (c, &w) in values.iter_mut().zip(&saved.storage) {
-            // A value cell gets a `word` again (a `Copy` member: nothing is dropped).
-            *c = Cell { word: w };
+        let values = self.storage_ptr().cast::<u64>();
+        for (w, &word) in saved.storage.iter().enumerate() {
+            // SAFETY: one of the `words()` value cells (cell-aligned), which hold `word`s
+            // (a `Copy` member: nothing is dropped).
+            unsafe { values.add(w).write(word) };
         }
     }
 
@@ -317,9 +344,9 @@ impl PackedArgs {
                 g.0.kernel.inner.params[i].size,
                 "parameter {i} size"
             );
-            // Cell `i` is the array's pointer for parameter `i` (`i < len()`, as the layout
-            // lookup above checked).
-            g.0.cells[i] = Cell { ptr: a.as_ptr() };
+            // SAFETY: cell `i` is the array's pointer for parameter `i` (`i < len()`, as the
+            // layout lookup above checked); a `Copy` member: nothing is dropped.
+            unsafe { g.0.base().add(i).write(Cell { ptr: a.as_ptr() }) };
         }
         f(g.0.kernel_params())
     }
@@ -327,7 +354,7 @@ impl PackedArgs {
     /// The `kernelParams` array.
     pub(crate) fn kernel_params(&self) -> *mut *mut c_void {
         // `Cell` is `repr(C)` and pointer-sized: the first cells are an array of pointers.
-        self.cells.as_ptr() as *mut *mut c_void
+        self.base().cast::<*mut c_void>()
     }
 
     /// Bytes of parameter `i`.
@@ -344,33 +371,20 @@ impl PackedArgs {
 impl Clone for PackedArgs {
     fn clone(&self) -> Self {
         let n = self.kernel.inner.params.len();
-        let buffers = self.buffers();
-        let cells: Vec<Cell> = self
-            .cells
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                if i < n {
-                    // Pointed at the clone's own values below.
-                    Cell {
-                        ptr: std::ptr::null_mut(),
-                    }
-                } else if i < 2 * n {
-                    Cell {
-                        buffer: ManuallyDrop::new(buffers[i - n].clone()),
-                    }
-                } else {
-                    // SAFETY: cells from `2n` on are value cells, which hold `word`s.
-                    Cell {
-                        word: unsafe { c.word },
-                    }
-                }
-            })
-            .collect();
-        let mut c = PackedArgs {
-            cells: cells.into_boxed_slice(),
-            kernel: self.kernel.clone(),
-        };
+        let values = self.storage_ptr().cast::<u64>();
+        let mut cells = Vec::with_capacity(self.len);
+        // Pointed at the clone's own values below.
+        cells.extend((0..n).map(|_| Cell {
+            ptr: std::ptr::null_mut(),
+        }));
+        cells.extend(self.buffers().iter().map(|b| Cell {
+            buffer: ManuallyDrop::new(b.clone()),
+        }));
+        cells.extend((0..self.words()).map(|w| Cell {
+            // SAFETY: one of the value cells, which hold `word`s.
+            word: unsafe { values.add(w).read() },
+        }));
+        let mut c = PackedArgs::own(cells.into_boxed_slice(), self.kernel.clone());
         c.fix_ptrs();
         c
     }
@@ -379,11 +393,15 @@ impl Clone for PackedArgs {
 impl Drop for PackedArgs {
     fn drop(&mut self) {
         let n = self.kernel.inner.params.len();
-        for c in &mut self.cells[n..2 * n] {
+        for i in 0..n {
             // SAFETY: buffer cells hold the `buffer` member (see `buffers`), each dropped
             // once, here; the cells are not used afterwards (their memory is freed next).
-            unsafe { ManuallyDrop::drop(&mut c.buffer) };
+            unsafe { ManuallyDrop::drop(&mut (*self.base().add(n + i)).buffer) };
         }
+        let block = std::ptr::slice_from_raw_parts_mut(self.base(), self.len);
+        // SAFETY: `cells` and `len` are the block `own` took from a `Box<[Cell]>`, freed once,
+        // here (`Cell` has no drop glue: the buffers were dropped above).
+        drop(unsafe { Box::from_raw(block) });
     }
 }
 
@@ -458,6 +476,41 @@ mod tests {
         // SAFETY: reading the first pointer of the clone's own array.
         let first = unsafe { *c.kernel_params() };
         assert_eq!(first as *const u8, c.param_bytes(0).as_ptr());
+    }
+
+    #[test]
+    fn the_pointer_array_reads_the_current_values_after_updates() {
+        // What CUDA does with `kernelParams`: read each argument through its pointer. The
+        // pointers are made once; every later write (set, swap, restore, inline call) must
+        // leave them valid for reading the values as they are now (Miri checks the aliasing
+        // model: `cargo +nightly miri test --lib kernel::packed`).
+        let k = Kernel::recording("k", &[4, 8], 1);
+        let args = crate::args![1.5f32, 7u64];
+        k.check_args(&args).unwrap();
+        let mut p = PackedArgs::new(&k, &args);
+        let read = |p: &PackedArgs| -> (f32, u64) {
+            let ptrs = p.kernel_params();
+            // SAFETY: one pointer per parameter, each at its value (4 and 8 bytes, aligned:
+            // the values start on a cell and the offsets are the parameters' alignments).
+            unsafe { (*(*ptrs).cast::<f32>(), *(*ptrs.add(1)).cast::<u64>()) }
+        };
+        assert_eq!(read(&p), (1.5, 7));
+        p.set(1, &KernelArg::from(9u64));
+        assert_eq!(read(&p), (1.5, 9));
+        let old = p.swap_value(0, &2.5f32.to_ne_bytes());
+        assert_eq!(read(&p), (2.5, 9));
+        p.set_bytes(0, &old[..4]);
+        assert_eq!(read(&p), (1.5, 9));
+        let mut saved = ArgScratch::default();
+        p.save_values(&mut saved);
+        p.set(1, &KernelArg::from(11u64));
+        p.restore_values(&saved);
+        assert_eq!(read(&p), (1.5, 9));
+        let eight = KernelArg::from(8u64);
+        p.with_inline_args(std::iter::once((1, &eight)), |_| ());
+        assert_eq!(read(&p), (1.5, 9));
+        let _ = p.buffer_mut(0);
+        assert_eq!(read(&p), (1.5, 9));
     }
 
     #[test]
