@@ -91,16 +91,30 @@ impl NodeName {
         }
         buf[..k].copy_from_slice(kind.as_bytes());
         buf[k] = b'#';
+        // Two digits per division (a node is named each time one is added).
+        const PAIRS: [[u8; 2]; 100] = {
+            let mut t = [[0u8; 2]; 100];
+            let mut i = 0;
+            while i < 100 {
+                t[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+                i += 1;
+            }
+            t
+        };
         let mut digits = [0u8; 20];
         let mut n = serial;
         let mut d = digits.len();
-        loop {
+        while n >= 100 {
+            d -= 2;
+            digits[d..d + 2].copy_from_slice(&PAIRS[(n % 100) as usize]);
+            n /= 100;
+        }
+        if n >= 10 {
+            d -= 2;
+            digits[d..d + 2].copy_from_slice(&PAIRS[n as usize]);
+        } else {
             d -= 1;
-            digits[d] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
+            digits[d] = b'0' + n as u8;
         }
         let len = k + 1 + digits.len() - d;
         buf[k + 1..len].copy_from_slice(&digits[d..]);

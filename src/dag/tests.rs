@@ -583,7 +583,13 @@ fn default_names_are_kind_and_serial_without_allocating_a_string() {
         ("kernel", 0u64),
         ("host", 9),
         ("memcpy", 10),
+        ("kernel", 99),
+        ("kernel", 100),
+        ("kernel", 101),
+        ("kernel", 1_000),
         ("empty", 12_345),
+        ("empty", 1_000_001),
+        ("host", 123_456_789_012),
     ] {
         let n = super::NodeName::default_for(kind, serial);
         assert!(matches!(n, super::NodeName::Inline(..)));
@@ -695,12 +701,26 @@ fn a_value_update_is_written_in_place_and_undone_when_cuda_refuses() {
         "a refusal undoes it"
     );
     assert_eq!(node.arg_bytes(0), &5u64.to_ne_bytes());
-    node.update_value_with(1, &crate::KernelArg::from(11u32), |p| {
-        got = seen(p);
-        Ok(())
-    })
-    .unwrap();
+    let done = node
+        .update_value_with(1, &crate::KernelArg::from(11u32), |p| {
+            got = seen(p);
+            Ok(())
+        })
+        .unwrap();
+    assert!(done);
     assert_eq!((got, node.arg_bytes(1)), (11, &11u32.to_ne_bytes()[..]));
+    // What does not fit in place (a value of another size, a parameter the kernel does not
+    // have) is left to the general path: CUDA is not called and nothing changes.
+    for (i, a) in [
+        (1, crate::KernelArg::from(3u64)),
+        (2, crate::KernelArg::from(3u32)),
+    ] {
+        let done = node
+            .update_value_with(i, &a, |_| panic!("CUDA called for {i}"))
+            .unwrap();
+        assert!(!done);
+    }
+    assert_eq!(node.arg_bytes(1), &11u32.to_ne_bytes());
 }
 
 #[test]
@@ -715,12 +735,17 @@ fn new_values_with_the_same_buffers_are_written_in_place_and_undone_when_cuda_re
     let crate::dag::Op::Kernel(node) = &mut dag.node_mut(id).unwrap().op else {
         panic!("not a kernel node")
     };
-    assert!(node.args.same_buffers(&args![&a.region(4..8), 1u32]));
-    assert!(!node.args.same_buffers(&args![&b, 1u32]), "another buffer");
+    assert!(node.args.fits_in_place(&args![&a.region(4..8), 1u32]));
+    assert!(!node.args.fits_in_place(&args![&b, 1u32]), "another buffer");
     assert!(
-        !node.args.same_buffers(&args![0u64, 1u32]),
+        !node.args.fits_in_place(&args![0u64, 1u32]),
         "a value for a buffer"
     );
+    assert!(
+        !node.args.fits_in_place(&args![&a, 1u64]),
+        "a value of another size"
+    );
+    assert!(!node.args.fits_in_place(&args![&a]), "too few");
     let before = (node.arg_bytes(0).to_vec(), node.arg_bytes(1).to_vec());
     let mut saved = crate::kernel::ArgScratch::default();
     let seen = |p: &crate::sys::cudaKernelNodeParams| {
@@ -742,8 +767,19 @@ fn new_values_with_the_same_buffers_are_written_in_place_and_undone_when_cuda_re
     assert_eq!(got, (a.alloc.ptr + 16, 9), "CUDA saw the new values");
     let after = (node.arg_bytes(0).to_vec(), node.arg_bytes(1).to_vec());
     assert_eq!(after, before, "a refusal undoes them");
-    node.update_values_with(&args![&moved, 11u32], &mut saved, |_| Ok(()))
+    let done = node
+        .update_values_with(&args![&moved, 11u32], &mut saved, |_| Ok(()))
         .unwrap();
+    assert!(done);
+    assert_eq!(node.arg_bytes(0), &(a.alloc.ptr + 16).to_ne_bytes());
+    assert_eq!(node.arg_bytes(1), &11u32.to_ne_bytes());
+    // Another buffer, or a value of another size: left to the general path, untouched.
+    for other in [args![&b, 12u32], args![&a, 12u64]] {
+        let done = node
+            .update_values_with(&other, &mut saved, |_| panic!("CUDA called"))
+            .unwrap();
+        assert!(!done);
+    }
     assert_eq!(node.arg_bytes(0), &(a.alloc.ptr + 16).to_ne_bytes());
     assert_eq!(node.arg_bytes(1), &11u32.to_ne_bytes());
 }

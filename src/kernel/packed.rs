@@ -197,19 +197,25 @@ impl PackedArgs {
         std::mem::replace(self.buffer_mut(i), a.buffer.clone())
     }
 
-    /// Writes `bytes` (an inline value: at most [`INLINE`] bytes, exactly parameter `i`'s
-    /// size) as parameter `i`'s value and gives back the bytes it replaced (the first
-    /// `bytes.len()` of the array), so that an update CUDA refuses can be undone with
-    /// [`PackedArgs::set_bytes`]. Buffers are not touched.
-    pub(crate) fn swap_value(&mut self, i: usize, bytes: &[u8]) -> [u8; INLINE] {
-        let info = self.kernel.inner.params[i];
-        assert!(
-            bytes.len() == info.size && info.size <= INLINE,
-            "parameter {i} size"
-        );
+    /// Writes `a` as parameter `i`'s value in place if it is a value for a value (inline, no
+    /// buffer, of parameter `i`'s size, and parameter `i` holds no buffer) and gives back the
+    /// bytes it replaced (the first `a.size()` of the array), so that an update CUDA refuses
+    /// can be undone with [`PackedArgs::set_bytes`]. Otherwise (or for a parameter the kernel
+    /// does not have) changes nothing and gives `None`.
+    pub(crate) fn swap_in_place(&mut self, i: usize, a: &KernelArg) -> Option<[u8; INLINE]> {
+        let info = *self.kernel.inner.params.get(i)?;
+        let bytes = a.as_bytes();
+        if a.buffer.is_some()
+            || !a.is_inline()
+            || bytes.len() != info.size
+            || self.buffers()[i].is_some()
+        {
+            return None;
+        }
         let mut old = [0u8; INLINE];
         // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside the values,
-        // and `old` has room for `info.size <= INLINE` bytes; the two do not overlap.
+        // and `old` has room for `info.size` (an inline value's size: at most `INLINE`)
+        // bytes; the two do not overlap.
         unsafe {
             copy_value(
                 self.storage_ptr().add(info.offset),
@@ -218,23 +224,46 @@ impl PackedArgs {
             )
         };
         self.write_param(info, bytes);
-        old
+        Some(old)
     }
 
-    /// Whether `args` (one per parameter, of their sizes) are all inline and leave every
-    /// buffer slot as it is: each buffer argument is of the buffer its parameter has (any
-    /// region of it), each value replaces a value. Writing their bytes is then the whole
-    /// update.
-    pub(crate) fn same_buffers(&self, args: &[KernelArg]) -> bool {
-        args.len() == self.len()
+    /// Whether `args` fit in place: one per parameter, each inline and of its parameter's
+    /// size, leaving every buffer slot as it is (each buffer argument is of the buffer its
+    /// parameter has, any region of it; each value replaces a value). Writing their bytes is
+    /// then the whole update.
+    pub(crate) fn fits_in_place(&self, args: &[KernelArg]) -> bool {
+        let params = &self.kernel.inner.params;
+        args.len() == params.len()
             && args
                 .iter()
-                .zip(self.buffers())
-                .all(|(a, cur)| match (&a.buffer, cur) {
-                    (None, None) => a.is_inline(),
-                    (Some(new), Some(cur)) => a.is_inline() && Arc::ptr_eq(new, cur),
-                    _ => false,
+                .zip(params.iter().zip(self.buffers()))
+                .all(|(a, (p, cur))| {
+                    a.is_inline()
+                        && a.size() == p.size
+                        && match (&a.buffer, cur) {
+                            (None, None) => true,
+                            (Some(new), Some(cur)) => Arc::ptr_eq(new, cur),
+                            _ => false,
+                        }
                 })
+    }
+
+    /// Writes `args` in place if they fit (see [`PackedArgs::fits_in_place`]), after saving
+    /// the values in `saved` (for [`PackedArgs::restore_values`]); whether they did. If not,
+    /// nothing changed.
+    pub(crate) fn write_in_place(&mut self, args: &[KernelArg], saved: &mut ArgScratch) -> bool {
+        if !self.fits_in_place(args) {
+            return false;
+        }
+        self.save_values(saved);
+        let values = self.storage_ptr();
+        for (info, a) in self.kernel.inner.params.iter().zip(args) {
+            // SAFETY: the parameter occupies `info.size` bytes at `info.offset` inside the
+            // values (sized for the layout), and `a` is that long (checked above) and
+            // borrowed, so not inside the cells.
+            unsafe { copy_value(a.as_bytes().as_ptr(), values.add(info.offset), info.size) };
+        }
+        true
     }
 
     /// Copies the argument values into `saved` (allocates only when it grows).
@@ -497,7 +526,7 @@ mod tests {
         assert_eq!(read(&p), (1.5, 7));
         p.set(1, &KernelArg::from(9u64));
         assert_eq!(read(&p), (1.5, 9));
-        let old = p.swap_value(0, &2.5f32.to_ne_bytes());
+        let old = p.swap_in_place(0, &KernelArg::from(2.5f32)).unwrap();
         assert_eq!(read(&p), (2.5, 9));
         p.set_bytes(0, &old[..4]);
         assert_eq!(read(&p), (1.5, 9));
@@ -506,11 +535,13 @@ mod tests {
         p.set(1, &KernelArg::from(11u64));
         p.restore_values(&saved);
         assert_eq!(read(&p), (1.5, 9));
+        assert!(p.write_in_place(&crate::args![4.5f32, 12u64], &mut saved));
+        assert_eq!(read(&p), (4.5, 12));
         let eight = KernelArg::from(8u64);
         p.with_inline_args(std::iter::once((1, &eight)), |_| ());
-        assert_eq!(read(&p), (1.5, 9));
+        assert_eq!(read(&p), (4.5, 12));
         let _ = p.buffer_mut(0);
-        assert_eq!(read(&p), (1.5, 9));
+        assert_eq!(read(&p), (4.5, 12));
     }
 
     #[test]

@@ -98,45 +98,45 @@ impl KernelNode {
         ))
     }
 
-    /// Sets value argument `i` (an inline value replacing a value, checked against the
-    /// layout) in CUDA's node `h` of `exec` (made from this node) and here. The bytes are
-    /// written in place first and CUDA's update is made from the node's own array (nothing
-    /// staged, nothing copied but the value); if CUDA refuses, the old bytes are written back,
-    /// so the node stays as CUDA has it.
+    /// Sets value argument `i` in CUDA's node `h` of `exec` (made from this node) and here,
+    /// if it is a value for a value (see [`PackedArgs::swap_in_place`]); whether it was. The
+    /// bytes are written in place first and CUDA's update is made from the node's own array
+    /// (nothing staged, nothing copied but the value); if CUDA refuses, the old bytes are
+    /// written back, so the node stays as CUDA has it.
     fn update_value(
         &mut self,
         exec: sys::cudaGraphExec_t,
         h: sys::cudaGraphNode_t,
         i: usize,
         a: &KernelArg,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         self.update_value_with(i, a, |params| {
             // The kernel-specific call, as in `Exec::push_kernel_params`.
             // SAFETY: `h` is the kernel node of `exec`'s graph made from this node (its
-            // kernel); the node's arguments match the kernel's layout (argument `i` was
-            // checked against it) and are alive during the call, which copies them; a value
-            // holds no address.
+            // kernel); the node's arguments match the kernel's layout (the in-place write
+            // checked the new value: of its parameter's size) and are alive during the call,
+            // which copies them; a value holds no address.
             unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
         })
     }
 
-    /// Replaces all arguments (checked against the layout; inline, each buffer argument the
-    /// buffer its parameter already has, see [`PackedArgs::same_buffers`]) in CUDA's node `h`
-    /// of `exec` (made from this node) and here, as [`KernelNode::update_value`] does for one:
-    /// the values are saved in `saved`, written in place, and written back if CUDA refuses.
+    /// Replaces all arguments in CUDA's node `h` of `exec` (made from this node) and here, if
+    /// they fit in place (see [`PackedArgs::fits_in_place`]); whether they did. As
+    /// [`KernelNode::update_value`] does for one: the values are saved in `saved`, written in
+    /// place, and written back if CUDA refuses.
     fn update_values(
         &mut self,
         exec: sys::cudaGraphExec_t,
         h: sys::cudaGraphNode_t,
         args: &[KernelArg],
         saved: &mut ArgScratch,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         self.update_values_with(args, saved, |params| {
             // The kernel-specific call, as in `Exec::push_kernel_params`.
             // SAFETY: `h` is the kernel node of `exec`'s graph made from this node (its
-            // kernel); the node's arguments match the kernel's layout (the new ones were
-            // checked against it) and are alive during the call, which copies them; the
-            // addresses among them are of the buffers the node already holds.
+            // kernel); the node's arguments match the kernel's layout (the in-place write
+            // checked the new ones against it) and are alive during the call, which copies
+            // them; the addresses among them are of the buffers the node already holds.
             unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
         })
     }
@@ -147,19 +147,14 @@ impl KernelNode {
         args: &[KernelArg],
         saved: &mut ArgScratch,
         set: impl FnOnce(&sys::cudaKernelNodeParams) -> Result<()>,
-    ) -> Result<()> {
-        // Checked, not assumed: with another buffer the node would hand CUDA an address it
-        // does not hold.
-        assert!(
-            self.args.same_buffers(args),
-            "new values with the same buffers"
-        );
-        self.args.save_values(saved);
-        for (i, a) in args.iter().enumerate() {
-            self.args.set_bytes(i, a.as_bytes());
+    ) -> Result<bool> {
+        // Checked, not assumed (in the write): with another buffer the node would hand CUDA
+        // an address it does not hold.
+        if !self.args.write_in_place(args, saved) {
+            return Ok(false);
         }
         match set(&self.cuda_params()) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(true),
             Err(e) => {
                 self.args.restore_values(saved);
                 Err(e)
@@ -173,18 +168,16 @@ impl KernelNode {
         i: usize,
         a: &KernelArg,
         set: impl FnOnce(&sys::cudaKernelNodeParams) -> Result<()>,
-    ) -> Result<()> {
-        let bytes = a.as_bytes();
-        // Checked, not assumed: a value for a value leaves no buffer unheld or held twice.
-        assert!(
-            a.buffer.is_none() && self.args.buffers()[i].is_none(),
-            "argument {i}: a value for a value"
-        );
-        let old = self.args.swap_value(i, bytes);
+    ) -> Result<bool> {
+        // Checked, not assumed (in the swap): a value for a value leaves no buffer unheld or
+        // held twice.
+        let Some(old) = self.args.swap_in_place(i, a) else {
+            return Ok(false);
+        };
         match set(&self.cuda_params()) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(true),
             Err(e) => {
-                self.args.set_bytes(i, &old[..bytes.len()]);
+                self.args.set_bytes(i, &old[..a.size()]);
                 Err(e)
             }
         }
@@ -343,11 +336,7 @@ impl Node {
         // The common update, checked inline: values of their parameters' sizes and the
         // buffers the node already has (checked when they were given). Anything else, errors
         // included, goes through the full checks below.
-        let params = k.kernel().params();
-        if args.len() == params.len()
-            && args.iter().zip(params).all(|(a, p)| a.size() == p.size)
-            && k.args.same_buffers(args)
-        {
+        if k.args.fits_in_place(args) {
             return Ok(());
         }
         let problem = k.kernel().args_layout_problem(args).or_else(|| {
@@ -491,15 +480,14 @@ impl Exec {
         // One lookup of the node (the fields are borrowed apart).
         let node = self.dag.node_mut(id)?;
         let h = Self::handle_in(&self.handles, id)?;
-        node.check_kernel_args(args, true)?;
-        let Op::Kernel(k) = &mut node.op else {
-            unreachable!("checked above")
-        };
-        if k.args.same_buffers(args) {
-            // New values, the same buffers (the common update): no buffer is held or
-            // released.
-            return k.update_values(self.raw, h, args, &mut self.scratch);
+        // New values, the same buffers (the common update), written in place: no buffer is
+        // held or released. Fitting in place implies passing the checks below.
+        if let Op::Kernel(k) = &mut node.op {
+            if k.update_values(self.raw, h, args, &mut self.scratch)? {
+                return Ok(());
+            }
         }
+        node.check_kernel_args(args, true)?;
         self.push_kernel_params(id, h, None, args.iter().enumerate())?;
         self.commit_kernel_args(id, args.iter().enumerate());
         Ok(())
@@ -516,14 +504,14 @@ impl Exec {
         // One lookup of the node (the fields are borrowed apart).
         let node = self.dag.node_mut(id)?;
         let h = Self::handle_in(&self.handles, id)?;
-        node.check_kernel_arg(index, &arg)?;
-        let Op::Kernel(k) = &mut node.op else {
-            unreachable!("checked above")
-        };
-        if arg.buffer.is_none() && arg.is_inline() && k.args.buffers()[index].is_none() {
-            // A value for a value, the common update: no buffer is held or released.
-            return k.update_value(self.raw, h, index, &arg);
+        // A value for a value (the common update), written in place: no buffer is held or
+        // released. Such a value passes the checks below.
+        if let Op::Kernel(k) = &mut node.op {
+            if k.update_value(self.raw, h, index, &arg)? {
+                return Ok(());
+            }
         }
+        node.check_kernel_arg(index, &arg)?;
         self.push_kernel_params(id, h, None, std::iter::once((index, &arg)))?;
         self.commit_kernel_args(id, std::iter::once((index, &arg)));
         Ok(())
