@@ -62,7 +62,9 @@ pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
         let mut total = Table::new(
             &format!("construction-{key}-total"),
             &format!("Construction, {name}: from nothing to a launchable graph, per node"),
-            "Build + (validation + lowering +) instantiation, timed in one go.",
+            "Build + (validation + lowering +) instantiation, timed in one go. In every table \
+             of this experiment the methods run in a rotating order (each repetition starts \
+             with the next one).",
             &ns,
         );
         let tc = total.row(CAP_T, Some(RAW_T));

@@ -29,7 +29,8 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
          `cudaKernelNodeParams` with its argument value rewritten, then \
          `cudaGraphExecKernelNodeSetParams` (the call the crate makes for kernel nodes); \
          generic API: the filled-in kernel node's `cudaGraphNodeParams` the same way, then \
-         `cudaGraphExecNodeSetParams`. cudagraph: typed, checked updates.",
+         `cudaGraphExecNodeSetParams`. cudagraph: typed, checked updates. The four run in \
+         a rotating order (each repetition starts with the next one).",
         &ns,
     );
     let pr = per.row(RAW_SET, None);
