@@ -183,8 +183,6 @@ impl Dag {
                 return Err(e);
             }
         };
-        let mut hosts = Vec::new();
-        self.host_fns("", &mut hosts);
         let mut exec = Exec {
             raw,
             graph,
@@ -193,7 +191,7 @@ impl Dag {
             dag: self,
             handles,
             captured,
-            hosts,
+            hosts: Vec::new(),
             fft,
             log,
             held: HashMap::default(),
@@ -207,9 +205,15 @@ impl Dag {
             held,
             pinned,
             log,
+            hosts,
             ..
         } = &mut exec;
-        dag.for_each_allocation(&mut |a| hold_in(held, pinned, log, a));
+        // One pass over the nodes (building large graphs is bound by passes over memory): the
+        // host closures to run and the allocations the Exec refers to.
+        for n in dag.graph.node_weights() {
+            n.op.host_fns("", &n.name, hosts);
+            n.for_each_allocation(&mut |a| hold_in(held, pinned, log, a));
+        }
         Ok(exec)
     }
 }

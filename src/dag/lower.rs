@@ -58,20 +58,23 @@ impl Dag {
         // of two graphs in a whole-graph update by creation order and dependency order, so two
         // DAGs with the same nodes and edges lower to graphs CUDA pairs node by node, whatever
         // order their edges were added in.
-        let order = self.topological_order();
-        let shares = super::nodes::fft::work_shares(self, &order);
+        let home = backend.key();
+        let plan = self.lowering_plan(home);
+        let order = plan.order;
+        let shares = if plan.has_ffts {
+            super::nodes::fft::work_shares(self, &order)
+        } else {
+            Vec::new()
+        };
         if !shares.is_empty() {
             backend.prepare_ffts(self, &shares)?;
         }
         // Peer access first, once per pair the nodes need (validation checked each is
         // possible); none in a DAG whose nodes use only their own device's memory.
-        let home = backend.key();
-        let mut pairs = Vec::new();
-        self.peer_pairs(home, &mut pairs);
-        for &(from, to) in &pairs {
+        for &(from, to) in &plan.peer_pairs {
             backend.enable_peer_access(from, to)?;
         }
-        if !pairs.is_empty() {
+        if !plan.peer_pairs.is_empty() {
             backend.use_device(home)?;
         }
         // Each node on its device, switched only when it changes (never, unplaced).

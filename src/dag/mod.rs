@@ -507,17 +507,29 @@ impl Dag {
         Ok(())
     }
 
-    /// The `(from, to)` device pairs whose peer access the nodes need: a node running on
-    /// `from` uses device memory of `to`. Each pair once, in the order first needed.
-    pub(crate) fn peer_pairs(&self, home: DeviceKey, out: &mut Vec<(DeviceKey, DeviceKey)>) {
-        for n in self.graph.node_weights() {
+    /// What lowering needs to know about the whole DAG before it makes the first node, found
+    /// in one pass over the nodes (lowering large DAGs is bound by passes over memory).
+    pub(crate) fn lowering_plan(&self, home: DeviceKey) -> LoweringPlan {
+        let mut serial = SerialOrder::new(self);
+        let mut has_ffts = false;
+        let mut peer_pairs = Vec::new();
+        for i in self.graph.node_indices() {
+            let n = &self.graph[i];
+            serial.push(i, n.serial);
+            has_ffts |= matches!(n.op, Op::Fft(_));
             let from = n.device.unwrap_or(home);
             n.for_each_allocation(&mut |a| {
                 let to = a.owner.key();
-                if to != from && a.space == MemorySpace::Device && !out.contains(&(from, to)) {
-                    out.push((from, to));
+                if to != from && a.space == MemorySpace::Device && !peer_pairs.contains(&(from, to))
+                {
+                    peer_pairs.push((from, to));
                 }
             });
+        }
+        LoweringPlan {
+            order: serial.finish().unwrap_or_else(|| self.ready_order()),
+            has_ffts,
+            peer_pairs,
         }
     }
 
@@ -569,20 +581,11 @@ impl Dag {
     /// backwards, or when petgraph's index order (which reuses the slots of removed nodes) is
     /// not serial order.
     fn serial_order(&self) -> Option<Vec<NodeId>> {
-        if self.backward_edges > 0 {
-            return None;
-        }
-        let mut order = Vec::with_capacity(self.graph.node_count());
-        let mut next = 0;
+        let mut serial = SerialOrder::new(self);
         for i in self.graph.node_indices() {
-            let serial = self.graph[i].serial;
-            if serial < next {
-                return None;
-            }
-            next = serial + 1;
-            order.push(NodeId { idx: i, serial });
+            serial.push(i, self.graph[i].serial);
         }
-        Some(order)
+        serial.finish()
     }
 
     /// The dependencies of `id` in canonical order (by when they were added to the DAG).
@@ -626,6 +629,49 @@ impl Dag {
         for n in self.graph.node_weights() {
             n.op.host_fns(prefix, &n.name, out);
         }
+    }
+}
+
+/// What [`Dag::lowering_plan`] found.
+pub(crate) struct LoweringPlan {
+    /// The canonical order (see [`Dag::topological_order`]).
+    pub(crate) order: Vec<NodeId>,
+    /// Whether there are FFT nodes (whose work shares lowering then works out).
+    pub(crate) has_ffts: bool,
+    /// The `(from, to)` device pairs whose peer access the nodes need: a node running on
+    /// `from` uses device memory of `to`. Each pair once, in the order first needed.
+    pub(crate) peer_pairs: Vec<(DeviceKey, DeviceKey)>,
+}
+
+/// The nodes by serial, collected in index order while that is the canonical order (see
+/// [`Dag::serial_order`]).
+struct SerialOrder {
+    /// `None` once it is not.
+    order: Option<Vec<NodeId>>,
+    next: u64,
+}
+
+impl SerialOrder {
+    fn new(dag: &Dag) -> Self {
+        SerialOrder {
+            order: (dag.backward_edges == 0).then(|| Vec::with_capacity(dag.graph.node_count())),
+            next: 0,
+        }
+    }
+
+    /// The node at `idx`, the next in index order.
+    fn push(&mut self, idx: NodeIndex, serial: u64) {
+        if serial < self.next {
+            self.order = None;
+        }
+        if let Some(order) = &mut self.order {
+            order.push(NodeId { idx, serial });
+            self.next = serial + 1;
+        }
+    }
+
+    fn finish(self) -> Option<Vec<NodeId>> {
+        self.order
     }
 }
 

@@ -670,6 +670,13 @@ fn serial_order_is_the_canonical_order_when_it_applies() {
             assert_eq!(order, dag.ready_order(), "case {case}");
         }
         assert_eq!(dag.topological_order(), dag.ready_order(), "case {case}");
+        let plan = dag.lowering_plan(crate::device::DeviceKey::Cuda(0));
+        assert_eq!(
+            plan.order,
+            dag.ready_order(),
+            "case {case}: lowering's order"
+        );
+        assert!(!plan.has_ffts && plan.peer_pairs.is_empty());
     }
 }
 
