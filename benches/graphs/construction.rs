@@ -76,44 +76,31 @@ pub fn construction_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
             let st = stages(topology, n);
             let reps = b.reps(n).construction;
             let mut s: Vec<Vec<f64>> = vec![Vec::new(); 15];
+            // A raw graph made by `build`, then instantiated: build, instantiate and total
+            // into `v[at..at + 3]`.
+            let raw = |build: &dyn Fn() -> Result<crate::raw::RawGraph>,
+                       v: &mut [f64; 15],
+                       at: usize|
+             -> Result<()> {
+                let t0 = Instant::now();
+                let g = build()?;
+                let t1 = Instant::now();
+                let e = b.instantiate_raw(&g)?;
+                let t2 = Instant::now();
+                drop((e, g));
+                v[at] = us_per_node(t1 - t0, n);
+                v[at + 1] = us_per_node(t2 - t1, n);
+                v[at + 2] = us_per_node(t2 - t0, n);
+                Ok(())
+            };
             // One method's measurements of a repetition into `v` (the indices the medians
             // below read).
             let run = |method: usize, v: &mut [f64; 15]| -> Result<()> {
                 match method {
-                    0 => {
-                        let t0 = Instant::now();
-                        let g = b.build_raw(topology, n, 1)?;
-                        let t1 = Instant::now();
-                        let e = b.instantiate_raw(&g)?;
-                        let t2 = Instant::now();
-                        drop((e, g));
-                        v[0] = us_per_node(t1 - t0, n);
-                        v[1] = us_per_node(t2 - t1, n);
-                        v[2] = us_per_node(t2 - t0, n);
-                    }
-                    1 => {
-                        // Raw, generic API.
-                        let t0 = Instant::now();
-                        let g = b.build_raw_generic(topology, n, 1)?;
-                        let t1 = Instant::now();
-                        let e = b.instantiate_raw(&g)?;
-                        let t2 = Instant::now();
-                        drop((e, g));
-                        v[12] = us_per_node(t1 - t0, n);
-                        v[13] = us_per_node(t2 - t1, n);
-                        v[14] = us_per_node(t2 - t0, n);
-                    }
-                    2 => {
-                        let t0 = Instant::now();
-                        let g = b.capture(&st, 1)?;
-                        let t1 = Instant::now();
-                        let e = b.instantiate_raw(&g)?;
-                        let t2 = Instant::now();
-                        drop((e, g));
-                        v[3] = us_per_node(t1 - t0, n);
-                        v[4] = us_per_node(t2 - t1, n);
-                        v[5] = us_per_node(t2 - t0, n);
-                    }
+                    0 => raw(&|| b.build_raw(topology, n, 1), v, 0)?,
+                    // Raw, generic API.
+                    1 => raw(&|| b.build_raw_generic(topology, n, 1), v, 12)?,
+                    2 => raw(&|| b.capture(&st, 1), v, 3)?,
                     3 => {
                         // cudagraph, end to end, the DAG consumed.
                         let t0 = Instant::now();
