@@ -1,7 +1,8 @@
 //! What a node kind lowers to and through: [`NodeParams`] (one node as a backend receives it),
 //! [`EdgeData`], and the sealed [`Backend`] trait with its one `add_node` method. Nothing here
-//! names a backend: [`Dag::lower`](crate::dag::Dag::lower) and the backends live in
-//! `dag/lower.rs`, which imports this; the node kinds import this and never `dag::lower`.
+//! names a backend: [`Dag::lower`](crate::dag::Dag::lower) lives in `dag/lower.rs` and the
+//! backends in `dag/lower/`, which import this; the node kinds import this and never
+//! `dag::lower`.
 
 use super::{FftNode, KernelNode};
 use crate::dag::{Dag, NodeName};

@@ -1,0 +1,260 @@
+//! The CUDA backend: lowering's calls made with the CUDA runtime, into a new `cudaGraph_t`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use crate::dag::nodes::backend::{sealed, EdgeData, NodeParams};
+use crate::dag::nodes::KernelNode;
+use crate::dag::{Dag, NodeName};
+use crate::device::{Device, DeviceKey, DeviceLimits};
+use crate::error::Result;
+use crate::fft::WorkShare;
+use crate::result::runtime as rt;
+use crate::sys;
+
+/// What a [`CudaBackend`] built, handed over by `into_graph`.
+pub(crate) struct Built {
+    /// The graph (the caller destroys it).
+    pub(crate) graph: sys::cudaGraph_t,
+    /// The FFT state the graph uses.
+    pub(crate) fft: crate::dag::nodes::fft::LoweringContext,
+    /// The nodes each captured node made, by the node it returned.
+    pub(crate) captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+}
+
+/// The CUDA devices as validation sees them: every device of the machine, peer access as
+/// `cudaDeviceCanAccessPeer` answers (each answer kept).
+#[derive(Default)]
+pub(crate) struct CudaDevices {
+    answers: RefCell<Vec<((i32, i32), bool)>>,
+}
+
+impl sealed::Devices for CudaDevices {
+    fn has_device(&self, key: DeviceKey) -> bool {
+        matches!(key, DeviceKey::Cuda(o) if crate::device::ordinal_exists(o))
+    }
+    fn can_access_peer(&self, from: DeviceKey, to: DeviceKey) -> Result<bool> {
+        let (DeviceKey::Cuda(a), DeviceKey::Cuda(b)) = (from, to) else {
+            return Ok(false);
+        };
+        if let Some(&(_, can)) = self.answers.borrow().iter().find(|(p, _)| *p == (a, b)) {
+            return Ok(can);
+        }
+        let can = crate::device::can_access_peer(a, b)?;
+        self.answers.borrow_mut().push(((a, b), can));
+        Ok(can)
+    }
+}
+
+/// A backend that builds a real `cudaGraph_t` with the CUDA runtime.
+///
+/// Nodes placed on other devices ([`Dag::place`]) are added with their device current
+/// (`cudaSetDevice`), after peer access was enabled for every pair of devices the nodes need.
+pub struct CudaBackend {
+    graph: sys::cudaGraph_t,
+    device: Device,
+    devices: CudaDevices,
+    pub(crate) fft: crate::dag::nodes::fft::LoweringContext,
+    /// The nodes each captured node (FFT or other) made, by the node it returned.
+    pub(crate) captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+}
+
+/// A CUDA node handle as a map key.
+pub(crate) type NodeKey = usize;
+
+impl CudaBackend {
+    /// Creates an empty CUDA graph on `device` to lower into.
+    pub fn new(device: &Device) -> Result<Self> {
+        device.bind()?;
+        // SAFETY: the graph is owned by the backend (destroyed in Drop unless taken).
+        let graph = unsafe { rt::graph_create()? };
+        Ok(CudaBackend {
+            graph,
+            device: device.clone(),
+            devices: CudaDevices::default(),
+            fft: crate::dag::nodes::fft::LoweringContext::default(),
+            captured: HashMap::new(),
+        })
+    }
+
+    /// Notes the nodes a capture made; returns the node later nodes depend on.
+    fn keep_captured(&mut self, c: crate::dag::nodes::captured::Captured) -> sys::cudaGraphNode_t {
+        self.captured.insert(c.out as NodeKey, c.nodes);
+        c.out
+    }
+
+    /// The graph being built. It stays owned by the backend.
+    pub fn raw_graph(&self) -> sys::cudaGraph_t {
+        self.graph
+    }
+
+    /// Gives up ownership of the graph (the caller destroys it) and of the FFT state.
+    pub(crate) fn into_graph(mut self) -> Built {
+        Built {
+            graph: std::mem::replace(&mut self.graph, std::ptr::null_mut()),
+            fft: std::mem::take(&mut self.fft),
+            captured: std::mem::take(&mut self.captured),
+        }
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        if self.graph.is_null() {
+            return; // handed over by `into_graph`
+        }
+        // SAFETY: the graph is owned and not referenced elsewhere.
+        if let Err(e) = unsafe { rt::graph_destroy(self.graph) } {
+            self.device.defer("a graph", e);
+        }
+    }
+}
+
+impl sealed::Devices for CudaBackend {
+    fn has_device(&self, key: DeviceKey) -> bool {
+        self.devices.has_device(key)
+    }
+    fn can_access_peer(&self, from: DeviceKey, to: DeviceKey) -> Result<bool> {
+        self.devices.can_access_peer(from, to)
+    }
+}
+
+/// The ordinal of a CUDA device key (validation accepted only those for a CUDA backend).
+fn ordinal(key: DeviceKey) -> i32 {
+    match key {
+        DeviceKey::Cuda(o) => o,
+        DeviceKey::Recording(_) => unreachable!("validated: a CUDA backend's devices are CUDA's"),
+    }
+}
+
+impl sealed::Lower for CudaBackend {
+    type Node = sys::cudaGraphNode_t;
+    fn enable_peer_access(&mut self, from: DeviceKey, to: DeviceKey) -> Result<()> {
+        crate::device::enable_peer_access(ordinal(from), ordinal(to))
+    }
+    fn use_device(&mut self, key: DeviceKey) -> Result<()> {
+        if key == self.device.key() {
+            self.device.bind()
+        } else {
+            crate::device::bind_ordinal(ordinal(key))
+        }
+    }
+    fn key(&self) -> DeviceKey {
+        self.device.key()
+    }
+    fn limits(&self) -> &DeviceLimits {
+        self.device.limits()
+    }
+    #[allow(private_interfaces)] // reason: the trait is sealed (see `sealed::Lower::add_node`)
+    fn add_node(
+        &mut self,
+        _: &NodeName,
+        deps: &[Self::Node],
+        edges: &[EdgeData],
+        params: NodeParams<'_>,
+    ) -> Result<Self::Node> {
+        match params {
+            NodeParams::Generic(mut raw) => {
+                // Validated node: what the parameters point to (regions of live allocations of
+                // this device, the host closure) is valid.
+                // SAFETY: see above; CUDA copies the parameters during the call, and the DAG
+                // (and any Exec made from it) keeps the buffers and closure alive.
+                unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw) }
+            }
+            NodeParams::Kernel(k) => {
+                let params = k.cuda_params();
+                // Validated node: its kernel is a live kernel of this device, its arguments
+                // match the kernel's layout and their buffers are live allocations this device
+                // reaches.
+                let node = if edges.is_empty() {
+                    // SAFETY: see above; CUDA copies the argument values during the call, and
+                    // the DAG (and any Exec made from it) keeps the kernel and buffers alive.
+                    unsafe { rt::graph_add_kernel_node(self.graph, deps, &params)? }
+                } else {
+                    let mut raw = KernelNode::generic(params);
+                    // SAFETY: as above; `edges` has one entry per dependency.
+                    unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? }
+                };
+                if let Some(prio) = k.priority {
+                    // SAFETY: `node` is the kernel node just added.
+                    unsafe { rt::graph_kernel_node_set_priority(node, prio)? };
+                }
+                Ok(node)
+            }
+            NodeParams::Copy1d {
+                dst,
+                src,
+                bytes,
+                kind,
+            } => {
+                debug_assert!(edges.is_empty(), "the 1D call takes no edge data");
+                // SAFETY: validated node: both regions are in bounds of live allocations on
+                // this device, which the DAG (and any Exec made from it) keeps alive.
+                unsafe {
+                    rt::graph_add_memcpy_node_1d(
+                        self.graph,
+                        deps,
+                        dst as *mut c_void,
+                        src as *const c_void,
+                        bytes,
+                        kind,
+                    )
+                }
+            }
+            NodeParams::Child(child) => {
+                let mut sub = CudaBackend::new(&self.device)?;
+                child.lower_validated(&mut sub)?;
+                let mut raw = NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeGraph);
+                raw.__bindgen_anon_1.graph = sys::cudaChildGraphNodeParams {
+                    graph: sub.graph,
+                    // Clone, as `cudaGraphAddChildGraphNode` does: `sub` destroys its graph.
+                    ownership:
+                        sys::cudaGraphChildGraphNodeOwnership::cudaGraphChildGraphOwnershipClone,
+                };
+                // SAFETY: both graphs are live; CUDA clones the child.
+                let node = unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? };
+                // FFT states of the child stay with the parent's lowering context.
+                // The child's captured nodes are not enabled or disabled one by one (nor are
+                // any of a child's nodes): only its FFT state is kept.
+                let built = sub.into_graph();
+                // SAFETY: the clone lives in the parent; the original is ours to destroy.
+                unsafe { rt::graph_destroy(built.graph)? };
+                self.fft.absorb(built.fft);
+                Ok(node)
+            }
+            NodeParams::Fft { node, .. } => {
+                debug_assert!(edges.is_empty(), "captured work takes plain dependencies");
+                let graph = self.graph;
+                let device = self.device.clone();
+                let captured = self.fft.lower(&device, graph, deps, node)?;
+                Ok(self.keep_captured(captured))
+            }
+            NodeParams::Captured(work) => {
+                debug_assert!(edges.is_empty(), "captured work takes plain dependencies");
+                self.device.bind()?;
+                let stream = self.fft.capture_stream(&self.device)?;
+                let enqueue = |s| {
+                    // SAFETY: `capture_into` passes its own stream, live and capturing.
+                    unsafe { work.enqueue(s) }
+                };
+                // SAFETY: graph and stream are live and of the bound device; `deps` are nodes
+                // of the graph; the work was declared (unsafely, by its maker) to enqueue only
+                // stream-ordered work on the stream it is given.
+                let captured = unsafe {
+                    crate::dag::nodes::captured::capture_into(
+                        self.graph,
+                        stream.raw(),
+                        deps,
+                        enqueue,
+                    )?
+                };
+                Ok(self.keep_captured(captured))
+            }
+        }
+    }
+    fn prepare_ffts(&mut self, dag: &Dag, shares: &[Option<WorkShare>]) -> Result<()> {
+        let device = self.device.clone();
+        self.fft.prepare(&device, dag, shares)
+    }
+}
