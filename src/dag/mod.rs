@@ -228,6 +228,25 @@ impl Dag {
         Dag::default()
     }
 
+    /// An empty DAG with room for `nodes` nodes and `dependencies` dependencies: building a
+    /// DAG of known size then never grows (and copies) its node and edge arrays.
+    ///
+    /// ```
+    /// let dag = cudagraph::Dag::with_capacity(10_000, 9_999);
+    /// assert!(dag.capacity().0 >= 10_000);
+    /// ```
+    pub fn with_capacity(nodes: usize, dependencies: usize) -> Self {
+        Dag {
+            graph: StableDiGraph::with_capacity(nodes, dependencies),
+            ..Dag::default()
+        }
+    }
+
+    /// How many nodes and dependencies the DAG holds before its arrays grow.
+    pub fn capacity(&self) -> (usize, usize) {
+        self.graph.capacity()
+    }
+
     /// The underlying petgraph graph, to run its algorithms on.
     pub fn graph(&self) -> &StableDiGraph<Node, Dependency> {
         &self.graph

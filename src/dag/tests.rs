@@ -821,3 +821,39 @@ fn wrong_kind_errors_read_as_english() {
     let err = dag.set_memset_value(e, 1u8).unwrap_err().to_string();
     assert!(err.contains("is an empty node, not a memset node"), "{err}");
 }
+
+#[test]
+fn a_dag_made_with_capacity_builds_without_growing_and_lowers_the_same() {
+    let mut r = rec();
+    let x = r.device_buffer::<f32>(256);
+    let k = r.kernel("scale", &[8, 4]);
+    let build = |mut dag: Dag| {
+        let mut prev = None;
+        for i in 0..100 {
+            let id = dag
+                .add_kernel(&k, LaunchConfig::new(1, 256), &args![&x, i as f32])
+                .unwrap();
+            if let Some(p) = prev {
+                dag.add_dependency(p, id).unwrap();
+            }
+            prev = Some(id);
+        }
+        dag
+    };
+    let reserved = Dag::with_capacity(100, 99);
+    let room = reserved.capacity();
+    assert!(
+        room.0 >= 100 && room.1 >= 99,
+        "room for the nodes: {room:?}"
+    );
+    assert!(Dag::new().capacity().0 < 100, "a new DAG reserves nothing");
+    let reserved = build(reserved);
+    assert_eq!(reserved.capacity(), room, "filled without growing");
+    assert_eq!((reserved.node_count(), reserved.edge_count()), (100, 99));
+    r.clear();
+    reserved.lower(&mut r).unwrap();
+    let with_capacity = r.transcript();
+    r.clear();
+    build(Dag::new()).lower(&mut r).unwrap();
+    assert_eq!(with_capacity, r.transcript());
+}

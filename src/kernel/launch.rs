@@ -23,6 +23,14 @@ pub struct ParamInfo {
     pub size: usize,
 }
 
+/// The 8-byte words that hold the argument values of a kernel with parameters `params` (the
+/// end of the last one, rounded up; at least one word, so that packed arguments always have
+/// room for their values' start).
+pub(super) fn value_words(params: &[ParamInfo]) -> usize {
+    let end = params.iter().map(|p| p.offset + p.size).max().unwrap_or(0);
+    end.div_ceil(8).max(1)
+}
+
 pub(super) enum KernelOrigin {
     Module {
         module: Arc<ModuleInner>,
@@ -35,6 +43,8 @@ pub(crate) struct KernelInner {
     pub(super) name: String,
     pub(super) raw: Option<sys::cudaKernel_t>,
     pub(super) params: Vec<ParamInfo>,
+    /// 8-byte words the argument values take (at least one): see [`value_words`].
+    pub(crate) value_words: usize,
     pub(super) max_threads_per_block: u32,
     pub(super) static_shared_mem: usize,
     pub(super) max_dynamic_shared_mem: AtomicUsize,
@@ -76,11 +86,12 @@ impl Kernel {
                 offset += size;
                 p
             })
-            .collect();
+            .collect::<Vec<_>>();
         Kernel {
             inner: Arc::new(KernelInner {
                 name: name.to_string(),
                 raw: None,
+                value_words: value_words(&params),
                 params,
                 max_threads_per_block: 1024,
                 static_shared_mem: 0,

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use super::compile::{compile, CodeKind, CompileOptions};
-use super::launch::{Kernel, KernelInner, KernelOrigin, ParamInfo};
+use super::launch::{value_words, Kernel, KernelInner, KernelOrigin, ParamInfo};
 use super::library::ModuleInner;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -97,6 +97,7 @@ impl Module {
             inner: Arc::new(KernelInner {
                 name: name.to_string(),
                 raw: Some(raw),
+                value_words: value_words(&params),
                 params,
                 max_threads_per_block: attrs.maxThreadsPerBlock.max(0) as u32,
                 static_shared_mem: attrs.sharedSizeBytes,

@@ -67,32 +67,42 @@ impl PackedArgs {
     /// of its size).
     ///
     /// # Panics
-    /// If they do not (callers check them first).
+    /// If they do not (callers check them first), before anything is allocated.
     pub(crate) fn new(kernel: &Kernel, args: &[KernelArg]) -> Self {
         let params = &kernel.inner.params;
         let n = params.len();
         assert_eq!(args.len(), n, "one argument per parameter");
-        let total = params.iter().map(|p| p.offset + p.size).max().unwrap_or(0);
-        let words = total.div_ceil(8).max(1);
-        // One exact allocation: null pointers (fixed below), the arguments' buffers, zeroed
-        // values (written below).
-        let mut cells = Vec::with_capacity(2 * n + words);
-        cells.extend((0..n).map(|_| Cell {
-            ptr: std::ptr::null_mut(),
-        }));
-        cells.extend(args.iter().map(|a| Cell {
-            buffer: ManuallyDrop::new(a.buffer.clone()),
-        }));
-        cells.extend((0..words).map(|_| Cell { word: 0 }));
-        let mut packed = PackedArgs::own(cells.into_boxed_slice(), kernel.clone());
-        packed.fix_ptrs();
-        for (i, a) in args.iter().enumerate() {
-            let info = params[i];
-            let bytes = a.as_bytes();
-            assert_eq!(bytes.len(), info.size, "parameter {i} size");
-            packed.write_param(info, bytes);
+        for (i, (a, p)) in args.iter().zip(params).enumerate() {
+            assert_eq!(a.size(), p.size, "parameter {i} size");
         }
-        packed
+        // Not dropped (which reads every cell) until every cell is written: a panic before
+        // that would leak the block, not drop uninitialised cells.
+        let packed = ManuallyDrop::new(PackedArgs::alloc(kernel.clone()));
+        let base = packed.base();
+        let values = packed.storage_ptr();
+        for w in 0..packed.words() {
+            // SAFETY: value cells `2n..len` are inside the block (`alloc`); a `Copy` member
+            // is written over uninitialised memory. Zeroed first: padding between values is
+            // then initialised too.
+            unsafe { base.add(2 * n + w).write(Cell { word: 0 }) };
+        }
+        for (i, (a, p)) in args.iter().zip(params).enumerate() {
+            // SAFETY: cells `i` and `n + i` (`i < n`) are a pointer cell and a buffer cell of
+            // the block, written once here over uninitialised memory (nothing is dropped);
+            // the parameter occupies `p.size` bytes at `p.offset` inside the values (sized
+            // for the layout by `alloc`), and `a`'s bytes are that long (checked above) and
+            // borrowed, so not inside the block.
+            unsafe {
+                base.add(i).write(Cell {
+                    ptr: values.add(p.offset).cast(),
+                });
+                base.add(n + i).write(Cell {
+                    buffer: ManuallyDrop::new(a.buffer.clone()),
+                });
+                copy_value(a.as_bytes().as_ptr(), values.add(p.offset), p.size);
+            }
+        }
+        ManuallyDrop::into_inner(packed)
     }
 
     /// The kernel the arguments are for.
@@ -100,15 +110,19 @@ impl PackedArgs {
         &self.kernel
     }
 
-    /// Takes ownership of `cells`, laid out for `kernel` (the pointer array is not yet
-    /// pointed at the values: callers call [`PackedArgs::fix_ptrs`]).
-    fn own(cells: Box<[Cell]>, kernel: Kernel) -> Self {
+    /// A block of uninitialised cells laid out for `kernel` (`2n` pointer and buffer cells,
+    /// then the value words), owned by the result. The callers hold it in a `ManuallyDrop`
+    /// until they have written every cell.
+    fn alloc(kernel: Kernel) -> Self {
         let n = kernel.inner.params.len();
-        let len = cells.len();
-        assert!(len > 2 * n, "pointer, buffer and at least one value cell");
-        let raw = Box::into_raw(cells);
+        let len = 2 * n + kernel.inner.value_words;
+        // At least one value cell, so the values' start is inside the block.
+        assert!(kernel.inner.value_words >= 1, "at least one value cell");
+        let raw = Box::into_raw(Box::<[Cell]>::new_uninit_slice(len));
         PackedArgs {
-            // SAFETY: `Box::into_raw` never gives a null pointer.
+            // SAFETY: `Box::into_raw` never gives a null pointer. `MaybeUninit<Cell>` has
+            // `Cell`'s layout, so the block is a `[Cell]` allocation of `len` cells once the
+            // caller has written them, which `drop` frees as one.
             cells: unsafe { NonNull::new_unchecked(raw.cast::<Cell>()) },
             len,
             kernel,
@@ -118,6 +132,14 @@ impl PackedArgs {
     /// The first cell; every access to the cells is made from this pointer.
     fn base(&self) -> *mut Cell {
         self.cells.as_ptr()
+    }
+
+    /// The first byte of the argument values (after the pointer array and the buffers).
+    fn storage_ptr(&self) -> *mut u8 {
+        let n = self.kernel.inner.params.len();
+        // SAFETY: the block has `2n` pointer and buffer cells and at least one value cell
+        // after them (`alloc` made it so).
+        unsafe { self.base().add(2 * n) }.cast()
     }
 
     /// Points the `kernelParams` cells at the values.
@@ -133,14 +155,6 @@ impl PackedArgs {
                 })
             };
         }
-    }
-
-    /// The first byte of the argument values (after the pointer array and the buffers).
-    fn storage_ptr(&self) -> *mut u8 {
-        let n = self.kernel.inner.params.len();
-        // SAFETY: the block has `2n` pointer and buffer cells and at least one value cell
-        // after them (`own` checked it).
-        unsafe { self.base().add(2 * n) }.cast()
     }
 
     /// Number of value cells.
@@ -400,22 +414,40 @@ impl PackedArgs {
 impl Clone for PackedArgs {
     fn clone(&self) -> Self {
         let n = self.kernel.inner.params.len();
-        let values = self.storage_ptr().cast::<u64>();
-        let mut cells = Vec::with_capacity(self.len);
-        // Pointed at the clone's own values below.
-        cells.extend((0..n).map(|_| Cell {
-            ptr: std::ptr::null_mut(),
-        }));
-        cells.extend(self.buffers().iter().map(|b| Cell {
-            buffer: ManuallyDrop::new(b.clone()),
-        }));
-        cells.extend((0..self.words()).map(|w| Cell {
-            // SAFETY: one of the value cells, which hold `word`s.
-            word: unsafe { values.add(w).read() },
-        }));
-        let mut c = PackedArgs::own(cells.into_boxed_slice(), self.kernel.clone());
-        c.fix_ptrs();
-        c
+        // As in `new`: not dropped until every cell is written.
+        let c = ManuallyDrop::new(PackedArgs::alloc(self.kernel.clone()));
+        let (from, to) = (self.base(), c.base());
+        for w in 2 * n..self.len {
+            // SAFETY: both blocks have `self.len` cells (the same kernel's layout); value cells
+            // hold `word`s, copied over the clone's uninitialised ones (a `Copy` member).
+            unsafe {
+                to.add(w).write(Cell {
+                    word: (*from.add(w)).word,
+                })
+            };
+        }
+        let values = c.storage_ptr();
+        for (i, (p, b)) in self
+            .kernel
+            .inner
+            .params
+            .iter()
+            .zip(self.buffers())
+            .enumerate()
+        {
+            // SAFETY: cells `i` and `n + i` (`i < n`) of the clone's block, written once over
+            // uninitialised memory; its pointers point at its own values (the offset is inside
+            // them), its buffers are new references to this block's.
+            unsafe {
+                to.add(i).write(Cell {
+                    ptr: values.add(p.offset).cast(),
+                });
+                to.add(n + i).write(Cell {
+                    buffer: ManuallyDrop::new(b.clone()),
+                });
+            }
+        }
+        ManuallyDrop::into_inner(c)
     }
 }
 
@@ -428,8 +460,8 @@ impl Drop for PackedArgs {
             unsafe { ManuallyDrop::drop(&mut (*self.base().add(n + i)).buffer) };
         }
         let block = std::ptr::slice_from_raw_parts_mut(self.base(), self.len);
-        // SAFETY: `cells` and `len` are the block `own` took from a `Box<[Cell]>`, freed once,
-        // here (`Cell` has no drop glue: the buffers were dropped above).
+        // SAFETY: `cells` and `len` are the block `alloc` took from a `Box<[Cell]>` (every
+        // cell written since), freed once, here (`Cell` has no drop glue: the buffers were dropped above).
         drop(unsafe { Box::from_raw(block) });
     }
 }
