@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use super::lower::{CudaBackend, NodeKey};
 use super::nodes::captured::set_captured_enabled;
 use super::nodes::fft::LoweringContext;
-use super::{Dag, DagError, HostFn, Node, NodeId, NodeKind};
+use super::{Dag, DagError, HostFn, NodeId, NodeKind};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernel::ArgScratch;
@@ -73,8 +73,7 @@ pub struct Exec {
     pub(super) handles: Vec<Option<sys::cudaGraphNode_t>>,
     /// The nodes of `graph` each captured node (FFT or other) made, by its handle.
     captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
-    /// Host closures of the DAG and its children, with their names (for panic reports; in no
-    /// set order: of several nodes that panicked in one launch, the report names one).
+    /// Host closures of the DAG and its children, with their names (for panic reports).
     pub(super) hosts: Vec<(String, Arc<HostFn>)>,
     pub(super) fft: LoweringContext,
     /// The launches (and a marker of the latest); allocations the graph refers to point here.
@@ -156,22 +155,7 @@ impl Dag {
             }
         };
         let log = LaunchLog::new();
-        // What the Exec keeps of each node, noted as the node is lowered (one pass over the
-        // nodes' memory, while it is at hand): the host closures to run, the allocations it
-        // refers to (counted; each met first is noted in `firsts`, to enter the allocation's
-        // use list once the graph is instantiated, so that a failure leaves no trace there).
-        let mut hosts = Vec::new();
-        let mut held = HashMap::default();
-        let mut pinned = Vec::new();
-        let mut firsts: Vec<Arc<Allocation>> = Vec::new();
-        let lowered = lower_to_cuda(&self, device, &mut None, |n| {
-            n.op.host_fns("", &n.name, &mut hosts);
-            n.for_each_allocation(&mut |a| {
-                if count_in(&mut held, &mut pinned, a) {
-                    firsts.push(a.clone());
-                }
-            });
-        })?;
+        let lowered = lower_to_cuda(&self, device, &mut None)?;
         let (graph, handles, fft, captured) = (
             lowered.graph,
             lowered.handles,
@@ -199,10 +183,7 @@ impl Dag {
                 return Err(e);
             }
         };
-        for a in &firsts {
-            a.uses.add_graph(&log);
-        }
-        Ok(Exec {
+        let mut exec = Exec {
             raw,
             graph,
             latest: None,
@@ -210,15 +191,30 @@ impl Dag {
             dag: self,
             handles,
             captured,
-            hosts,
+            hosts: Vec::new(),
             fft,
             log,
-            held,
-            pinned,
+            held: HashMap::default(),
+            pinned: Vec::new(),
             // Room for the retirements of a few updates without growing on the update path.
             retired: VecDeque::with_capacity(64),
             scratch: ArgScratch::default(),
-        })
+        };
+        let Exec {
+            dag,
+            held,
+            pinned,
+            log,
+            hosts,
+            ..
+        } = &mut exec;
+        // One pass over the nodes (building large graphs is bound by passes over memory): the
+        // host closures to run and the allocations the Exec refers to.
+        for n in dag.graph.node_weights() {
+            n.op.host_fns("", &n.name, hosts);
+            n.for_each_allocation(&mut |a| hold_in(held, pinned, log, a));
+        }
+        Ok(exec)
     }
 }
 
@@ -239,7 +235,6 @@ fn lower_to_cuda(
     dag: &Dag,
     device: &Device,
     reuse: &mut Option<LoweringContext>,
-    each: impl FnMut(&Node),
 ) -> Result<Lowered> {
     let mut backend = CudaBackend::new(device)?;
     if let Some(r) = reuse.take() {
@@ -247,9 +242,7 @@ fn lower_to_cuda(
     }
     // A panic while lowering (a captured node's work may panic) must not drop the reused
     // context: the live graph still uses its plans and buffers. It is given back first.
-    let lowered = catch_unwind(AssertUnwindSafe(|| {
-        dag.lower_validated_each(&mut backend, each)
-    }));
+    let lowered = catch_unwind(AssertUnwindSafe(|| dag.lower_validated(&mut backend)));
     let lowered = match lowered {
         Ok(l) => l,
         Err(panic) => {
@@ -517,9 +510,7 @@ impl Exec {
         dag.validate(&self.device)?;
         let mut reuse = Some(std::mem::take(&mut self.fft));
         let device = &self.device;
-        let lowered = catch_unwind(AssertUnwindSafe(|| {
-            lower_to_cuda(dag, device, &mut reuse, |_| {})
-        }));
+        let lowered = catch_unwind(AssertUnwindSafe(|| lower_to_cuda(dag, device, &mut reuse)));
         let lowered = match lowered {
             Ok(Ok(l)) => l,
             Ok(Err(e)) => {
@@ -643,26 +634,15 @@ fn hold_in(
     log: &Arc<LaunchLog>,
     a: &Arc<Allocation>,
 ) {
-    if count_in(held, pinned, a) {
-        a.uses.add_graph(log);
-    }
-}
-
-/// Counts one more reference to `a` in `held` (and puts a pinned allocation met for the first
-/// time in `pinned`, kept in address order); whether it was the first.
-fn count_in(
-    held: &mut HashMap<usize, u32, BuildHasherDefault<AddrHasher>>,
-    pinned: &mut Vec<Arc<Allocation>>,
-    a: &Arc<Allocation>,
-) -> bool {
     let n = held.entry(Arc::as_ptr(a) as usize).or_insert(0);
     *n += 1;
-    let first = *n == 1;
-    if first && a.space == MemorySpace::PinnedHost {
-        let at = pinned.partition_point(|p| Arc::as_ptr(p) < Arc::as_ptr(a));
-        pinned.insert(at, a.clone());
+    if *n == 1 {
+        a.uses.add_graph(log);
+        if a.space == MemorySpace::PinnedHost {
+            let at = pinned.partition_point(|p| Arc::as_ptr(p) < Arc::as_ptr(a));
+            pinned.insert(at, a.clone());
+        }
     }
-    first
 }
 
 /// A hasher for allocation addresses (distinct, 256-byte-aligned-ish `Arc` pointers): one

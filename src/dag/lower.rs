@@ -16,7 +16,7 @@ use petgraph::visit::NodeIndexable;
 
 use super::nodes::backend::Backend;
 use super::nodes::Target;
-use super::{Dag, Node};
+use super::Dag;
 use crate::error::Result;
 
 mod cuda;
@@ -44,16 +44,6 @@ impl Dag {
     pub(crate) fn lower_validated<B: Backend>(
         &self,
         backend: &mut B,
-    ) -> Result<Vec<Option<B::Node>>> {
-        self.lower_validated_each(backend, |_| {})
-    }
-
-    /// [`Dag::lower_validated`], calling `each` with every node once it is lowered (while its
-    /// memory is at hand: building large graphs is bound by passes over memory).
-    pub(crate) fn lower_validated_each<B: Backend>(
-        &self,
-        backend: &mut B,
-        mut each: impl FnMut(&Node),
     ) -> Result<Vec<Option<B::Node>>> {
         let mut handles: Vec<Option<B::Node>> = vec![None; self.graph.node_bound()];
         let mut deps: Vec<B::Node> = Vec::new();
@@ -100,7 +90,6 @@ impl Dag {
             let share = shares.get(id.index()).and_then(Option::as_ref);
             let h = node.op.lower(&node.name, &deps, backend, share)?;
             handles[id.index()] = Some(h);
-            each(node);
         }
         if current != home {
             backend.use_device(home)?;
