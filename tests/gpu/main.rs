@@ -15,7 +15,13 @@ mod soundness;
 fn main() {
     // SAFETY: first thing in main: no other thread exists yet (nothing has touched CUDA).
     unsafe { cudagraph::load::set_nccl_nvls_off() };
-    let args = libtest_mimic::Arguments::from_args();
+    let mut args = libtest_mimic::Arguments::from_args();
+    // One test at a time unless asked otherwise: some tests time queued work against a host
+    // read, or count the cuFFT plans an update makes, and another test's GPU work running
+    // alongside disturbs both (they then fail spuriously).
+    if args.test_threads.is_none() && std::env::var_os("RUST_TEST_THREADS").is_none() {
+        args.test_threads = Some(1);
+    }
     let mut trials = Vec::new();
     trials.extend(foundation::tests());
     trials.extend(dag::tests());
