@@ -506,6 +506,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn mismatched_arguments_panic_before_anything_is_held() {
+        let mut rec = crate::dag::RecordingBackend::new(crate::device::DeviceLimits::hopper());
+        let x = rec.device_buffer::<f32>(16);
+        let k = rec.kernel("k", &[8, 4]);
+        // Too few arguments; an argument of the wrong size after a buffer.
+        for bad in [crate::args![&x].to_vec(), crate::args![&x, 1u64].to_vec()] {
+            let buffer = bad[0].buffer.clone().expect("a buffer argument");
+            let held = Arc::strong_count(&buffer);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                PackedArgs::new(&k, &bad)
+            }));
+            assert!(r.is_err(), "mismatched arguments must panic");
+            assert_eq!(
+                Arc::strong_count(&buffer),
+                held,
+                "no reference to the buffer is taken (and leaked) before the panic"
+            );
+        }
+        let ok = crate::args![&x, 2.0f32];
+        let p = PackedArgs::new(&k, &ok);
+        assert_eq!(p.words(), 2, "values end at byte 12: two words");
+        assert_eq!(p.param_bytes(1), &2.0f32.to_ne_bytes());
+        assert_eq!(
+            &p.storage_bytes()[12..],
+            &[0; 4],
+            "padding after the values is zeroed"
+        );
+    }
+
+    #[test]
     fn values_pack_at_parameter_offsets() {
         let k = Kernel::recording("k", &[4, 8, 2], 1);
         assert_eq!(
