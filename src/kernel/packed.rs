@@ -75,8 +75,8 @@ impl PackedArgs {
         for (i, (a, p)) in args.iter().zip(params).enumerate() {
             assert_eq!(a.size(), p.size, "parameter {i} size");
         }
-        // Not dropped (which reads every cell) until every cell is written: a panic before
-        // that would leak the block, not drop uninitialised cells.
+        // Not dropped (which reads the buffer cells) until every cell is written: a panic
+        // before that would leak the block, not drop uninitialised cells.
         let packed = ManuallyDrop::new(PackedArgs::alloc(kernel.clone()));
         let base = packed.base();
         let values = packed.storage_ptr();
@@ -461,7 +461,8 @@ impl Drop for PackedArgs {
         }
         let block = std::ptr::slice_from_raw_parts_mut(self.base(), self.len);
         // SAFETY: `cells` and `len` are the block `alloc` took from a `Box<[Cell]>` (every
-        // cell written since), freed once, here (`Cell` has no drop glue: the buffers were dropped above).
+        // cell written since), freed once, here (`Cell` has no drop glue: the buffers were
+        // dropped above).
         drop(unsafe { Box::from_raw(block) });
     }
 }
