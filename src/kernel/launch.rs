@@ -44,7 +44,7 @@ pub(crate) struct KernelInner {
     pub(super) raw: Option<sys::cudaKernel_t>,
     pub(super) params: Vec<ParamInfo>,
     /// 8-byte words the argument values take (at least one): see [`value_words`].
-    pub(crate) value_words: usize,
+    pub(super) value_words: usize,
     pub(super) max_threads_per_block: u32,
     pub(super) static_shared_mem: usize,
     pub(super) max_dynamic_shared_mem: AtomicUsize,

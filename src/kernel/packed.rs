@@ -87,11 +87,9 @@ impl PackedArgs {
             unsafe { base.add(2 * n + w).write(Cell { word: 0 }) };
         }
         for (i, (a, p)) in args.iter().zip(params).enumerate() {
-            // SAFETY: cells `i` and `n + i` (`i < n`) are a pointer cell and a buffer cell of
-            // the block, written once here over uninitialised memory (nothing is dropped);
-            // the parameter occupies `p.size` bytes at `p.offset` inside the values (sized
-            // for the layout by `alloc`), and `a`'s bytes are that long (checked above) and
-            // borrowed, so not inside the block.
+            // SAFETY: cells `i`, `n + i` (`i < n`): pointer and buffer cells, written once over
+            // uninitialised memory; `p.size` bytes at `p.offset` lie inside the values (`alloc`),
+            // and `a`'s bytes (that long, checked above) are borrowed, not in the block.
             unsafe {
                 base.add(i).write(Cell {
                     ptr: values.add(p.offset).cast(),
@@ -173,11 +171,9 @@ impl PackedArgs {
     /// The buffers the arguments refer to, one slot per parameter.
     pub(crate) fn buffers(&self) -> &[Option<Arc<Allocation>>] {
         let n = self.kernel.inner.params.len();
-        // SAFETY: cells `n..2n` (inside the block) hold the `buffer` member (written by `new`,
-        // replaced only by `set`), at offset 0 of the `repr(C)` union, as `ManuallyDrop`
-        // (`repr(transparent)`) of `Option<Arc<Allocation>>`, whose size and alignment are
-        // the cell's (asserted above): the cells are an array of them, borrowed with `self`
-        // (buffer slots are only written through `&mut self`).
+        // SAFETY: cells `n..2n` hold the `buffer` member (offset 0 of the `repr(C)` union; a
+        // `repr(transparent)` `ManuallyDrop<Option<Arc<Allocation>>>` of the cell's size and
+        // alignment, asserted above), borrowed with `self` (only `&mut self` writes them).
         unsafe { std::slice::from_raw_parts(self.base().add(n).cast(), n) }
     }
 
