@@ -488,7 +488,7 @@ impl GpuEngine {
         }
     }
 
-    fn detect_args(&self, gp: &GpuProduct, g0: u64) -> [cudagraph::KernelArg; 13] {
+    fn detect_args<'a>(&self, gp: &'a GpuProduct, g0: u64) -> [cudagraph::KernelArg<'a>; 13] {
         let a = gp.detect_args.1;
         args![
             &gp.spectra,
@@ -507,7 +507,7 @@ impl GpuEngine {
         ]
     }
 
-    fn gather_args(&self, l: &Long, block: u64) -> [cudagraph::KernelArg; 6] {
+    fn gather_args<'a>(&'a self, l: &'a Long, block: u64) -> [cudagraph::KernelArg<'a>; 6] {
         let col = (block % l.blocks as u64) * l.row_bytes;
         args![
             &self.d_in,
@@ -689,13 +689,12 @@ impl GpuEngine {
                             .launch(&self.stream, l.cfg, &args)
                             .map_err(|x| e("gather", x))?;
                     }
-                    let spec = self.fft_spec(&self.products[i]);
-                    let args = self.detect_args(&self.products[i], g0);
-                    let gp = &mut self.products[i];
                     if !complete {
                         continue;
                     }
-                    gp.stream_fft
+                    let spec = self.fft_spec(&self.products[i]);
+                    self.products[i]
+                        .stream_fft
                         .as_mut()
                         .expect("stream mode has plans")
                         .exec(
@@ -706,9 +705,11 @@ impl GpuEngine {
                             &spec.params,
                         )
                         .map_err(|x| e("FFT", x))?;
+                    let gp = &self.products[i];
                     self.detect
-                        .launch(&self.stream, gp.detect_args.0, &args)
+                        .launch(&self.stream, gp.detect_args.0, &self.detect_args(gp, g0))
                         .map_err(|x| e("detect", x))?;
+                    let gp = &mut self.products[i];
                     if Self::completes_integration(gp, k) {
                         gp.acc
                             .copy_to_host_async(&mut gp.out[j], &self.stream)

@@ -754,7 +754,6 @@ fn new_values_with_the_same_buffers_are_written_in_place_and_undone_when_cuda_re
     );
     assert!(!node.args.fits_in_place(&args![&a]), "too few");
     let before = (node.arg_bytes(0).to_vec(), node.arg_bytes(1).to_vec());
-    let mut saved = crate::kernel::ArgScratch::default();
     let seen = |p: &crate::sys::cudaKernelNodeParams| {
         // SAFETY: the array has one pointer per parameter, each to its value.
         unsafe {
@@ -766,7 +765,7 @@ fn new_values_with_the_same_buffers_are_written_in_place_and_undone_when_cuda_re
     };
     let mut got = (0, 0);
     let moved = a.region(4..8);
-    let r = node.update_values_with(&args![&moved, 9u32], &mut saved, |p| {
+    let r = node.update_values_with(&args![&moved, 9u32], |p| {
         got = seen(p);
         Err(Error::Invalid("refused".into()))
     });
@@ -775,7 +774,7 @@ fn new_values_with_the_same_buffers_are_written_in_place_and_undone_when_cuda_re
     let after = (node.arg_bytes(0).to_vec(), node.arg_bytes(1).to_vec());
     assert_eq!(after, before, "a refusal undoes them");
     let done = node
-        .update_values_with(&args![&moved, 11u32], &mut saved, |_| Ok(()))
+        .update_values_with(&args![&moved, 11u32], |_| Ok(()))
         .unwrap();
     assert!(done);
     assert_eq!(node.arg_bytes(0), &(a.alloc.ptr + 16).to_ne_bytes());
@@ -783,7 +782,7 @@ fn new_values_with_the_same_buffers_are_written_in_place_and_undone_when_cuda_re
     // Another buffer, or a value of another size: left to the general path, untouched.
     for other in [args![&b, 12u32], args![&a, 12u64]] {
         let done = node
-            .update_values_with(&other, &mut saved, |_| panic!("CUDA called"))
+            .update_values_with(&other, |_| panic!("CUDA called"))
             .unwrap();
         assert!(!done);
     }

@@ -486,7 +486,7 @@ impl Unfused {
     /// The conversion kernel's argument 2 for `params`: a built-in callback's parameter
     /// struct (by value), or, custom, the address of the node's parameter buffer `buffer`
     /// (0 without one: a custom callback with no parameters and no store callback).
-    pub(crate) fn load_arg(&self, buffer: Option<u64>, params: &FftParams) -> KernelArg {
+    pub(crate) fn load_arg(&self, buffer: Option<u64>, params: &FftParams) -> KernelArg<'static> {
         if self.custom {
             KernelArg::from(buffer.unwrap_or(0))
         } else {
@@ -496,7 +496,7 @@ impl Unfused {
 
     /// The conversion kernel's arguments: scratch, input address, load argument
     /// ([`Unfused::load_arg`]), count.
-    pub(crate) fn args(&self, input: u64, load: KernelArg) -> [KernelArg; 4] {
+    pub(crate) fn args<'a>(&self, input: u64, load: KernelArg<'a>) -> [KernelArg<'a>; 4] {
         [
             KernelArg::from(self.scratch.ptr),
             KernelArg::from(input),
@@ -506,7 +506,7 @@ impl Unfused {
     }
 
     /// The arguments, checked and packed.
-    pub(crate) fn packed(&self, input: u64, load: KernelArg) -> Result<PackedArgs> {
+    pub(crate) fn packed(&self, input: u64, load: KernelArg<'_>) -> Result<PackedArgs> {
         let args = self.args(input, load);
         self.kernel.check_args(&args)?;
         Ok(PackedArgs::new(&self.kernel, &args))

@@ -21,20 +21,25 @@ enum ArgBytes {
 ///
 /// Made with `KernelArg::from(value)` / `(&buffer).into()`, or all at once with
 /// [`args!`](crate::args). No heap allocation for values up to 64 bytes.
+///
+/// An argument borrows the buffer it passes (`'a`), and making or dropping one changes no
+/// reference count: a node that keeps the argument takes its own reference to the buffer
+/// when it is added or updated, and a stream launch keeps the buffer from being freed until
+/// the launch has run.
 #[derive(Clone)]
-pub struct KernelArg {
+pub struct KernelArg<'a> {
     bytes: ArgBytes,
     type_name: &'static str,
-    pub(crate) buffer: Option<Arc<Allocation>>,
+    pub(crate) buffer: Option<&'a Arc<Allocation>>,
 }
 
-impl std::fmt::Debug for KernelArg {
+impl std::fmt::Debug for KernelArg<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.describe())
     }
 }
 
-impl KernelArg {
+impl<'a> KernelArg<'a> {
     /// An argument holding a copy of `value`'s bytes.
     pub fn value<T: DeviceRepr>(value: T) -> Self {
         // `Pod`: no padding, so every byte is initialised.
@@ -56,20 +61,20 @@ impl KernelArg {
 
     /// An argument passing a buffer's device address (kept alive by whatever uses the
     /// argument).
-    pub fn buffer<T: DeviceRepr>(buffer: &DeviceBuffer<T>) -> Self {
+    pub fn buffer<T: DeviceRepr>(buffer: &'a DeviceBuffer<T>) -> Self {
         let mut a = KernelArg::value(buffer.alloc.ptr);
         a.type_name = std::any::type_name::<DeviceBuffer<T>>();
-        a.buffer = Some(buffer.alloc.clone());
+        a.buffer = Some(&buffer.alloc);
         a
     }
 
     /// An argument passing the address of a region's first byte (kept alive like a buffer's).
     /// The region's bounds are the kernel's business; only device memory is accepted when the
     /// argument is checked.
-    pub fn region(region: &Region) -> Self {
+    pub fn region(region: &'a Region) -> Self {
         let mut a = KernelArg::value(region.raw_addr());
         a.type_name = "Region";
-        a.buffer = Some(region.alloc.clone());
+        a.buffer = Some(&region.alloc);
         a
     }
 
@@ -112,20 +117,20 @@ impl KernelArg {
     }
 }
 
-impl<T: DeviceRepr> From<T> for KernelArg {
+impl<T: DeviceRepr> From<T> for KernelArg<'_> {
     fn from(v: T) -> Self {
         KernelArg::value(v)
     }
 }
 
-impl<T: DeviceRepr> From<&DeviceBuffer<T>> for KernelArg {
-    fn from(b: &DeviceBuffer<T>) -> Self {
+impl<'a, T: DeviceRepr> From<&'a DeviceBuffer<T>> for KernelArg<'a> {
+    fn from(b: &'a DeviceBuffer<T>) -> Self {
         KernelArg::buffer(b)
     }
 }
 
-impl From<&Region> for KernelArg {
-    fn from(r: &Region) -> Self {
+impl<'a> From<&'a Region> for KernelArg<'a> {
+    fn from(r: &'a Region) -> Self {
         KernelArg::region(r)
     }
 }

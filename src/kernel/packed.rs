@@ -95,7 +95,7 @@ impl PackedArgs {
                     ptr: values.add(p.offset).cast(),
                 });
                 base.add(n + i).write(Cell {
-                    buffer: ManuallyDrop::new(a.buffer.clone()),
+                    buffer: ManuallyDrop::new(a.buffer.cloned()),
                 });
                 copy_value(a.as_bytes().as_ptr(), values.add(p.offset), p.size);
             }
@@ -142,17 +142,11 @@ impl PackedArgs {
 
     /// Points the `kernelParams` cells at the values.
     fn fix_ptrs(&mut self) {
-        let base = self.storage_ptr();
-        for (i, info) in self.kernel.inner.params.iter().enumerate() {
-            // SAFETY: cell `i` is one of the first `n` cells (the pointer array; writing a
-            // `Copy` member drops nothing); every offset is inside the values, which were
-            // sized for the layout.
-            unsafe {
-                self.base().add(i).write(Cell {
-                    ptr: base.add(info.offset).cast(),
-                })
-            };
-        }
+        drop(PointBack {
+            base: self.base(),
+            values: self.storage_ptr(),
+            params: &self.kernel.inner.params,
+        });
     }
 
     /// Number of value cells.
@@ -204,7 +198,7 @@ impl PackedArgs {
         if same {
             return None;
         }
-        std::mem::replace(self.buffer_mut(i), a.buffer.clone())
+        std::mem::replace(self.buffer_mut(i), a.buffer.cloned())
     }
 
     /// Writes `a` as parameter `i`'s value in place if it is a value for a value (inline, no
@@ -241,65 +235,62 @@ impl PackedArgs {
     /// size, leaving every buffer slot as it is (each buffer argument is of the buffer its
     /// parameter has, any region of it; each value replaces a value). Writing their bytes is
     /// then the whole update.
-    pub(crate) fn fits_in_place(&self, args: &[KernelArg]) -> bool {
+    pub(crate) fn fits_in_place(&self, args: &[KernelArg<'_>]) -> bool {
         let params = &self.kernel.inner.params;
         args.len() == params.len()
             && args
                 .iter()
                 .zip(params.iter().zip(self.buffers()))
-                .all(|(a, (p, cur))| {
-                    a.is_inline()
-                        && a.size() == p.size
-                        && match (&a.buffer, cur) {
-                            (None, None) => true,
-                            (Some(new), Some(cur)) => Arc::ptr_eq(new, cur),
-                            _ => false,
-                        }
-                })
+                .all(|(a, (p, cur))| fits(a, p, cur))
     }
 
-    /// Writes `args` in place if they fit (see [`PackedArgs::fits_in_place`]), after saving
-    /// the values in `saved` (for [`PackedArgs::restore_values`]); whether they did. If not,
-    /// nothing changed.
-    pub(crate) fn write_in_place(&mut self, args: &[KernelArg], saved: &mut ArgScratch) -> bool {
-        if !self.fits_in_place(args) {
-            return false;
+    /// Passes `args` to `set` as the kernel's parameters if they fit in place (see
+    /// [`PackedArgs::fits_in_place`]), and keeps them if `set` succeeds; `None`, with nothing
+    /// called and nothing changed, if they do not fit.
+    ///
+    /// Nothing is copied before the call: while `set` runs, the `kernelParams` array it is
+    /// given points at the arguments' own bytes (an inline value is 8-byte aligned), borrowed
+    /// for the call. Afterwards, whether `set` returns or unwinds, the array points at the
+    /// node's values again, with the new ones written in only if `set` succeeded: a refused
+    /// update leaves the node as CUDA still has it. Nothing is allocated.
+    pub(crate) fn update_in_place<R, E>(
+        &mut self,
+        args: &[KernelArg<'_>],
+        set: impl FnOnce(*mut *mut c_void) -> Result<R, E>,
+    ) -> Option<Result<R, E>> {
+        let params = &self.kernel.inner.params[..];
+        let n = params.len();
+        if args.len() != n {
+            return None;
         }
-        self.save_values(saved);
-        let values = self.storage_ptr();
-        for (info, a) in self.kernel.inner.params.iter().zip(args) {
-            // SAFETY: the parameter occupies `info.size` bytes at `info.offset` inside the
-            // values (sized for the layout), and `a` is that long (checked above) and
-            // borrowed, so not inside the cells.
-            unsafe { copy_value(a.as_bytes().as_ptr(), values.add(info.offset), info.size) };
+        let base = self.base();
+        // Points the array back at the values when dropped: on every way out from here.
+        let back = PointBack {
+            base,
+            values: self.storage_ptr(),
+            params,
+        };
+        for (i, (a, p)) in args.iter().zip(params).enumerate() {
+            // SAFETY: cell `n + i` (`i < n`) is a buffer cell, which holds the `buffer`
+            // member; read only, and no reference to it outlives this statement's use.
+            let cur = unsafe { &*(*base.add(n + i)).buffer };
+            if !fits(a, p, cur) {
+                return None;
+            }
+            // SAFETY: cell `i` is the array's pointer for parameter `i`; a `Copy` member, so
+            // nothing is dropped. The cells are written through `base` alone.
+            unsafe { base.add(i).write(Cell { ptr: a.as_ptr() }) };
         }
-        true
-    }
-
-    /// Copies the argument values into `saved` (allocates only when it grows).
-    pub(crate) fn save_values(&self, saved: &mut ArgScratch) {
-        let values = self.storage_ptr().cast::<u64>();
-        saved.storage.clear();
-        saved.storage.extend((0..self.words()).map(|w| {
-            // SAFETY: the value cells (`words()` of them from `storage_ptr`, cell-aligned)
-            // hold `word`s.
-            unsafe { values.add(w).read() }
-        }));
-    }
-
-    /// Writes back the values [`PackedArgs::save_values`] saved from these arguments.
-    pub(crate) fn restore_values(&mut self, saved: &ArgScratch) {
-        assert_eq!(
-            self.words(),
-            saved.storage.len(),
-            "saved from these arguments"
-        );
-        let values = self.storage_ptr().cast::<u64>();
-        for (w, &word) in saved.storage.iter().enumerate() {
-            // SAFETY: one of the `words()` value cells (cell-aligned), which hold `word`s
-            // (a `Copy` member: nothing is dropped).
-            unsafe { values.add(w).write(word) };
+        let r = set(base.cast());
+        if r.is_ok() {
+            for (a, p) in args.iter().zip(params) {
+                // SAFETY: the parameter occupies `p.size` bytes at `p.offset` inside the
+                // values; `a` is that long (`fits`) and borrowed, not in the block.
+                unsafe { copy_value(a.as_bytes().as_ptr(), back.values.add(p.offset), p.size) };
+            }
         }
+        drop(back);
+        Some(r)
     }
 
     /// Overwrites parameter `i` with `bytes` (exactly its size), without touching buffers.
@@ -365,17 +356,10 @@ impl PackedArgs {
     /// If an argument is not inline or not of its parameter's size (callers check both).
     pub(crate) fn with_inline_args<'a, R>(
         &mut self,
-        args: impl Iterator<Item = (usize, &'a KernelArg)>,
+        args: impl Iterator<Item = (usize, &'a KernelArg<'a>)>,
         f: impl FnOnce(*mut *mut c_void) -> R,
     ) -> R {
-        /// Points the array back at the values when dropped.
-        struct Restore<'p>(&'p mut PackedArgs);
-        impl Drop for Restore<'_> {
-            fn drop(&mut self) {
-                self.0.fix_ptrs();
-            }
-        }
-        let g = Restore(self);
+        let g = RestoreArray(self);
         for (i, a) in args {
             assert!(a.is_inline(), "parameter {i}: not an inline value");
             assert_eq!(
@@ -404,6 +388,50 @@ impl PackedArgs {
 
     pub(crate) fn len(&self) -> usize {
         self.kernel.inner.params.len()
+    }
+}
+
+/// Whether `a` fits in place as the argument of parameter `p`, whose buffer slot is `cur`: see
+/// [`PackedArgs::fits_in_place`].
+#[inline]
+fn fits(a: &KernelArg<'_>, p: &ParamInfo, cur: &Option<Arc<Allocation>>) -> bool {
+    // The same buffer, or none on both sides: equal addresses of the shared allocations (null
+    // for none), one comparison.
+    let addr = |b: Option<&Arc<Allocation>>| b.map_or(std::ptr::null(), Arc::as_ptr);
+    a.is_inline() && a.size() == p.size && addr(a.buffer) == addr(cur.as_ref())
+}
+
+/// Points the `kernelParams` cells of a block (`base`, its values at `values`, laid out by
+/// `params`) at the values when dropped: after a call for which they pointed elsewhere, also
+/// when it unwinds.
+struct PointBack<'p> {
+    base: *mut Cell,
+    values: *mut u8,
+    params: &'p [ParamInfo],
+}
+
+impl Drop for PointBack<'_> {
+    fn drop(&mut self) {
+        for (i, info) in self.params.iter().enumerate() {
+            // SAFETY: `base` and `values` are of one block laid out by `params` (the makers
+            // take them from one `PackedArgs`, borrowed mutably meanwhile): cell `i` is one of
+            // the pointer cells (writing a `Copy` member drops nothing), and every offset is
+            // inside the values, which were sized for the layout.
+            unsafe {
+                self.base.add(i).write(Cell {
+                    ptr: self.values.add(info.offset).cast(),
+                })
+            };
+        }
+    }
+}
+
+/// [`PackedArgs::fix_ptrs`] when dropped.
+struct RestoreArray<'p>(&'p mut PackedArgs);
+
+impl Drop for RestoreArray<'_> {
+    fn drop(&mut self) {
+        self.0.fix_ptrs();
     }
 }
 
@@ -509,14 +537,14 @@ mod tests {
         let k = rec.kernel("k", &[8, 4]);
         // Too few arguments; an argument of the wrong size after a buffer.
         for bad in [crate::args![&x].to_vec(), crate::args![&x, 1u64].to_vec()] {
-            let buffer = bad[0].buffer.clone().expect("a buffer argument");
-            let held = Arc::strong_count(&buffer);
+            let buffer = bad[0].buffer.expect("a buffer argument");
+            let held = Arc::strong_count(buffer);
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 PackedArgs::new(&k, &bad)
             }));
             assert!(r.is_err(), "mismatched arguments must panic");
             assert_eq!(
-                Arc::strong_count(&buffer),
+                Arc::strong_count(buffer),
                 held,
                 "no reference to the buffer is taken (and leaked) before the panic"
             );
@@ -589,12 +617,11 @@ mod tests {
         assert_eq!(read(&p), (2.5, 9));
         p.set_bytes(0, &old[..4]);
         assert_eq!(read(&p), (1.5, 9));
-        let mut saved = ArgScratch::default();
-        p.save_values(&mut saved);
-        p.set(1, &KernelArg::from(11u64));
-        p.restore_values(&saved);
+        let refused = p.update_in_place(&crate::args![3.5f32, 11u64], |_| Err::<(), ()>(()));
+        assert_eq!(refused, Some(Err(())));
         assert_eq!(read(&p), (1.5, 9));
-        assert!(p.write_in_place(&crate::args![4.5f32, 12u64], &mut saved));
+        let done = p.update_in_place(&crate::args![4.5f32, 12u64], |_| Ok::<_, ()>(()));
+        assert_eq!(done, Some(Ok(())));
         assert_eq!(read(&p), (4.5, 12));
         let eight = KernelArg::from(8u64);
         p.with_inline_args(std::iter::once((1, &eight)), |_| ());
@@ -682,6 +709,65 @@ mod tests {
         }));
         assert!(r.is_err());
         assert_eq!(own(&p), before, "restored after a panic too");
+    }
+
+    #[test]
+    fn an_update_in_place_points_cuda_at_the_arguments_and_keeps_them_only_when_accepted() {
+        let mut rec = crate::RecordingBackend::new(crate::DeviceLimits::hopper());
+        let (a, b) = (rec.device_buffer::<u32>(8), rec.device_buffer::<u32>(8));
+        let k = Kernel::recording("k", &[8, 4], 1);
+        let mut p = PackedArgs::new(&k, &crate::args![&a, 7u32]);
+        let own = |p: &PackedArgs| -> Vec<*mut c_void> {
+            // SAFETY: the array has one pointer per parameter.
+            unsafe { std::slice::from_raw_parts(p.kernel_params(), p.len()) }.to_vec()
+        };
+        let before = own(&p);
+        let count = Arc::strong_count(&a.alloc);
+        // CUDA reads the caller's bytes, where they are; the node takes them once accepted.
+        let new = crate::args![&a, 9u32];
+        let seen = p.update_in_place(&new, |ptrs| {
+            // SAFETY: one pointer per parameter; the second at a `u32` (an inline value).
+            Ok::<_, ()>(unsafe { (*ptrs.add(1), *(*ptrs.add(1)).cast::<u32>()) })
+        });
+        assert_eq!(
+            seen,
+            Some(Ok((new[1].as_ptr(), 9))),
+            "no copy before the call"
+        );
+        assert_eq!(p.param_bytes(1), &9u32.to_ne_bytes());
+        assert_eq!(
+            own(&p),
+            before,
+            "the array points at the node's values again"
+        );
+        assert_eq!(
+            Arc::strong_count(&a.alloc),
+            count,
+            "the same buffer: no reference taken"
+        );
+        // A refusal, a panic in the call, or an argument that does not fit (here the second,
+        // after the first was pointed to) leave the node as it was.
+        let refused = p.update_in_place(&crate::args![&a, 10u32], |_| Err::<(), ()>(()));
+        assert_eq!(refused, Some(Err(())));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            p.update_in_place(&crate::args![&a, 11u32], |_| -> Result<(), ()> {
+                panic!("in the call")
+            })
+        }));
+        assert!(r.is_err());
+        for other in [
+            crate::args![&a, 12u64],
+            crate::args![&b, 12u32],
+            crate::args![0u64, 12u32],
+        ] {
+            let r = p.update_in_place(&other, |_| -> Result<(), ()> { panic!("CUDA called") });
+            assert!(r.is_none());
+        }
+        assert!(p
+            .update_in_place(&crate::args![&a], |_| Ok::<_, ()>(()))
+            .is_none());
+        assert_eq!(p.param_bytes(1), &9u32.to_ne_bytes());
+        assert_eq!(own(&p), before);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
 use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;
-use crate::kernel::{ArgScratch, Kernel, KernelArg, LaunchConfig, PackedArgs};
+use crate::kernel::{Kernel, KernelArg, LaunchConfig, PackedArgs};
 use crate::memory::Allocation;
 use crate::result::runtime as rt;
 use crate::sys;
@@ -121,22 +121,21 @@ impl KernelNode {
     }
 
     /// Replaces all arguments in CUDA's node `h` of `exec` (made from this node) and here, if
-    /// they fit in place (see [`PackedArgs::fits_in_place`]); whether they did. As
-    /// [`KernelNode::update_value`] does for one: the values are saved in `saved`, written in
-    /// place, and written back if CUDA refuses.
+    /// they fit in place (see [`PackedArgs::fits_in_place`]); whether they did. CUDA is given
+    /// the new values where they are, and the node keeps them once CUDA has accepted them
+    /// ([`PackedArgs::update_in_place`]), so a refused update leaves the node as CUDA has it.
     fn update_values(
         &mut self,
         exec: sys::cudaGraphExec_t,
         h: sys::cudaGraphNode_t,
-        args: &[KernelArg],
-        saved: &mut ArgScratch,
+        args: &[KernelArg<'_>],
     ) -> Result<bool> {
-        self.update_values_with(args, saved, |params| {
+        self.update_values_with(args, |params| {
             // The kernel-specific call, as in `Exec::push_kernel_params`.
             // SAFETY: `h` is the kernel node of `exec`'s graph made from this node (its
-            // kernel); the node's arguments match the kernel's layout (the in-place write
-            // checked the new ones against it) and are alive during the call, which copies
-            // them; the addresses among them are of the buffers the node already holds.
+            // kernel); the arguments CUDA is pointed at match the kernel's layout (checked by
+            // `update_in_place`) and are alive during the call, which copies them; the
+            // addresses among them are of the buffers the node already holds.
             unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
         })
     }
@@ -144,22 +143,17 @@ impl KernelNode {
     /// [`KernelNode::update_values`] with `set` as CUDA's update call (tests give their own).
     pub(crate) fn update_values_with(
         &mut self,
-        args: &[KernelArg],
-        saved: &mut ArgScratch,
+        args: &[KernelArg<'_>],
         set: impl FnOnce(&sys::cudaKernelNodeParams) -> Result<()>,
     ) -> Result<bool> {
-        // Checked, not assumed (in the write): with another buffer the node would hand CUDA
-        // an address it does not hold.
-        if !self.args.write_in_place(args, saved) {
-            return Ok(false);
-        }
-        match set(&self.cuda_params()) {
-            Ok(()) => Ok(true),
-            Err(e) => {
-                self.args.restore_values(saved);
-                Err(e)
-            }
-        }
+        let mut params = self.cuda_params();
+        // Checked, not assumed (in `update_in_place`): with another buffer the node would hand
+        // CUDA an address it does not hold.
+        let done = self.args.update_in_place(args, |ptrs| {
+            params.kernelParams = ptrs;
+            set(&params)
+        });
+        done.map_or(Ok(false), |r| r.map(|()| true))
     }
 
     /// [`KernelNode::update_value`] with `set` as CUDA's update call (tests give their own).
@@ -406,7 +400,7 @@ impl Exec {
         id: NodeId,
         h: sys::cudaGraphNode_t,
         config: Option<LaunchConfig>,
-        args: impl Iterator<Item = (usize, &'a KernelArg)> + Clone,
+        args: impl Iterator<Item = (usize, &'a KernelArg<'a>)> + Clone,
     ) -> Result<()> {
         let exec = self.raw;
         let Op::Kernel(k) = &mut self.dag.graph[id.idx].op else {
@@ -446,7 +440,7 @@ impl Exec {
     fn commit_kernel_args<'a>(
         &mut self,
         id: NodeId,
-        args: impl Iterator<Item = (usize, &'a KernelArg)> + Clone,
+        args: impl Iterator<Item = (usize, &'a KernelArg<'a>)> + Clone,
     ) {
         // Hold every new buffer first (so a buffer that only moves between arguments never
         // drops to no reference), skipping those already in their argument.
@@ -483,7 +477,7 @@ impl Exec {
         // New values, the same buffers (the common update), written in place: no buffer is
         // held or released. Fitting in place implies passing the checks below.
         if let Op::Kernel(k) = &mut node.op {
-            if k.update_values(self.raw, h, args, &mut self.scratch)? {
+            if k.update_values(self.raw, h, args)? {
                 return Ok(());
             }
         }
@@ -494,11 +488,11 @@ impl Exec {
     }
 
     /// Replaces argument `index` of kernel node `id`. When CUDA refuses, nothing changes.
-    pub fn set_kernel_arg(
+    pub fn set_kernel_arg<'a>(
         &mut self,
         id: NodeId,
         index: usize,
-        arg: impl Into<KernelArg>,
+        arg: impl Into<KernelArg<'a>>,
     ) -> Result<()> {
         let arg = arg.into();
         // One lookup of the node (the fields are borrowed apart).
