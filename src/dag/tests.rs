@@ -856,3 +856,12 @@ fn a_dag_made_with_capacity_builds_without_growing_and_lowers_the_same() {
     build(Dag::new()).lower(&mut r).unwrap();
     assert_eq!(with_capacity, r.transcript());
 }
+
+#[test]
+fn nodes_stay_small() {
+    // Every node is as large as the largest kind kept inline; building a DAG moves and grows
+    // arrays of them. Large kinds are boxed (memcpy, FFT, collective).
+    let node = std::mem::size_of::<crate::dag::Node>();
+    assert!(node <= 136, "a node is {node} bytes");
+    assert!(std::mem::size_of::<crate::dag::Op>() <= 72);
+}

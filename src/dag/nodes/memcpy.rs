@@ -232,7 +232,7 @@ impl Dag {
     pub fn add_copy(&mut self, dst: Dst, src: Src) -> Result<NodeId> {
         let node = MemcpyNode::linear(dst.0, src.0);
         check_memcpy(&format!("memcpy#{}", self.next_serial), &node)?;
-        Ok(self.push(Op::Memcpy(node)))
+        Ok(self.push(Op::Memcpy(Box::new(node))))
     }
 
     /// Adds a 1D copy of all of `src` into all of `dst`, the ends given by position
@@ -258,14 +258,14 @@ impl Dag {
             src: copy.src,
         };
         check_memcpy(&name, &node)?;
-        Ok(self.push(Op::Memcpy(node)))
+        Ok(self.push(Op::Memcpy(Box::new(node))))
     }
 
     /// Replaces a 1D copy node's ends (same direction, same size rules as when adding).
     pub fn set_copy(&mut self, id: NodeId, dst: Dst, src: Src) -> Result<()> {
         let node = self.node_mut(id)?;
         let new = node.memcpy_with_ends(dst.0, src.0)?;
-        node.op = Op::Memcpy(new);
+        node.op = Op::Memcpy(Box::new(new));
         Ok(())
     }
 
@@ -352,7 +352,7 @@ impl Exec {
         let Op::Memcpy(m) = &mut node.op else {
             unreachable!("checked above")
         };
-        let old = std::mem::replace(m, new);
+        let old = std::mem::replace(&mut **m, new);
         self.release(old.dst.alloc);
         self.release(old.src.alloc);
         Ok(())

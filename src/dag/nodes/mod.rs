@@ -232,8 +232,8 @@ macro_rules! node_kinds {
 node_kinds! {
     /// A kernel launch.
     Kernel(KernelNode) = "kernel",
-    /// A memory copy.
-    Memcpy(MemcpyNode) = "memcpy",
+    /// A memory copy (boxed: the largest kind, it would make every node as large).
+    Memcpy(Box<MemcpyNode>) = "memcpy",
     /// A memory fill.
     Memset(MemsetNode) = "memset",
     /// A Rust closure run on the host in stream order.
