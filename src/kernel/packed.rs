@@ -597,9 +597,9 @@ mod tests {
     #[test]
     fn the_pointer_array_reads_the_current_values_after_updates() {
         // What CUDA does with `kernelParams`: read each argument through its pointer. The
-        // pointers are made once; every later write (set, swap, restore, inline call) must
-        // leave them valid for reading the values as they are now (Miri checks the aliasing
-        // model: `cargo +nightly miri test --lib kernel::packed`).
+        // pointers are made once; every later write (set, swap, update in place, inline call)
+        // must leave them valid for reading the values as they are now (Miri checks the
+        // aliasing model: `cargo +nightly miri test --lib kernel::packed`).
         let k = Kernel::recording("k", &[4, 8], 1);
         let args = crate::args![1.5f32, 7u64];
         k.check_args(&args).unwrap();
