@@ -153,6 +153,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn arguments_borrow_their_buffers_without_counting_references() {
+        let mut rec = crate::RecordingBackend::new(crate::DeviceLimits::hopper());
+        let x = rec.device_buffer::<f32>(16);
+        let count = || Arc::strong_count(&x.alloc);
+        let before = count();
+        let region = x.region(4..8);
+        let held = count();
+        let args = crate::args![&x, &region, 1u32];
+        let copy = args.clone();
+        assert_eq!(
+            count(),
+            held,
+            "making and copying arguments takes no reference"
+        );
+        assert!(args[0].is_buffer() && args[1].is_buffer() && !args[2].is_buffer());
+        assert_eq!(args[0].as_bytes(), &x.alloc.ptr.to_ne_bytes());
+        assert_eq!(args[1].as_bytes(), &(x.alloc.ptr + 16).to_ne_bytes());
+        drop((args, copy));
+        drop(region);
+        assert_eq!(count(), before, "nor does dropping them give one back");
+    }
+
+    #[test]
     fn big_values_go_to_the_heap_and_keep_their_bytes() {
         let v = [7u8; 100];
         let a = KernelArg::from(v);
