@@ -18,7 +18,8 @@ use crate::sys;
 pub(crate) struct Marker {
     raw: sys::cudaEvent_t,
     device: Device,
-    /// The stream it was last recorded on ([`Stream::id`]), 0 before the first record.
+    /// The stream it was last recorded on (the `id` of its [`Queue`](crate::queue::Queue)), 0
+    /// before the first record.
     stream: u64,
 }
 

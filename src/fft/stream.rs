@@ -22,7 +22,7 @@ use crate::stream::Stream;
 /// queues a parameter write (a kernel launch, whose arguments CUDA copies at launch, so each
 /// call's parameters stay with it) followed by the transform. A plan with a load callback
 /// runs in the form an FFT node of the same plan would
-/// ([`decide_fusion`](super::decide_fusion), [`StreamFft::fusion`]): unfused, a conversion
+/// ([`decide_fusion`], [`StreamFft::fusion`]): unfused, a conversion
 /// kernel (with built-in load parameters as its arguments; a custom callback reads them from
 /// the parameter buffer, written first) writes the `StreamFft`'s own scratch buffer before
 /// the transform. The regions may be dropped at

@@ -1,7 +1,7 @@
 //! Kernels: compiling CUDA C++ with NVRTC, loading it as a module, reading each kernel's
 //! parameter layout, typed arguments, launch shapes, and plain stream launches.
 //!
-//! - `compile`: NVRTC [`compile`], [`CompileOptions`], [`CodeKind`], [`Compiled`], the
+//! - `compile`: NVRTC [`compile`](fn@compile), [`CompileOptions`], [`CodeKind`], [`Compiled`], the
 //!   architecture picked, the toolkit's include directory, the on-disk cache (`crate::cache`).
 //! - `module`: [`Module`] (`cudaLibrary_t`).
 //! - `launch`: [`Kernel`] and its [`ParamInfo`] layout, argument and launch-shape checks,

@@ -1,7 +1,7 @@
 //! The node kinds, one module each. A module owns its node type and builder call
 //! (`impl Dag { add_… }`), its checks, how it becomes CUDA parameters ([`NodeParams`]), what it
 //! keeps alive, its per-node updates on [`Exec`](super::Exec) and its DOT label. The
-//! [`node_kinds!`] list below is the one place a kind is registered: it makes [`NodeKind`], [`Op`]
+//! `node_kinds!` list below is the one place a kind is registered: it makes [`NodeKind`], [`Op`]
 //! and the dispatch from [`Op`] to the kind's [`NodeOp`] implementation.
 //!
 //! Adding a kind: write `nodes/<kind>.rs` with the node type, `impl NodeOp for` it and its
