@@ -92,10 +92,9 @@ impl Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
-        // SAFETY: the handle is live and this is its last owner. Work still queued on it runs
-        // to completion (CUDA releases the stream afterwards); everything that work uses is
-        // kept alive by the markers in the objects' use lists and by the `Exec`s, not by the
-        // stream.
+        // Work still queued runs to completion (CUDA releases the stream afterwards).
+        // SAFETY: the handle is live and this is its last owner; what queued work uses is kept
+        // alive by the markers in the objects' use lists and by the `Exec`s, not the stream.
         if let Err(e) = unsafe { rt::stream_destroy(self.raw) } {
             self.device.defer("a stream", e);
         }

@@ -617,10 +617,9 @@ impl Rig {
     /// stream.
     fn issue(&self) -> Result<()> {
         let s = self.stream.raw();
-        // SAFETY: the arguments were checked and packed for their kernels; every address they
-        // hold (parameter buffer, packed input, scratch) is an allocation of this rig, sized
-        // for the plan, which the rig's Drop keeps alive until the stream has finished. The
-        // setter runs first: a custom conversion reads the parameter buffer.
+        // The setter runs first: a custom conversion reads the parameter buffer.
+        // SAFETY: arguments checked and packed for their kernels; each address is an allocation
+        // of this rig, sized for the plan, kept alive by its Drop until the stream finished.
         unsafe {
             if let Some((args, k)) = &self.setter {
                 launch_packed(k, LaunchConfig::new(1, 32), args, s)?;

@@ -126,21 +126,18 @@ impl StreamFft {
             if !u.custom {
                 args.set_bytes(2, &FftPlan::load_param_bytes(params));
             }
-            // SAFETY: the arguments were checked at construction and keep their sizes; the
-            // scratch buffer (and, custom, the parameter buffer it reads) is owned by `self`
-            // (whose Drop waits for the stream) and holds the plan's input span; the input
-            // region (and any override region in the load parameters) was checked against the
-            // plan and gets the marker noted below.
+            // SAFETY: arguments checked at construction, sizes kept; scratch (and parameter)
+            // buffers are `self`'s (Drop waits for the stream), sized for the plan; the input
+            // and override regions were checked against the plan and get the marker below.
             unsafe { launch_packed(&u.kernel, u.config(), args, tail.raw())? };
         }
         let fft_input = self
             .convert
             .as_ref()
             .map_or(input.raw_addr(), |(u, _)| u.scratch.ptr);
-        // SAFETY: the regions were checked against the plan (unfused: the transform reads
-        // the scratch buffer, written by the conversion just queued); the handle is bound to
-        // `stream`; the marker noted below keeps the regions from being freed, and their host
-        // access waiting, until the transform has run.
+        // Unfused, the transform reads the scratch buffer the conversion just queued wrote.
+        // SAFETY: regions checked against the plan; the handle is bound to `stream`; the marker
+        // noted below keeps the regions alive, and host access waiting, until it has run.
         unsafe {
             cf::exec(
                 self.handle.raw(),

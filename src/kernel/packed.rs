@@ -413,10 +413,9 @@ struct PointBack<'p> {
 impl Drop for PointBack<'_> {
     fn drop(&mut self) {
         for (i, info) in self.params.iter().enumerate() {
-            // SAFETY: `base` and `values` are of one block laid out by `params` (the makers
-            // take them from one `PackedArgs`, borrowed mutably meanwhile): cell `i` is one of
-            // the pointer cells (writing a `Copy` member drops nothing), and every offset is
-            // inside the values, which were sized for the layout.
+            // SAFETY: `base`, `values` are one block laid out by `params` (taken from one
+            // `PackedArgs`, borrowed mutably meanwhile): cell `i` is a pointer cell (a `Copy`
+            // member, nothing dropped) and every offset lies inside the values.
             unsafe {
                 self.base.add(i).write(Cell {
                     ptr: self.values.add(info.offset).cast(),

@@ -112,10 +112,9 @@ impl KernelNode {
     ) -> Result<bool> {
         self.update_value_with(i, a, |params| {
             // The kernel-specific call, as in `Exec::push_kernel_params`.
-            // SAFETY: `h` is the kernel node of `exec`'s graph made from this node (its
-            // kernel); the node's arguments match the kernel's layout (the in-place write
-            // checked the new value: of its parameter's size) and are alive during the call,
-            // which copies them; a value holds no address.
+            // SAFETY: `h` is this node's kernel node in `exec`; its arguments match the layout
+            // (the swap checked the value's size), live through the call, which copies them;
+            // a value holds no address.
             unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
         })
     }
@@ -132,10 +131,9 @@ impl KernelNode {
     ) -> Result<bool> {
         self.update_values_with(args, |params| {
             // The kernel-specific call, as in `Exec::push_kernel_params`.
-            // SAFETY: `h` is the kernel node of `exec`'s graph made from this node (its
-            // kernel); the arguments CUDA is pointed at match the kernel's layout (checked by
-            // `update_in_place`) and are alive during the call, which copies them; the
-            // addresses among them are of the buffers the node already holds.
+            // SAFETY: `h` is this node's kernel node in `exec`; the arguments pointed at match
+            // the layout (`update_in_place` checked), live through the call, which copies them;
+            // their addresses are of buffers the node already holds.
             unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
         })
     }
@@ -413,11 +411,9 @@ impl Exec {
             params.sharedMemBytes = c.shared_mem_bytes;
         }
         let set = |params: &sys::cudaKernelNodeParams| {
-            // SAFETY: `h` is the kernel node of the instantiated graph for this DAG node, made
-            // with its kernel; the staged parameters match the kernel's layout (checked by the
-            // caller) and point into the node's arguments, `self.scratch` or the caller's
-            // arguments, all alive during the call (CUDA copies the values); buffers among
-            // them are held by the DAG or, once committed, by the caller's update.
+            // SAFETY: `h` is this DAG node's kernel node; the parameters match the layout (the
+            // caller checked), point into live node, scratch or caller memory (CUDA copies);
+            // their buffers are held by the DAG or, once committed, by this update.
             unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
         };
         if args.clone().all(|(_, a)| a.is_inline()) {

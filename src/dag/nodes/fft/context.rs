@@ -376,10 +376,9 @@ fn set_kernel_node_arg(
     let mut params = node.cuda_params();
     params.kernelParams = node.args.staged(scratch, &|j| (j == i).then_some(bytes));
     // The kernel-specific call, as for kernel nodes (see `Exec::push_kernel_params`).
-    // SAFETY: `h` is a kernel node of the graph `exec` was instantiated from, added from
-    // `node` (its kernel); the staged arguments keep its validated layout (only argument
-    // `i`'s bytes, of its size, change, and addresses they hold are kept alive by the node's
-    // state or DAG).
+    // SAFETY: `h` is a kernel node of `exec`'s graph, added from `node`; the staged arguments
+    // keep its validated layout (only argument `i`'s bytes change, of its size); addresses in
+    // them are kept alive by the node's state or DAG.
     unsafe { rt::graph_exec_kernel_node_set_params(exec, h.0, &params) }
 }
 
@@ -443,11 +442,10 @@ fn lower_state(
     let (capture_deps, setter, convert) = add_kernel_nodes(device, graph, deps, f, state)?;
     let input = state.fft_input(f);
 
-    // Capture the transform into the graph.
-    // SAFETY: stream and graph are live and of the bound device; the dependencies are
-    // nodes of the graph; the node's regions were validated against the plan (unfused, the
-    // input is the state's scratch buffer, sized for the callback-free plan's input and
-    // kept alive with the state); the capture records the call instead of running it.
+    // Capture the transform into the graph (recorded, not run). Unfused, the input is the
+    // state's scratch buffer, sized for the callback-free plan and kept alive with the state.
+    // SAFETY: stream and graph live, of the bound device; dependencies are graph nodes;
+    // regions validated against the plan.
     let captured = unsafe {
         capture_into(graph, stream.raw(), &capture_deps, |s| {
             debug_assert_eq!(s, stream.raw());
