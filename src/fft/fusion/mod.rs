@@ -22,27 +22,26 @@
 //! not measure again.
 
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
-use super::handle::{
-    convert_source, launch_packed, planned_handle, setter_launch, zeroed_device, Handle,
-};
-use super::{FftParams, FftPlan, FftType, LoadCallback};
+use super::FftPlan;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernel::{CompileOptions, Kernel, KernelArg, LaunchConfig, Module, PackedArgs};
-use crate::memory::{Allocation, MemorySpace};
-use crate::result::{cufft as cf, runtime as rt};
+use crate::result::cufft as cf;
 use crate::stream::{Event, Stream};
-use crate::sys;
+
+mod rig;
+mod unfused;
+
+use rig::{Captured, Rig};
+pub(crate) use unfused::{convert_config, planned_in_form, Unfused};
 
 /// How an FFT plan with a load callback runs ([`FftPlanDesc::with_fusion`](super::FftPlanDesc::with_fusion)).
 ///
 /// Plans without a load callback have only the fused form: for them `Auto` means fused and
 /// `Unfused` is refused by [`FftPlan::new`](super::FftPlan::new). Custom load callbacks
-/// ([`LoadCallback::Custom`]) have both forms, as the built-ins do.
+/// ([`LoadCallback::Custom`](super::LoadCallback::Custom)) have both forms, as the built-ins do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Fusion {
     /// Measure both forms once per shape (per device and cuFFT version) and use the faster;
@@ -416,304 +415,11 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// The unfused form's extra state: the plan without the load callback, the conversion kernel
-/// and the scratch buffer it writes (owned by one node or [`StreamFft`](super::StreamFft),
-/// never shared).
-pub(crate) struct Unfused {
-    /// The plan executed after the conversion.
-    pub(crate) plan: FftPlan,
-    /// The conversion kernel (it keeps its module loaded).
-    pub(crate) kernel: Kernel,
-    /// The converted input: the plan's input span, as float (real) or float2 (complex).
-    pub(crate) scratch: Arc<Allocation>,
-    /// Elements of the span.
-    pub(crate) elems: u64,
-    /// Whether the load callback is custom: the kernel then reads its parameters from the
-    /// node's parameter buffer (its argument 2 is that buffer's address, which parameter
-    /// updates never change), instead of taking them by value.
-    pub(crate) custom: bool,
-}
-
-/// A plan made in `form`: unfused, its conversion kernel and scratch buffer and the
-/// callback-free-load plan's handle; fused, the plan's own handle. Also the parameter buffer
-/// (laid out for the form) and the work-area bytes the handle needs. One place for FFT nodes,
-/// `StreamFft` and the measurement rigs.
-#[allow(clippy::type_complexity)] // reason: the parts a caller keeps, named at each call
-pub(crate) fn planned_in_form(
-    device: &Device,
-    plan: &FftPlan,
-    form: FftForm,
-) -> Result<(Option<Unfused>, Handle, Option<Arc<Allocation>>, usize)> {
-    let unfused = match form {
-        FftForm::Fused => None,
-        FftForm::Unfused => Some(Unfused::new(device, plan)?),
-    };
-    let (handle, params, need) = planned_handle(
-        device,
-        unfused.as_ref().map_or(plan, |u| &u.plan),
-        plan.buffer_layout(form),
-    )?;
-    Ok((unfused, handle, params, need))
-}
-
-impl Unfused {
-    /// The unfused form of `plan` (which has one) on `device`: its plan description, the
-    /// conversion kernel (compiled once per device and load callback) and a zeroed scratch
-    /// buffer.
-    pub(crate) fn new(device: &Device, plan: &FftPlan) -> Result<Unfused> {
-        let inner = plan
-            .unfused_plan()
-            .ok_or_else(|| Error::Invalid("this FFT plan has no unfused form".into()))?;
-        let load = plan
-            .desc()
-            .load
-            .as_ref()
-            .expect("an unfused form has a load");
-        Ok(Unfused {
-            kernel: convert_kernel(device, load, plan.desc().kind)?,
-            scratch: zeroed_device(device, inner.input_bytes())?,
-            elems: plan.inner.in_elems,
-            plan: inner,
-            custom: plan.custom_load(),
-        })
-    }
-
-    /// The conversion kernel's launch shape.
-    pub(crate) fn config(&self) -> LaunchConfig {
-        convert_config(self.elems)
-    }
-
-    /// The conversion kernel's argument 2 for `params`: a built-in callback's parameter
-    /// struct (by value), or, custom, the address of the node's parameter buffer `buffer`
-    /// (0 without one: a custom callback with no parameters and no store callback).
-    pub(crate) fn load_arg(&self, buffer: Option<u64>, params: &FftParams) -> KernelArg<'static> {
-        if self.custom {
-            KernelArg::from(buffer.unwrap_or(0))
-        } else {
-            KernelArg::from(FftPlan::load_param_bytes(params))
-        }
-    }
-
-    /// The conversion kernel's arguments: scratch, input address, load argument
-    /// ([`Unfused::load_arg`]), count.
-    pub(crate) fn args<'a>(&self, input: u64, load: KernelArg<'a>) -> [KernelArg<'a>; 4] {
-        [
-            KernelArg::from(self.scratch.ptr),
-            KernelArg::from(input),
-            load,
-            KernelArg::from(self.elems),
-        ]
-    }
-
-    /// The arguments, checked and packed.
-    pub(crate) fn packed(&self, input: u64, load: KernelArg<'_>) -> Result<PackedArgs> {
-        let args = self.args(input, load);
-        self.kernel.check_args(&args)?;
-        Ok(PackedArgs::new(&self.kernel, &args))
-    }
-}
-
-const CONVERT_BLOCK: u32 = 256;
-/// Most blocks of a conversion (the kernel loops over what one pass does not cover).
-const MAX_CONVERT_BLOCKS: u64 = 1 << 20;
-
-/// The conversion kernel's launch shape for `elems` elements: one element per thread, up to
-/// `MAX_CONVERT_BLOCKS` blocks of 256.
-pub(crate) fn convert_config(elems: u64) -> LaunchConfig {
-    let blocks = elems
-        .div_ceil(CONVERT_BLOCK as u64)
-        .clamp(1, MAX_CONVERT_BLOCKS) as u32;
-    LaunchConfig::new(blocks, CONVERT_BLOCK)
-}
-
-/// The conversion kernel for load callback `cb` of a `kind` plan, compiled (through the NVRTC
-/// cache) once per device and source (a custom callback's source is part of it).
-fn convert_kernel(device: &Device, cb: &LoadCallback, kind: FftType) -> Result<Kernel> {
-    type Cache = Mutex<HashMap<(usize, String), Kernel>>;
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    let (name, source) = convert_source(cb, kind);
-    let cache = CACHE.get_or_init(Default::default);
-    let mut map = cache.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(k) = map.get(&(device.ordinal(), source.clone())) {
-        return Ok(k.clone());
-    }
-    let opts = CompileOptions {
-        name: format!("{name}.cu"),
-        ..Default::default()
-    };
-    let k = Module::from_source_with(device, &source, &opts)?.kernel(name)?;
-    map.insert((device.ordinal(), source), k.clone());
-    Ok(k)
-}
-
-/// One form of a plan, ready to run on a private stream with scratch buffers (for
-/// [`measure_fusion`]). Its `Drop` waits for the stream, so nothing it owns is freed while
-/// work that uses it may run.
-struct Rig {
-    stream: Stream,
-    handle: Handle,
-    kind: sys::cufftType,
-    direction: i32,
-    /// What the transform reads: the packed input (fused) or the scratch buffer (unfused).
-    fft_input: u64,
-    output: Arc<Allocation>,
-    _input: Arc<Allocation>,
-    _params: Option<Arc<Allocation>>,
-    _work: Arc<Allocation>,
-    setter: Option<(PackedArgs, Kernel)>,
-    convert: Option<(Unfused, PackedArgs)>,
-}
-
-impl Rig {
-    fn new(device: &Device, plan: &FftPlan, form: FftForm, stream: &Stream) -> Result<Rig> {
-        let (unfused, handle, params, need) = planned_in_form(device, plan, form)?;
-        let work = Allocation::new(device, need.max(16), MemorySpace::Device)?;
-        // SAFETY: the area is as large as the plan needs and owned by the rig, whose Drop
-        // waits for the stream the plan runs on; both handles are live.
-        unsafe {
-            cf::set_work_area(handle.raw(), work.ptr as *mut c_void)?;
-            cf::set_stream(handle.raw(), stream.raw())?;
-        }
-        let input = zeroed_device(device, plan.input_bytes())?;
-        let output = zeroed_device(device, plan.output_bytes())?;
-        let setter = match &params {
-            Some(p) => Some(setter_launch(
-                device,
-                p.ptr,
-                [0; super::PARAM_BLOB],
-                plan.setter_bytes(form),
-            )?),
-            None => None,
-        };
-        let convert = match unfused {
-            Some(u) => {
-                let load = u.load_arg(params.as_ref().map(|p| p.ptr), &FftParams::none());
-                let a = u.packed(input.ptr, load)?;
-                Some((u, a))
-            }
-            None => None,
-        };
-        let kind = plan.desc().kind;
-        Ok(Rig {
-            stream: stream.clone(),
-            handle,
-            kind: kind.raw(),
-            direction: if kind == FftType::C2R {
-                super::Direction::Inverse.raw()
-            } else {
-                super::Direction::Forward.raw()
-            },
-            fft_input: convert.as_ref().map_or(input.ptr, |(u, _)| u.scratch.ptr),
-            output,
-            _input: input,
-            _params: params,
-            _work: work,
-            setter,
-            convert,
-        })
-    }
-
-    /// Queues one transform in this form (the node's kernels, then the plan) on the rig's
-    /// stream.
-    fn issue(&self) -> Result<()> {
-        let s = self.stream.raw();
-        // The setter runs first: a custom conversion reads the parameter buffer.
-        // SAFETY: arguments checked and packed for their kernels; each address is an allocation
-        // of this rig, sized for the plan, kept alive by its Drop until the stream finished.
-        unsafe {
-            if let Some((args, k)) = &self.setter {
-                launch_packed(k, LaunchConfig::new(1, 32), args, s)?;
-            }
-            if let Some((u, args)) = &self.convert {
-                launch_packed(&u.kernel, u.config(), args, s)?;
-            }
-        }
-        // SAFETY: the handle is made, bound to the rig's stream and has its work area; input
-        // and output are rig allocations of the sizes the plan needs (zero parameters: the
-        // callbacks read `dataIn`/`dataOut`).
-        unsafe {
-            cf::exec(
-                self.handle.raw(),
-                self.kind,
-                self.fft_input as *mut c_void,
-                self.output.ptr as *mut c_void,
-                self.direction,
-            )
-        }
-    }
-}
-
-impl Drop for Rig {
-    fn drop(&mut self) {
-        // SAFETY: the stream is live (held); waiting makes freeing the rig's buffers safe.
-        if let Err(e) = unsafe { rt::stream_synchronize(self.stream.raw()) } {
-            self.stream.device().defer("an FFT fusion measurement", e);
-        }
-    }
-}
-
-/// `ITERS` transforms of one rig captured into a graph of their own, instantiated. Its `Drop`
-/// waits for the stream, then destroys both.
-struct Captured {
-    stream: Stream,
-    graph: sys::cudaGraph_t,
-    exec: sys::cudaGraphExec_t,
-}
-
-impl Captured {
-    fn new(rig: &Rig, stream: &Stream) -> Result<Captured> {
-        // SAFETY: the graph is owned by the value returned (or destroyed below on failure).
-        let graph = unsafe { rt::graph_create()? };
-        let mut c = Captured {
-            stream: stream.clone(),
-            graph,
-            exec: std::ptr::null_mut(),
-        };
-        // SAFETY: stream and graph are live; no dependencies.
-        unsafe {
-            rt::stream_begin_capture_to_graph(
-                stream.raw(),
-                graph,
-                &[],
-                sys::cudaStreamCaptureMode::cudaStreamCaptureModeThreadLocal,
-            )?
-        };
-        let issued = (0..ITERS).try_for_each(|_| rig.issue());
-        // SAFETY: always end the capture we began.
-        let ended = unsafe { rt::stream_end_capture(stream.raw()) };
-        issued?;
-        ended?;
-        // SAFETY: the graph is live and complete.
-        c.exec = unsafe { rt::graph_instantiate(graph, 0)? };
-        Ok(c)
-    }
-
-    fn launch(&self) -> Result<()> {
-        // SAFETY: the exec is live; what it uses belongs to the rig it was captured from,
-        // which outlives this value (declared before it) and waits for the stream when
-        // dropped.
-        unsafe { rt::graph_launch(self.exec, self.stream.raw()) }
-    }
-}
-
-impl Drop for Captured {
-    fn drop(&mut self) {
-        // SAFETY: live handles owned by this value; the launches have completed once the
-        // stream is synchronised.
-        unsafe {
-            let _ = rt::stream_synchronize(self.stream.raw());
-            if !self.exec.is_null() {
-                let _ = rt::graph_exec_destroy(self.exec);
-            }
-            let _ = rt::graph_destroy(self.graph);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fft::{FftPlanDesc, StoreCallback};
+    use crate::fft::handle::convert_source;
+    use crate::fft::{FftPlanDesc, FftType, LoadCallback, StoreCallback};
 
     fn plan(desc: FftPlanDesc) -> FftPlan {
         FftPlan::new(desc).unwrap()
