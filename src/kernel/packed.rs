@@ -140,13 +140,13 @@ impl PackedArgs {
         unsafe { self.base().add(2 * n) }.cast()
     }
 
-    /// Points the `kernelParams` cells at the values.
-    fn fix_ptrs(&mut self) {
-        drop(PointBack {
+    /// A guard that points the `kernelParams` cells at the values when dropped.
+    fn point_back(&self) -> PointBack<'_> {
+        PointBack {
             base: self.base(),
             values: self.storage_ptr(),
             params: &self.kernel.inner.params,
-        });
+        }
     }
 
     /// Number of value cells.
@@ -265,11 +265,7 @@ impl PackedArgs {
         }
         let base = self.base();
         // Points the array back at the values when dropped: on every way out from here.
-        let back = PointBack {
-            base,
-            values: self.storage_ptr(),
-            params,
-        };
+        let back = self.point_back();
         for (i, (a, p)) in args.iter().zip(params).enumerate() {
             // SAFETY: cell `n + i` (`i < n`) is a buffer cell, which holds the `buffer`
             // member; read only, and no reference to it outlives this statement's use.
@@ -359,19 +355,16 @@ impl PackedArgs {
         args: impl Iterator<Item = (usize, &'a KernelArg<'a>)>,
         f: impl FnOnce(*mut *mut c_void) -> R,
     ) -> R {
-        let g = RestoreArray(self);
+        // Points the array back at the values when dropped, also if `f` unwinds.
+        let back = self.point_back();
         for (i, a) in args {
             assert!(a.is_inline(), "parameter {i}: not an inline value");
-            assert_eq!(
-                a.size(),
-                g.0.kernel.inner.params[i].size,
-                "parameter {i} size"
-            );
+            assert_eq!(a.size(), back.params[i].size, "parameter {i} size");
             // SAFETY: cell `i` is the array's pointer for parameter `i` (`i < len()`, as the
             // layout lookup above checked); a `Copy` member: nothing is dropped.
-            unsafe { g.0.base().add(i).write(Cell { ptr: a.as_ptr() }) };
+            unsafe { back.base.add(i).write(Cell { ptr: a.as_ptr() }) };
         }
-        f(g.0.kernel_params())
+        f(self.kernel_params())
     }
 
     /// The `kernelParams` array.
@@ -413,24 +406,15 @@ struct PointBack<'p> {
 impl Drop for PointBack<'_> {
     fn drop(&mut self) {
         for (i, info) in self.params.iter().enumerate() {
-            // SAFETY: `base`, `values` are one block laid out by `params` (taken from one
-            // `PackedArgs`, borrowed mutably meanwhile): cell `i` is a pointer cell (a `Copy`
-            // member, nothing dropped) and every offset lies inside the values.
+            // SAFETY: `base`, `values` are one block laid out by `params` (`point_back` takes
+            // them from one `PackedArgs`): cell `i` is a pointer cell (a `Copy` member, nothing
+            // dropped) and every offset lies inside the values.
             unsafe {
                 self.base.add(i).write(Cell {
                     ptr: self.values.add(info.offset).cast(),
                 })
             };
         }
-    }
-}
-
-/// [`PackedArgs::fix_ptrs`] when dropped.
-struct RestoreArray<'p>(&'p mut PackedArgs);
-
-impl Drop for RestoreArray<'_> {
-    fn drop(&mut self) {
-        self.0.fix_ptrs();
     }
 }
 
