@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use cudagraph::{
     args, dst, src, Dag, Device, DeviceBuffer, DeviceLimits, Exec, HostBuffer, Kernel,
-    LaunchConfig, Module, NodeId, RecordingBackend, Stream,
+    LaunchConfig, Module, NodeId, NodeName, RecordingBackend, Stream,
 };
 
 /// Elements per buffer: small, so the timing shows launch overhead rather than bandwidth.
@@ -214,7 +214,7 @@ fn print_shape(dag: &Dag) -> Result<()> {
         let node = dag.node(id)?;
         let mut deps: Vec<NodeId> = dag.dependencies(id).collect();
         deps.sort(); // in the order they were added
-        let deps: Vec<&str> = deps
+        let deps: Vec<NodeName> = deps
             .into_iter()
             .map(|d| dag.node(d).map(|n| n.name()))
             .collect::<cudagraph::Result<_>>()?;

@@ -144,7 +144,7 @@ mod track;
 pub use bytemuck;
 pub use dag::{
     dst, src, Backend, CaptureStream, Copy2d, CudaBackend, Dag, Dst, Exec, FftNode, FftSpec,
-    InstantiateFlags, Memset2d, MemsetValue, NodeId, NodeKind, RecordingBackend, Src,
+    InstantiateFlags, Memset2d, MemsetValue, NodeId, NodeKind, NodeName, RecordingBackend, Src,
     UpdateOutcome,
 };
 pub use device::{versions, Device, DeviceLimits, DeviceProperties};

@@ -49,7 +49,7 @@ impl Dag {
                 super::Op::Fft(f) => f.label_with(fft(f.uid)),
                 op => op.label(),
             };
-            let mut label = esc(&node.name);
+            let mut label = esc(&node.name().to_string());
             for l in &lines {
                 label.push_str("\\n");
                 label.push_str(&esc(l));

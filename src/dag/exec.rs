@@ -211,7 +211,7 @@ impl Dag {
         // One pass over the nodes (building large graphs is bound by passes over memory): the
         // host closures to run and the allocations the Exec refers to.
         for n in dag.graph.node_weights() {
-            n.op.host_fns("", &n.name, hosts);
+            n.op.host_fns("", &n.name(), hosts);
             n.for_each_allocation(&mut |a| hold_in(held, pinned, log, a));
         }
         Ok(exec)
@@ -453,7 +453,7 @@ impl Exec {
                     .get(&(h as NodeKey))
                     .map_or(&[][..], Vec::as_slice);
                 // SAFETY: the nodes are of the graph `raw` was instantiated from.
-                unsafe { set_captured_enabled(raw, &node.name, nodes, enabled)? };
+                unsafe { set_captured_enabled(raw, &node.name(), nodes, enabled)? };
             }
             _ => {
                 return Err(node.wrong_kind(
@@ -486,7 +486,7 @@ impl Exec {
                 .unwrap_or(false);
             if !same {
                 return Err(Error::UpdateRefused {
-                    node: Some(new.name.to_string()),
+                    node: Some(new.name().to_string()),
                     reason: "the node is new or changed kind".into(),
                 });
             }
@@ -541,7 +541,7 @@ impl Exec {
                     .iter()
                     .position(|h| *h == Some(node) && !node.is_null())
                     .and_then(|i| dag.graph.node_weight(petgraph::graph::NodeIndex::new(i)))
-                    .map(|n| n.name.to_string());
+                    .map(|n| n.name().to_string());
                 Some(Error::UpdateRefused {
                     node: name,
                     reason: refusal.name(),

@@ -88,7 +88,7 @@ impl Dag {
                 current = device;
             }
             let share = shares.get(id.index()).and_then(Option::as_ref);
-            let h = node.op.lower(&node.name, &deps, backend, share)?;
+            let h = node.op.lower(&node.name(), &deps, backend, share)?;
             handles[id.index()] = Some(h);
         }
         if current != home {

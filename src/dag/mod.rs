@@ -68,95 +68,126 @@ impl NodeId {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Dependency;
 
-/// A node's name: the default `kind#serial` kept inline (no allocation and no formatting per
-/// node added), or a name given with [`Dag::set_name`].
-#[derive(Clone)]
-pub(crate) enum NodeName {
-    /// ASCII bytes of a default name, and how many are used.
-    Inline([u8; NodeName::INLINE], u8),
-    /// A given name.
-    Given(String),
+/// A node's name, as [`Node::name`] gives it: the one given with [`Dag::set_name`], or the
+/// default `kind#serial` (the node's kind and serial number, [`NodeId::serial`]).
+///
+/// A default name is not stored: adding a node formats nothing, and the name is written out
+/// only when it is shown ([`Display`](std::fmt::Display), `to_string`) or compared.
+///
+/// ```
+/// # use cudagraph::Dag;
+/// let mut dag = Dag::new();
+/// let e = dag.add_empty();
+/// assert_eq!(dag.node(e).unwrap().name(), "empty#0");
+/// assert!(dag.node(e).unwrap().name().given().is_none());
+/// dag.set_name(e, "join");
+/// assert_eq!(dag.node(e).unwrap().name().given(), Some("join"));
+/// ```
+#[derive(Clone, Copy)]
+pub struct NodeName<'a> {
+    given: Option<&'a str>,
+    kind: &'static str,
+    serial: u64,
 }
 
-impl NodeName {
-    /// Room for `memcpy#18446744073709551615` (the longest kind name, the largest serial).
-    const INLINE: usize = 30;
-
-    /// `kind#serial`.
-    pub(crate) fn default_for(kind: &'static str, serial: u64) -> NodeName {
-        let mut buf = [0u8; NodeName::INLINE];
-        let k = kind.len();
-        if k + 21 > NodeName::INLINE {
-            return NodeName::Given(format!("{kind}#{serial}"));
-        }
-        buf[..k].copy_from_slice(kind.as_bytes());
-        buf[k] = b'#';
-        // Two digits per division (a node is named each time one is added).
-        const PAIRS: [[u8; 2]; 100] = {
-            let mut t = [[0u8; 2]; 100];
-            let mut i = 0;
-            while i < 100 {
-                t[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
-                i += 1;
-            }
-            t
-        };
-        let mut digits = [0u8; 20];
-        let mut n = serial;
-        let mut d = digits.len();
-        while n >= 100 {
-            d -= 2;
-            digits[d..d + 2].copy_from_slice(&PAIRS[(n % 100) as usize]);
-            n /= 100;
-        }
-        if n >= 10 {
-            d -= 2;
-            digits[d..d + 2].copy_from_slice(&PAIRS[n as usize]);
-        } else {
-            d -= 1;
-            digits[d] = b'0' + n as u8;
-        }
-        let len = k + 1 + digits.len() - d;
-        buf[k + 1..len].copy_from_slice(&digits[d..]);
-        NodeName::Inline(buf, len as u8)
+impl<'a> NodeName<'a> {
+    /// The name given with [`Dag::set_name`], if any (`None`: the default name).
+    pub fn given(&self) -> Option<&'a str> {
+        self.given
     }
 
-    /// The name's bytes (UTF-8), without the check [`NodeName::as_str`] makes.
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        match self {
-            NodeName::Inline(buf, len) => &buf[..*len as usize],
-            NodeName::Given(s) => s.as_bytes(),
-        }
-    }
-
-    pub(crate) fn as_str(&self) -> &str {
-        match self {
-            // Only `default_for` makes inline names, from ASCII.
-            NodeName::Inline(buf, len) => {
-                std::str::from_utf8(&buf[..*len as usize]).expect("inline names are ASCII")
+    /// Whether the name is `s`, without writing a default name out.
+    fn is(&self, s: &str) -> bool {
+        match self.given {
+            Some(g) => g == s,
+            None => {
+                s.strip_prefix(self.kind)
+                    .and_then(|rest| rest.strip_prefix('#'))
+                    // Canonical digits only: `kernel#07` is not `kernel#7`.
+                    .filter(|d| !d.is_empty() && (d.len() == 1 || !d.starts_with('0')))
+                    .filter(|d| d.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|d| d.parse::<u64>().ok())
+                    == Some(self.serial)
             }
-            NodeName::Given(s) => s,
         }
     }
 }
 
-impl std::fmt::Display for NodeName {
+impl std::fmt::Display for NodeName<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        match self.given {
+            Some(g) => f.pad(g),
+            // Padded like a `str` when a width or precision is asked for.
+            None if f.width().is_some() || f.precision().is_some() => {
+                f.pad(&format!("{}#{}", self.kind, self.serial))
+            }
+            None => write!(f, "{}#{}", self.kind, self.serial),
+        }
     }
 }
 
-impl std::ops::Deref for NodeName {
-    type Target = str;
-    fn deref(&self) -> &str {
-        self.as_str()
+impl std::fmt::Debug for NodeName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.given {
+            Some(g) => write!(f, "{g:?}"),
+            None => write!(f, "\"{}#{}\"", self.kind, self.serial),
+        }
+    }
+}
+
+impl PartialEq for NodeName<'_> {
+    fn eq(&self, other: &NodeName<'_>) -> bool {
+        match (self.given, other.given) {
+            (Some(a), _) => other.is(a),
+            (None, Some(b)) => self.is(b),
+            (None, None) => self.kind == other.kind && self.serial == other.serial,
+        }
+    }
+}
+
+impl Eq for NodeName<'_> {}
+
+impl PartialEq<str> for NodeName<'_> {
+    fn eq(&self, other: &str) -> bool {
+        self.is(other)
+    }
+}
+
+impl PartialEq<&str> for NodeName<'_> {
+    fn eq(&self, other: &&str) -> bool {
+        self.is(other)
+    }
+}
+
+impl PartialEq<String> for NodeName<'_> {
+    fn eq(&self, other: &String) -> bool {
+        self.is(other)
+    }
+}
+
+impl PartialEq<NodeName<'_>> for String {
+    fn eq(&self, other: &NodeName<'_>) -> bool {
+        other.is(self)
+    }
+}
+
+impl PartialEq<NodeName<'_>> for str {
+    fn eq(&self, other: &NodeName<'_>) -> bool {
+        other.is(self)
+    }
+}
+
+impl PartialEq<NodeName<'_>> for &str {
+    fn eq(&self, other: &NodeName<'_>) -> bool {
+        other.is(self)
     }
 }
 
 /// A named node.
 #[derive(Clone)]
 pub struct Node {
-    pub(crate) name: NodeName,
+    /// The name given with [`Dag::set_name`]; `None`: the default `kind#serial`.
+    pub(crate) given_name: Option<Box<str>>,
     pub(crate) op: Op,
     pub(crate) enabled: bool,
     pub(crate) serial: u64,
@@ -166,9 +197,13 @@ pub struct Node {
 }
 
 impl Node {
-    /// The node's name.
-    pub fn name(&self) -> &str {
-        &self.name
+    /// The node's name: the one given with [`Dag::set_name`], or the default `kind#serial`.
+    pub fn name(&self) -> NodeName<'_> {
+        NodeName {
+            given: self.given_name.as_deref(),
+            kind: self.op.kind().as_str(),
+            serial: self.serial,
+        }
     }
     /// What the node does.
     pub fn op(&self) -> &Op {
@@ -295,14 +330,14 @@ impl Dag {
     pub fn find(&self, name: &str) -> Option<NodeId> {
         self.graph
             .node_indices()
-            .find(|&i| self.graph[i].name.as_str() == name)
+            .find(|&i| self.graph[i].name() == name)
             .map(|i| self.id_at(i))
     }
 
     /// Renames a node; returns its id for chaining. An unknown id is ignored.
     pub fn set_name(&mut self, id: NodeId, name: impl Into<String>) -> NodeId {
         if let Ok(n) = self.node_mut(id) {
-            n.name = NodeName::Given(name.into());
+            n.given_name = Some(name.into().into_boxed_str());
         }
         id
     }
@@ -311,9 +346,8 @@ impl Dag {
     fn push(&mut self, op: Op) -> NodeId {
         let serial = self.next_serial;
         self.next_serial += 1;
-        let name = NodeName::default_for(op.kind().as_str(), serial);
         let idx = self.graph.add_node(Node {
-            name,
+            given_name: None,
             op,
             enabled: true,
             serial,
@@ -336,7 +370,7 @@ impl Dag {
         self.check_id(before)?;
         self.check_id(after)?;
         if before == after {
-            let n = self.graph[before.idx].name.to_string();
+            let n = self.graph[before.idx].name().to_string();
             return Err(Error::Dag(DagError::Cycle {
                 nodes: vec![n.clone(), n],
             }));
@@ -348,10 +382,10 @@ impl Dag {
             // path: after -> ... -> before; the new edge closes before -> after.
             let mut nodes: Vec<String> = std::iter::once(before.idx)
                 .chain(path)
-                .map(|i| self.graph[i].name.to_string())
+                .map(|i| self.graph[i].name().to_string())
                 .collect();
             if nodes.len() < 2 || nodes.last() != nodes.first() {
-                nodes.push(self.graph[before.idx].name.to_string());
+                nodes.push(self.graph[before.idx].name().to_string());
             }
             return Err(Error::Dag(DagError::Cycle { nodes }));
         }
@@ -461,7 +495,7 @@ impl Dag {
         let node = self.node_mut(id)?;
         if !node.op.placeable() {
             return Err(Error::Dag(DagError::Placement {
-                node: node.name.to_string(),
+                node: node.name().to_string(),
                 problem: format!(
                     "{} nodes cannot be placed: FFT, captured, collective and child-graph nodes \
                      run on the device the DAG is lowered for",
@@ -513,7 +547,7 @@ impl Dag {
                     };
                     if !problem.is_empty() {
                         return Err(Error::Dag(DagError::Placement {
-                            node: node.name.to_string(),
+                            node: node.name().to_string(),
                             problem,
                         }));
                     }
@@ -521,7 +555,7 @@ impl Dag {
                 }
                 _ => target.home,
             };
-            node.op.validate(&node.name, &On { key, target })?;
+            node.op.validate(&node.name(), &On { key, target })?;
         }
         Ok(())
     }
@@ -646,7 +680,7 @@ impl Dag {
     /// Every host closure of the DAG and its child DAGs, with its node's path of names.
     pub(crate) fn host_fns(&self, prefix: &str, out: &mut Vec<(String, Arc<HostFn>)>) {
         for n in self.graph.node_weights() {
-            n.op.host_fns(prefix, &n.name, out);
+            n.op.host_fns(prefix, &n.name(), out);
         }
     }
 }
@@ -702,7 +736,7 @@ impl Node {
 
     pub(crate) fn wrong_kind(&self, wanted: &str) -> Error {
         Error::Dag(DagError::WrongKind {
-            node: self.name.to_string(),
+            node: self.name().to_string(),
             problem: {
                 let kind = self.kind().as_str();
                 // "an empty node", "a kernel node".

@@ -881,7 +881,7 @@ pub(crate) fn check_transform(
 
 /// Checks that every region an FFT node or call uses belongs to `key`.
 pub(crate) fn check_owners(
-    name: &str,
+    name: &(impl std::fmt::Display + ?Sized),
     input: &Region,
     output: &Region,
     params: &FftParams,

@@ -221,7 +221,11 @@ impl Collective {
     }
 
     /// Every buffer is device memory of `key`.
-    pub(crate) fn check_owners(&self, name: &str, key: DeviceKey) -> Result<()> {
+    pub(crate) fn check_owners(
+        &self,
+        name: &(impl std::fmt::Display + ?Sized),
+        key: DeviceKey,
+    ) -> Result<()> {
         for (what, r) in [("send", &self.send), ("receive", &self.recv)] {
             let Some(r) = r else { continue };
             if r.alloc.space != MemorySpace::Device {
@@ -327,7 +331,10 @@ impl Collective {
     }
 }
 /// An [`Error::Dag`] for a collective (a node, or a stream call's rank).
-pub(crate) fn collective_error(node: &str, problem: impl Into<String>) -> Error {
+pub(crate) fn collective_error(
+    node: &(impl std::fmt::Display + ?Sized),
+    problem: impl Into<String>,
+) -> Error {
     Error::Dag(DagError::Collective {
         node: node.to_string(),
         problem: problem.into(),

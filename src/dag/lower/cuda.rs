@@ -149,7 +149,7 @@ impl sealed::Lower for CudaBackend {
     #[allow(private_interfaces)] // reason: the trait is sealed (see `sealed::Lower::add_node`)
     fn add_node(
         &mut self,
-        _: &NodeName,
+        _: &NodeName<'_>,
         deps: &[Self::Node],
         edges: &[EdgeData],
         params: NodeParams<'_>,

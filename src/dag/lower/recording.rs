@@ -363,12 +363,16 @@ impl RecordingBackend {
         &mut self,
         function: &'static str,
         kind: &'static str,
-        name: &NodeName,
+        name: &NodeName<'_>,
         deps: &[usize],
         params: Params,
     ) -> usize {
         let n = self.names.len();
-        self.names.extend_from_slice(name.as_bytes());
+        {
+            use std::io::Write as _;
+            // Writing to a `Vec` cannot fail.
+            let _ = write!(self.names, "{name}");
+        }
         let d = self.deps.len();
         self.deps.extend_from_slice(deps);
         self.entries.push(Entry {
@@ -387,7 +391,7 @@ impl RecordingBackend {
     fn record_kernel(
         &mut self,
         function: &'static str,
-        name: &NodeName,
+        name: &NodeName<'_>,
         deps: &[usize],
         raw: &sys::cudaKernelNodeParams,
         k: &KernelNode,
@@ -517,7 +521,7 @@ impl sealed::Lower for RecordingBackend {
     #[allow(private_interfaces)] // reason: the trait is sealed (see `sealed::Lower::add_node`)
     fn add_node(
         &mut self,
-        name: &NodeName,
+        name: &NodeName<'_>,
         deps: &[usize],
         edges: &[EdgeData],
         params: NodeParams<'_>,
@@ -593,7 +597,7 @@ impl RecordingBackend {
     /// buffer).
     fn record_fft_setter(
         &mut self,
-        name: &NodeName,
+        name: &NodeName<'_>,
         deps: &[usize],
         handle: u64,
         f: &FftNode,
@@ -621,7 +625,7 @@ impl RecordingBackend {
 
     fn add_fft(
         &mut self,
-        name: &NodeName,
+        name: &NodeName<'_>,
         deps: &[usize],
         f: &FftNode,
         work: &WorkShare,

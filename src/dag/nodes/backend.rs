@@ -118,7 +118,7 @@ pub(crate) mod sealed {
         #[allow(private_interfaces)] // reason: the trait is sealed: only this crate calls or implements it
         fn add_node(
             &mut self,
-            name: &NodeName,
+            name: &NodeName<'_>,
             deps: &[Self::Node],
             edges: &[EdgeData],
             params: NodeParams<'_>,

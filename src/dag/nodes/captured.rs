@@ -87,7 +87,7 @@ impl CaptureWork for CapturedNode {
 }
 
 impl NodeOp for CapturedNode {
-    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
         for r in &self.uses {
             check_owner(name, r, "captured work's", on.key)?;
         }
@@ -231,7 +231,7 @@ pub(crate) unsafe fn capture_into(
 /// `exec` was instantiated from the graph the nodes belong to.
 pub(crate) unsafe fn set_captured_enabled(
     exec: sys::cudaGraphExec_t,
-    node: &str,
+    node: &(impl std::fmt::Display + ?Sized),
     nodes: &[sys::cudaGraphNode_t],
     enabled: bool,
 ) -> Result<()> {

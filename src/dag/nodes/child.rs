@@ -24,7 +24,7 @@ impl ChildNode {
 }
 
 impl NodeOp for ChildNode {
-    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
         // The child's nodes run where the child node runs (the graph's device): none of them
         // may be placed elsewhere.
         let t = on.target;
@@ -40,7 +40,7 @@ impl NodeOp for ChildNode {
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
         self.dag.for_each_allocation(f)
     }
-    fn host_fns(&self, prefix: &str, name: &str, out: &mut Vec<(String, Arc<HostFn>)>) {
+    fn host_fns(&self, prefix: &str, name: &NodeName<'_>, out: &mut Vec<(String, Arc<HostFn>)>) {
         self.dag.host_fns(&format!("{prefix}{name}/"), out)
     }
     fn label(&self) -> Label {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use super::{Label, NodeOp};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
-use crate::dag::{Dag, NodeId, Op};
+use crate::dag::{Dag, NodeId, NodeName, Op};
 use crate::error::Result;
 use crate::fft::WorkShare;
 use crate::result::runtime as rt;
@@ -85,7 +85,7 @@ impl HostNode {
 }
 
 impl NodeOp for HostNode {
-    fn host_fns(&self, prefix: &str, name: &str, out: &mut Vec<(String, Arc<HostFn>)>) {
+    fn host_fns(&self, prefix: &str, name: &NodeName<'_>, out: &mut Vec<(String, Arc<HostFn>)>) {
         out.push((format!("{prefix}{name}"), self.f.clone()));
     }
     fn label(&self) -> Label {
@@ -132,7 +132,7 @@ impl Exec {
         // SAFETY: `h` is this host node; the new HostFn is held by the DAG from now on, the
         // old one until the queued launches are done.
         unsafe { rt::graph_exec_node_set_params(self.raw, h, &mut raw)? };
-        let name = node.name.to_string();
+        let name = node.name().to_string();
         let Op::Host(host) = &mut self.dag.node_mut(id)?.op else {
             unreachable!("checked above")
         };

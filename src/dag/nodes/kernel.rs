@@ -182,7 +182,7 @@ impl KernelNode {
 }
 
 impl NodeOp for KernelNode {
-    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
         let home = self.kernel().key();
         if home != on.key {
             return Err(wrong_device(
@@ -366,7 +366,7 @@ impl Node {
 
     fn kernel_args_error(&self, k: &KernelNode, problem: String) -> Error {
         Error::Dag(DagError::KernelArgs {
-            node: self.name.to_string(),
+            node: self.name().to_string(),
             kernel: k.kernel().name().to_string(),
             problem,
         })
@@ -518,7 +518,7 @@ impl Exec {
             .map_or(self.device.limits(), |d| d.limits());
         if let Some(problem) = k.kernel().launch_problem(limits, &config) {
             return Err(Error::Dag(DagError::LaunchShape {
-                node: node.name.to_string(),
+                node: node.name().to_string(),
                 kernel: k.kernel().name().to_string(),
                 problem,
             }));

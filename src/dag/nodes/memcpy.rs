@@ -172,7 +172,7 @@ impl MemcpyNode {
 }
 
 impl NodeOp for MemcpyNode {
-    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
         on.check_reach(name, &"destination", &self.dst.alloc)?;
         on.check_reach(name, &"source", &self.src.alloc)
     }
@@ -193,7 +193,12 @@ impl NodeOp for MemcpyNode {
 }
 
 /// Checks that `r` belongs to `key`.
-pub(crate) fn check_owner(name: &str, r: &Region, what: &str, key: DeviceKey) -> Result<()> {
+pub(crate) fn check_owner(
+    name: &(impl std::fmt::Display + ?Sized),
+    r: &Region,
+    what: &str,
+    key: DeviceKey,
+) -> Result<()> {
     if r.alloc.owner.key() != key {
         return Err(wrong_device(
             name,
@@ -287,7 +292,7 @@ impl Node {
         let Op::Memcpy(m) = &self.op else {
             return Err(self.wrong_kind("a memcpy node"));
         };
-        let name = self.name.as_str();
+        let name = &self.name();
         if m.height != 1 {
             return Err(oob(name, "set_memcpy replaces 1D copies; this one is 2D"));
         }
@@ -321,7 +326,7 @@ impl Exec {
                 let (new, old) = (new.alloc.owner.key(), old.alloc.owner.key());
                 if new != old {
                     return Err(wrong_device(
-                        &node.name,
+                        &node.name(),
                         format!(
                             "the new {what} buffer belongs to {new}, but the one it replaces to \
                              {old}; update the DAG and the Exec with Exec::update instead"
@@ -371,7 +376,7 @@ impl Exec {
 }
 
 /// Bounds and sizes of a copy.
-fn check_memcpy(name: &str, m: &MemcpyNode) -> Result<()> {
+fn check_memcpy(name: &(impl std::fmt::Display + ?Sized), m: &MemcpyNode) -> Result<()> {
     if m.height <= 1 {
         if m.dst.len != m.src.len {
             return Err(oob(

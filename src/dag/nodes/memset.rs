@@ -99,7 +99,7 @@ impl MemsetNode {
 }
 
 impl NodeOp for MemsetNode {
-    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
         on.check_reach(name, &"destination", &self.dst.alloc)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
@@ -206,7 +206,7 @@ impl Node {
         };
         if value.size() != m.value.size() {
             return Err(oob(
-                &self.name,
+                &self.name(),
                 format!(
                     "the node writes {}-byte values; a {}-byte value cannot replace them",
                     m.value.size(),
@@ -232,7 +232,7 @@ impl Exec {
     }
 }
 
-fn check_memset(name: &str, m: &MemsetNode) -> Result<()> {
+fn check_memset(name: &(impl std::fmt::Display + ?Sized), m: &MemsetNode) -> Result<()> {
     if m.dst.space() != MemorySpace::Device {
         return Err(oob(
             name,

@@ -104,7 +104,7 @@ impl On<'_> {
     #[inline]
     pub(crate) fn check_reach(
         &self,
-        name: &NodeName,
+        name: &NodeName<'_>,
         what: &dyn std::fmt::Display,
         alloc: &Allocation,
     ) -> Result<()> {
@@ -118,7 +118,7 @@ impl On<'_> {
     #[cold]
     fn check_reach_other(
         &self,
-        name: &str,
+        name: &(impl std::fmt::Display + ?Sized),
         what: &dyn std::fmt::Display,
         alloc: &Allocation,
     ) -> Result<()> {
@@ -160,7 +160,7 @@ pub(crate) struct Label {
 pub(crate) trait NodeOp {
     /// Checks that need the target device (run by [`Dag::validate`](super::Dag::validate)):
     /// the node runs on `on.key`; the builder already checked the rest.
-    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
         let _ = (name, on);
         Ok(())
     }
@@ -170,7 +170,12 @@ pub(crate) trait NodeOp {
     }
     /// Host closures the node (or a DAG inside it) runs, with their paths of names
     /// (`prefix` is the path of the DAG the node `name` is in).
-    fn host_fns(&self, prefix: &str, name: &str, out: &mut Vec<(String, Arc<host::HostFn>)>) {
+    fn host_fns(
+        &self,
+        prefix: &str,
+        name: &NodeName<'_>,
+        out: &mut Vec<(String, Arc<host::HostFn>)>,
+    ) {
         let _ = (prefix, name, out);
     }
     /// The node's DOT label.
@@ -251,7 +256,7 @@ node_kinds! {
 }
 
 impl Op {
-    pub(crate) fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
+    pub(crate) fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
         self.imp().validate(name, on)
     }
     /// Whether nodes of this kind may be placed on another device than the one the DAG is
@@ -268,7 +273,7 @@ impl Op {
     pub(crate) fn host_fns(
         &self,
         prefix: &str,
-        name: &str,
+        name: &NodeName<'_>,
         out: &mut Vec<(String, Arc<host::HostFn>)>,
     ) {
         self.imp().host_fns(prefix, name, out)
@@ -280,7 +285,7 @@ impl Op {
     /// nodes depend on.
     pub(crate) fn lower<B: Backend>(
         &self,
-        name: &NodeName,
+        name: &NodeName<'_>,
         deps: &[B::Node],
         backend: &mut B,
         share: Option<&WorkShare>,
@@ -300,7 +305,7 @@ impl Label {
 }
 
 /// An [`Error::Dag`] for a copy or memset out of bounds.
-pub(crate) fn oob(node: &str, problem: impl Into<String>) -> Error {
+pub(crate) fn oob(node: &(impl std::fmt::Display + ?Sized), problem: impl Into<String>) -> Error {
     Error::Dag(DagError::OutOfBounds {
         node: node.to_string(),
         problem: problem.into(),
@@ -308,7 +313,7 @@ pub(crate) fn oob(node: &str, problem: impl Into<String>) -> Error {
 }
 
 /// An [`Error::Dag`] for an object of another device.
-pub(crate) fn wrong_device(node: &str, problem: String) -> Error {
+pub(crate) fn wrong_device(node: &(impl std::fmt::Display + ?Sized), problem: String) -> Error {
     Error::Dag(DagError::WrongDevice {
         node: node.to_string(),
         problem,
@@ -338,13 +343,18 @@ pub(crate) fn bytes(n: usize) -> String {
 /// Large node kinds are boxed in [`Op`] (so every node of the DAG is not as large as the
 /// largest kind); the box is the kind.
 impl<T: NodeOp> NodeOp for Box<T> {
-    fn validate(&self, name: &NodeName, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
         (**self).validate(name, on)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
         (**self).for_each_allocation(f)
     }
-    fn host_fns(&self, prefix: &str, name: &str, out: &mut Vec<(String, Arc<host::HostFn>)>) {
+    fn host_fns(
+        &self,
+        prefix: &str,
+        name: &NodeName<'_>,
+        out: &mut Vec<(String, Arc<host::HostFn>)>,
+    ) {
         (**self).host_fns(prefix, name, out)
     }
     fn label(&self) -> Label {

@@ -51,7 +51,7 @@ impl CollectiveNode {
 }
 
 impl NodeOp for CollectiveNode {
-    fn validate(&self, name: &NodeName, on: &super::On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &super::On<'_>) -> Result<()> {
         let key = on.key;
         if self.comm.key() != key {
             return Err(super::wrong_device(
@@ -329,7 +329,7 @@ pub(crate) fn check_ranks(comms: &Communicators, dags: &[&Dag]) -> Result<()> {
             if let Op::Child(child) = &node.op {
                 if let Some(inner) = first_collective(&child.dag) {
                     return Err(collective_error(
-                        &node.name,
+                        &node.name(),
                         format!(
                             "its child DAG has collective node `{inner}`: collective nodes must \
                              be in the rank's top-level DAG, where their order is checked"
@@ -342,7 +342,7 @@ pub(crate) fn check_ranks(comms: &Communicators, dags: &[&Dag]) -> Result<()> {
             };
             if !Arc::ptr_eq(&c.comm.clique, &comms.clique) {
                 return Err(collective_error(
-                    &node.name,
+                    &node.name(),
                     format!(
                         "uses other communicators than the ones instantiating rank {r}'s DAG \
                          (a DAG's collective nodes all use one Communicators)"
@@ -351,7 +351,7 @@ pub(crate) fn check_ranks(comms: &Communicators, dags: &[&Dag]) -> Result<()> {
             }
             if c.comm.rank != r {
                 return Err(collective_error(
-                    &node.name,
+                    &node.name(),
                     format!(
                         "is rank {}'s, but it is in the DAG given for rank {r}",
                         c.comm.rank
@@ -361,7 +361,7 @@ pub(crate) fn check_ranks(comms: &Communicators, dags: &[&Dag]) -> Result<()> {
             if let Some(p) = prev {
                 if dag.path(p.idx, id.idx).is_none() {
                     return Err(collective_error(
-                        &node.name,
+                        &node.name(),
                         format!(
                             "is not ordered after collective node `{}` of the same \
                              communicator: add a dependency (NCCL runs a communicator's \

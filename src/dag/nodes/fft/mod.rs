@@ -105,7 +105,11 @@ impl FftNode {
     }
 
     /// Checks `params` for this node's plan.
-    pub(crate) fn check_params(&self, name: &str, params: &FftParams) -> Result<()> {
+    pub(crate) fn check_params(
+        &self,
+        name: &(impl std::fmt::Display + ?Sized),
+        params: &FftParams,
+    ) -> Result<()> {
         match params_problem(&self.plan, params) {
             None => Ok(()),
             Some(problem) => Err(Error::Dag(DagError::Fft {
@@ -116,14 +120,18 @@ impl FftNode {
     }
 
     /// Replaces the parameters (checked). Returns the old ones.
-    pub(crate) fn apply_params(&mut self, name: &str, params: FftParams) -> Result<FftParams> {
+    pub(crate) fn apply_params(
+        &mut self,
+        name: &(impl std::fmt::Display + ?Sized),
+        params: FftParams,
+    ) -> Result<FftParams> {
         self.check_params(name, &params)?;
         Ok(std::mem::replace(&mut self.params, params))
     }
 }
 
 impl NodeOp for FftNode {
-    fn validate(&self, name: &NodeName, on: &super::On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &super::On<'_>) -> Result<()> {
         check_owners(name, &self.input, &self.output, &self.params, on.key)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
@@ -166,7 +174,7 @@ impl Dag {
     /// Replaces an FFT node's callback parameters in the DAG (for a whole-graph update).
     pub fn set_fft_params(&mut self, id: NodeId, params: FftParams) -> Result<()> {
         let node = self.node_mut(id)?;
-        let name = node.name.to_string();
+        let name = node.name().to_string();
         match &mut node.op {
             Op::Fft(f) => f.apply_params(&name, params).map(|_| ()),
             _ => Err(Error::Dag(DagError::WrongKind {
@@ -208,8 +216,8 @@ impl Exec {
         let Op::Fft(f) = &node.op else {
             return Err(node.wrong_kind("an FFT node"));
         };
-        f.check_params(&node.name, &params)?;
-        check_owners(&node.name, &f.input, &f.output, &params, key)?;
+        f.check_params(&node.name(), &params)?;
+        check_owners(&node.name(), &f.input, &f.output, &params, key)?;
         self.fft.set_params(self.raw, f.uid, &f.plan, &params)?;
         params.for_each_allocation(&mut |a| self.hold(a));
         let Op::Fft(f) = &mut self.dag.node_mut(id)?.op else {
