@@ -96,6 +96,29 @@ impl<'a> NodeName<'a> {
         self.given
     }
 
+    /// Appends the name's UTF-8 bytes to `out` (a default name without `core::fmt`, which
+    /// costs several times as much; a recording backend writes every node's name).
+    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
+        let Some(g) = self.given else {
+            out.extend_from_slice(self.kind.as_bytes());
+            out.push(b'#');
+            let mut digits = [0u8; 20];
+            let mut at = digits.len();
+            let mut n = self.serial;
+            loop {
+                at -= 1;
+                digits[at] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            }
+            out.extend_from_slice(&digits[at..]);
+            return;
+        };
+        out.extend_from_slice(g.as_bytes());
+    }
+
     /// Whether the name is `s`, without writing a default name out.
     fn is(&self, s: &str) -> bool {
         match self.given {
@@ -255,6 +278,8 @@ pub struct Dag {
     /// Edges added from a later node to an earlier one (by serial; removals do not count
     /// down). While there are none, the canonical order is serial order.
     backward_edges: usize,
+    /// Where kernel nodes added to this DAG keep their arguments (a copy starts a new one).
+    pub(crate) arg_arena: crate::kernel::ArgArena,
 }
 
 impl Dag {

@@ -595,6 +595,9 @@ fn default_names_are_kind_and_serial_and_are_not_stored() {
         };
         let text = format!("{kind}#{serial}");
         assert_eq!(n.to_string(), text);
+        let mut bytes = b"x".to_vec();
+        n.write_to(&mut bytes);
+        assert_eq!(bytes, format!("x{text}").as_bytes(), "written as bytes");
         assert_eq!(format!("{n:?}"), format!("{text:?}"));
         assert!(n == *text, "{text} compares equal");
         assert_eq!(n, text);

@@ -23,4 +23,4 @@ pub use args::KernelArg;
 pub use compile::{compile, nvrtc_version, CodeKind, CompileOptions, Compiled};
 pub use launch::{Dim3, Kernel, LaunchConfig, ParamInfo};
 pub use module::Module;
-pub(crate) use packed::{ArgScratch, PackedArgs};
+pub(crate) use packed::{ArgArena, ArgScratch, PackedArgs};

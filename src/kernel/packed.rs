@@ -2,8 +2,9 @@
 //! parameter offsets, with the pointer array CUDA reads) and [`ArgScratch`] (room to stage an
 //! update).
 
+use std::cell::UnsafeCell;
 use std::ffi::c_void;
-use std::mem::ManuallyDrop;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -15,21 +16,119 @@ use crate::memory::Allocation;
 /// reads (`kernelParams`). Updating an argument rewrites bytes in place: the pointers do not
 /// change and nothing is allocated.
 pub(crate) struct PackedArgs {
-    /// One allocation (a kernel node is built with one call to the allocator) of `len` cells:
-    /// for `n` parameters, `n` cells of the `kernelParams` array (`ptr`), then `n` cells of
-    /// the buffers the arguments refer to (`buffer`, one per parameter, owned), then the
-    /// argument values (`word`s) the pointers point into. Every cell always holds the member
-    /// of its region.
+    /// The node's block of `2n + kernel.value_words` cells, in `chunk`: for `n` parameters,
+    /// `n` cells of the `kernelParams` array (`ptr`), then `n` cells of the buffers the
+    /// arguments refer to (`buffer`, one per parameter, owned), then the argument values
+    /// (`word`s) the pointers point into. Every cell always holds the member of its region.
     ///
-    /// Owned (a `Box<[Cell]>` turned into a raw pointer by `new` and `clone`, freed by
-    /// `drop`), and held raw so that the pointers of the `kernelParams` array, derived from
-    /// it, stay valid for CUDA's reads while the values are rewritten: every access goes
-    /// through this pointer, and no reference to the whole block is ever made (a `&mut` to
-    /// it would invalidate them in Rust's aliasing model; Miri checks this in the tests).
+    /// Held raw so that the pointers of the `kernelParams` array, derived from it, stay valid
+    /// for CUDA's reads while the values are rewritten: every access goes through this
+    /// pointer, and no reference to the whole block is ever made (a `&mut` to it would
+    /// invalidate them in Rust's aliasing model; Miri checks this in the tests).
     cells: NonNull<Cell>,
-    len: usize,
     /// The kernel the arguments are for (its parameter layout); a kernel node's kernel.
     kernel: Kernel,
+    /// The chunk the block was carved from (see [`ArgArena`]), kept alive by the block.
+    _chunk: Chunk,
+}
+
+/// Cells shared by the blocks carved from them, freed with the last block (and the arena, if
+/// it still carves from it). A slot is an `UnsafeCell`: blocks write their own slots through
+/// pointers derived from the shared chunk, and no two blocks share a slot.
+type Chunk = Arc<[Slot]>;
+
+/// A cell of a [`Chunk`], uninitialised until a block is carved over it.
+#[repr(transparent)]
+struct Slot(UnsafeCell<MaybeUninit<Cell>>);
+
+/// Where a DAG's kernel nodes keep their arguments: blocks carved one after another from
+/// shared chunks, so that adding a kernel node does not call the allocator (a chunk holds
+/// the blocks of hundreds of nodes). A chunk is freed when the last block carved from it is
+/// dropped and the arena has moved on; the room of a dropped block is not reused before.
+///
+/// Cloning gives an empty arena: a clone never carves from the chunk the original carves
+/// from.
+#[derive(Default)]
+pub(crate) struct ArgArena {
+    /// The chunk being carved, and how many of its cells are taken.
+    current: Option<(Chunk, usize)>,
+    /// Whether the next chunk is exactly as large as the block it is for (a block on its
+    /// own, such as a clone's: no room kept for blocks that will not come).
+    exact: bool,
+}
+
+impl Clone for ArgArena {
+    fn clone(&self) -> Self {
+        ArgArena::default()
+    }
+}
+
+// SAFETY: the arena only writes the untaken cells of its chunk (none of any block), through
+// `&mut self`; the chunk's reference count is atomic, and a chunk's slots hold `Cell`s, which
+// are `Send` and `Sync` (their buffers are `Arc<Allocation>`s, asserted below).
+unsafe impl Send for ArgArena {}
+// SAFETY: shared access to the arena reads nothing of the chunk.
+unsafe impl Sync for ArgArena {}
+
+impl ArgArena {
+    /// The smallest and the largest chunk the arena allocates (in cells); each new chunk is
+    /// twice the one before, so small DAGs stay small.
+    const FIRST: usize = 64;
+    const MOST: usize = 8192;
+
+    /// An arena for one block, which gets a chunk of exactly its size.
+    fn exact() -> ArgArena {
+        ArgArena {
+            current: None,
+            exact: true,
+        }
+    }
+
+    /// A chunk of `len` uninitialised cells.
+    fn chunk(len: usize) -> Chunk {
+        (0..len)
+            .map(|_| Slot(UnsafeCell::new(MaybeUninit::uninit())))
+            .collect()
+    }
+
+    /// `len` untaken cells, and the chunk they are in. A block larger than the largest chunk
+    /// gets a chunk of its own.
+    fn take(&mut self, len: usize) -> (NonNull<Cell>, Chunk) {
+        let self_exact = self.exact;
+        let (chunk, at) = match &mut self.current {
+            Some((chunk, used)) if chunk.len() - *used >= len => {
+                let at = *used;
+                *used += len;
+                (chunk.clone(), at)
+            }
+            current => {
+                let next = current
+                    .as_ref()
+                    .map_or(Self::FIRST, |(c, _)| (2 * c.len()).min(Self::MOST));
+                if len > next || self_exact {
+                    (Self::chunk(len), 0)
+                } else {
+                    let chunk = Self::chunk(next);
+                    *current = Some((chunk.clone(), len));
+                    (chunk, 0)
+                }
+            }
+        };
+        (slots(&chunk, at), chunk)
+    }
+}
+
+/// The cells of `chunk` from `at` on, as a pointer that may write them.
+fn slots(chunk: &Chunk, at: usize) -> NonNull<Cell> {
+    assert!(at < chunk.len(), "a block starts inside its chunk");
+    // No reference to the slots is made: the pointer comes from the chunk's own, and a `Slot`
+    // is a transparent `UnsafeCell<MaybeUninit<Cell>>`, so it may write the cells although
+    // the chunk is shared, and they have `Cell`'s layout.
+    let first = Arc::as_ptr(chunk).cast::<Slot>().cast_mut();
+    // SAFETY: `at` is inside the chunk (asserted).
+    let p = unsafe { first.add(at) };
+    // SAFETY: inside a live allocation, so not null.
+    unsafe { NonNull::new_unchecked(p.cast::<Cell>()) }
 }
 
 /// A word of [`PackedArgs::cells`]: a pointer of the `kernelParams` array, a buffer slot or 8
@@ -55,9 +154,10 @@ const _: () = {
     send_sync::<Kernel>();
 };
 
-// SAFETY: `cells` is owned by the value (like a `Box`), and the raw pointers in it point into
-// it; the buffers are `Arc<Allocation>`s and the kernel a `Kernel`, which are `Send` and `Sync`
-// (asserted above).
+// SAFETY: the block `cells` points to is owned by the value (like a `Box`: no other block or
+// arena uses its cells, and its chunk is only shared for its reference count, which is atomic),
+// and the raw pointers in it point into it; the buffers are `Arc<Allocation>`s and the kernel a
+// `Kernel`, which are `Send` and `Sync` (asserted above).
 unsafe impl Send for PackedArgs {}
 // SAFETY: as above; shared access only reads.
 unsafe impl Sync for PackedArgs {}
@@ -69,6 +169,11 @@ impl PackedArgs {
     /// # Panics
     /// If they do not (callers check them first), before anything is allocated.
     pub(crate) fn new(kernel: &Kernel, args: &[KernelArg]) -> Self {
+        PackedArgs::new_in(&mut ArgArena::exact(), kernel, args)
+    }
+
+    /// [`PackedArgs::new`], the block carved from `arena`.
+    pub(crate) fn new_in(arena: &mut ArgArena, kernel: &Kernel, args: &[KernelArg]) -> Self {
         let params = &kernel.inner.params;
         let n = params.len();
         assert_eq!(args.len(), n, "one argument per parameter");
@@ -77,7 +182,7 @@ impl PackedArgs {
         }
         // Not dropped (which reads the buffer cells) until every cell is written: a panic
         // before that would leak the block, not drop uninitialised cells.
-        let packed = ManuallyDrop::new(PackedArgs::alloc(kernel.clone()));
+        let packed = ManuallyDrop::new(PackedArgs::alloc(arena, kernel.clone()));
         let base = packed.base();
         let values = packed.storage_ptr();
         for w in 0..packed.words() {
@@ -109,21 +214,16 @@ impl PackedArgs {
     }
 
     /// A block of uninitialised cells laid out for `kernel` (`2n` pointer and buffer cells,
-    /// then the value words), owned by the result. The callers hold it in a `ManuallyDrop`
-    /// until they have written every cell.
-    fn alloc(kernel: Kernel) -> Self {
-        let n = kernel.inner.params.len();
-        let len = 2 * n + kernel.inner.value_words;
+    /// then the value words), carved from `arena`, owned by the result. The callers hold it
+    /// in a `ManuallyDrop` until they have written every cell.
+    fn alloc(arena: &mut ArgArena, kernel: Kernel) -> Self {
         // At least one value cell, so the values' start is inside the block.
         assert!(kernel.inner.value_words >= 1, "at least one value cell");
-        let raw = Box::into_raw(Box::<[Cell]>::new_uninit_slice(len));
+        let (cells, chunk) = arena.take(block_len(&kernel));
         PackedArgs {
-            // SAFETY: `Box::into_raw` never gives a null pointer. `MaybeUninit<Cell>` has
-            // `Cell`'s layout, so the block is a `[Cell]` allocation of `len` cells once the
-            // caller has written them, which `drop` frees as one.
-            cells: unsafe { NonNull::new_unchecked(raw.cast::<Cell>()) },
-            len,
+            cells,
             kernel,
+            _chunk: chunk,
         }
     }
 
@@ -151,7 +251,7 @@ impl PackedArgs {
 
     /// Number of value cells.
     fn words(&self) -> usize {
-        self.len - 2 * self.kernel.inner.params.len()
+        self.kernel.inner.value_words
     }
 
     /// The argument values, as bytes (whole words).
@@ -422,10 +522,13 @@ impl Clone for PackedArgs {
     fn clone(&self) -> Self {
         let n = self.kernel.inner.params.len();
         // As in `new`: not dropped until every cell is written.
-        let c = ManuallyDrop::new(PackedArgs::alloc(self.kernel.clone()));
+        let c = ManuallyDrop::new(PackedArgs::alloc(
+            &mut ArgArena::exact(),
+            self.kernel.clone(),
+        ));
         let (from, to) = (self.base(), c.base());
-        for w in 2 * n..self.len {
-            // SAFETY: both blocks have `self.len` cells (the same kernel's layout); value cells
+        for w in 2 * n..block_len(&self.kernel) {
+            // SAFETY: both blocks have `block_len` cells (the same kernel's layout); value cells
             // hold `word`s, copied over the clone's uninitialised ones (a `Copy` member).
             unsafe {
                 to.add(w).write(Cell {
@@ -466,12 +569,14 @@ impl Drop for PackedArgs {
             // once, here; the cells are not used afterwards (their memory is freed next).
             unsafe { ManuallyDrop::drop(&mut (*self.base().add(n + i)).buffer) };
         }
-        let block = std::ptr::slice_from_raw_parts_mut(self.base(), self.len);
-        // SAFETY: `cells` and `len` are the block `alloc` took from a `Box<[Cell]>` (every
-        // cell written since), freed once, here (`Cell` has no drop glue: the buffers were
-        // dropped above).
-        drop(unsafe { Box::from_raw(block) });
+        // The chunk is let go of next (a field): freed if this was its last block. Its cells
+        // have no drop glue.
     }
+}
+
+/// The cells of a block laid out for `kernel`.
+fn block_len(kernel: &Kernel) -> usize {
+    2 * kernel.inner.params.len() + kernel.inner.value_words
 }
 
 /// Copies `n` bytes from `src` to `dst`. The sizes of scalars and pointers are copied with
@@ -510,8 +615,94 @@ pub(crate) struct ArgScratch {
 unsafe impl Send for ArgScratch {}
 
 #[cfg(test)]
+impl PackedArgs {
+    /// The chunk the block was carved from.
+    pub(crate) fn chunk(&self) -> &Chunk {
+        &self._chunk
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocks_of_one_arena_share_chunks_and_the_last_one_out_frees_each() {
+        let mut rec = crate::dag::RecordingBackend::new(crate::device::DeviceLimits::hopper());
+        let x = rec.device_buffer::<f32>(16);
+        let k = rec.kernel("k", &[8, 4]);
+        let len = block_len(&k);
+        let mut arena = ArgArena::default();
+        let mut a = PackedArgs::new_in(&mut arena, &k, &crate::args![&x, 1u32]);
+        let b = PackedArgs::new_in(&mut arena, &k, &crate::args![&x, 2u32]);
+        assert!(Arc::ptr_eq(a.chunk(), b.chunk()), "one chunk");
+        assert_eq!(a.chunk().len(), ArgArena::FIRST);
+        // SAFETY (test): `len` cells on from `a`'s block are inside the chunk.
+        assert_eq!(
+            b.base(),
+            unsafe { a.base().add(len) },
+            "blocks side by side"
+        );
+        // Writing one block leaves its neighbour alone.
+        a.set(1, &KernelArg::from(7u32));
+        assert_eq!(a.param_bytes(1), 7u32.to_ne_bytes());
+        assert_eq!(b.param_bytes(1), 2u32.to_ne_bytes());
+        assert_eq!(b.param_bytes(0), x.alloc.ptr.to_ne_bytes());
+        // Filling the first chunk moves on to one twice as large.
+        let more: Vec<PackedArgs> = (0..ArgArena::FIRST / len)
+            .map(|i| PackedArgs::new_in(&mut arena, &k, &crate::args![&x, i as u32]))
+            .collect();
+        let last = more.last().expect("some");
+        assert!(!Arc::ptr_eq(a.chunk(), last.chunk()), "a new chunk");
+        assert_eq!(last.chunk().len(), 2 * ArgArena::FIRST);
+        for (i, p) in more.iter().enumerate() {
+            assert_eq!(p.param_bytes(1), (i as u32).to_ne_bytes(), "block {i} kept");
+        }
+        // The first chunk lives as long as a block of it does; the arena moved on.
+        let first = Arc::downgrade(a.chunk());
+        let firsts: Vec<_> = more
+            .into_iter()
+            .filter(|p| Arc::ptr_eq(p.chunk(), a.chunk()))
+            .collect();
+        drop(a);
+        assert!(first.upgrade().is_some(), "`b` still holds it");
+        drop((b, firsts));
+        assert!(first.upgrade().is_none(), "freed with its last block");
+        // The buffers the blocks held were given back (one reference left: `x`'s own).
+        assert_eq!(Arc::strong_count(&x.alloc), 1);
+        // The current chunk is freed with the arena once its blocks are gone.
+        let current = Arc::downgrade(&arena.current.as_ref().expect("a chunk").0);
+        drop(arena);
+        assert!(current.upgrade().is_none());
+    }
+
+    #[test]
+    fn a_block_larger_than_a_chunk_gets_one_of_its_own_and_clones_their_own() {
+        let mut rec = crate::dag::RecordingBackend::new(crate::device::DeviceLimits::hopper());
+        let sizes = vec![8usize; ArgArena::MOST / 2];
+        let big = rec.kernel("big", &sizes);
+        let small = rec.kernel("small", &[4]);
+        let mut arena = ArgArena::default();
+        let s = PackedArgs::new_in(&mut arena, &small, &crate::args![1u32]);
+        let args: Vec<KernelArg> = (0..sizes.len() as u64).map(KernelArg::from).collect();
+        let b = PackedArgs::new_in(&mut arena, &big, &args);
+        assert!(b.chunk().len() >= block_len(&big) && block_len(&big) > ArgArena::MOST);
+        assert!(!Arc::ptr_eq(s.chunk(), b.chunk()));
+        assert_eq!(b.param_bytes(4000), 4000u64.to_ne_bytes());
+        // The arena still carves from the chunk it had.
+        let s2 = PackedArgs::new_in(&mut arena, &small, &crate::args![2u32]);
+        assert!(Arc::ptr_eq(s.chunk(), s2.chunk()));
+        // A clone has a block of its own, of its own chunk of its size, and the same bytes.
+        let c = s2.clone();
+        assert!(!Arc::ptr_eq(c.chunk(), s2.chunk()));
+        assert_eq!(c.chunk().len(), block_len(&small));
+        assert_eq!(c.param_bytes(0), 2u32.to_ne_bytes());
+        // A cloned arena carves elsewhere.
+        let mut copy = arena.clone();
+        let s3 = PackedArgs::new_in(&mut copy, &small, &crate::args![3u32]);
+        assert!(!Arc::ptr_eq(s3.chunk(), s2.chunk()));
+        assert_eq!(s2.param_bytes(0), 2u32.to_ne_bytes());
+    }
 
     #[test]
     fn mismatched_arguments_panic_before_anything_is_held() {

@@ -368,11 +368,7 @@ impl RecordingBackend {
         params: Params,
     ) -> usize {
         let n = self.names.len();
-        {
-            use std::io::Write as _;
-            // Writing to a `Vec` cannot fail.
-            let _ = write!(self.names, "{name}");
-        }
+        name.write_to(&mut self.names);
         let d = self.deps.len();
         self.deps.extend_from_slice(deps);
         self.entries.push(Entry {

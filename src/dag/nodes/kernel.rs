@@ -268,9 +268,10 @@ impl Dag {
                 problem,
             }));
         }
+        let args = PackedArgs::new_in(&mut self.arg_arena, kernel, args);
         Ok(self.push(Op::Kernel(KernelNode {
             config,
-            args: PackedArgs::new(kernel, args),
+            args,
             priority: None,
         })))
     }
