@@ -617,7 +617,7 @@ unsafe impl Send for ArgScratch {}
 #[cfg(test)]
 impl PackedArgs {
     /// The chunk the block was carved from.
-    pub(crate) fn chunk(&self) -> &Chunk {
+    fn chunk(&self) -> &Chunk {
         &self._chunk
     }
 }
@@ -678,7 +678,7 @@ mod tests {
 
     #[test]
     fn a_block_larger_than_a_chunk_gets_one_of_its_own_and_clones_their_own() {
-        let mut rec = crate::dag::RecordingBackend::new(crate::device::DeviceLimits::hopper());
+        let rec = crate::dag::RecordingBackend::new(crate::device::DeviceLimits::hopper());
         let sizes = vec![8usize; ArgArena::MOST / 2];
         let big = rec.kernel("big", &sizes);
         let small = rec.kernel("small", &[4]);
