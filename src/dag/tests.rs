@@ -709,44 +709,69 @@ fn serial_order_is_the_canonical_order_when_it_applies() {
 }
 
 #[test]
-fn a_value_update_is_written_in_place_and_undone_when_cuda_refuses() {
-    let k = crate::Kernel::recording("k", &[8, 4], 1);
+fn a_one_argument_update_points_cuda_at_the_value_and_keeps_it_only_when_accepted() {
+    let mut rec = RecordingBackend::new(DeviceLimits::hopper());
+    let k = rec.kernel("k", &[8, 4]);
+    let (x, other) = (rec.device_buffer::<u32>(64), rec.device_buffer::<u32>(64));
     let mut dag = Dag::new();
     let id = dag
-        .add_kernel(&k, LaunchConfig::new(1, 32), &crate::args![5u64, 7u32])
+        .add_kernel(&k, LaunchConfig::new(1, 32), &crate::args![&x, 7u32])
         .unwrap();
     let crate::dag::Op::Kernel(node) = &mut dag.node_mut(id).unwrap().op else {
         panic!("not a kernel node")
     };
-    // CUDA is given the node's own array, with the new value in it.
-    let seen = |p: &crate::sys::cudaKernelNodeParams| {
-        // SAFETY: the array has one pointer per parameter, each to its value.
-        unsafe { *(*p.kernelParams.add(1)).cast::<u32>() }
-    };
-    let mut got = 0;
-    let r = node.update_value_with(1, &crate::KernelArg::from(9u32), |p| {
-        got = seen(p);
+    let own = node.cuda_params().kernelParams;
+    // SAFETY: the array has one pointer per parameter (two), each to a value of its size.
+    let at = |p: *mut *mut std::ffi::c_void| unsafe { (*p.add(0), *p.add(1)) };
+    let (own0, own1) = at(own);
+    // CUDA is given the caller's value where it is.
+    let new = crate::KernelArg::from(9u32);
+    let mut seen = std::ptr::null_mut();
+    let r = node.update_value_with(1, &new, |p| {
+        seen = at(p.kernelParams).1;
         Err(Error::Invalid("refused".into()))
     });
     assert!(r.is_err());
-    assert_eq!(got, 9, "CUDA saw the new value");
+    assert_eq!(
+        seen,
+        new.as_bytes().as_ptr() as *mut _,
+        "CUDA read the value there"
+    );
     assert_eq!(
         node.arg_bytes(1),
         &7u32.to_ne_bytes(),
-        "a refusal undoes it"
+        "a refusal keeps the old"
     );
-    assert_eq!(node.arg_bytes(0), &5u64.to_ne_bytes());
+    assert_eq!(
+        at(own),
+        (own0, own1),
+        "the array points at the node's values again"
+    );
     let done = node
-        .update_value_with(1, &crate::KernelArg::from(11u32), |p| {
-            got = seen(p);
-            Ok(())
-        })
+        .update_value_with(1, &crate::KernelArg::from(11u32), |_| Ok(()))
         .unwrap();
     assert!(done);
-    assert_eq!((got, node.arg_bytes(1)), (11, &11u32.to_ne_bytes()[..]));
-    // What does not fit in place (a value of another size, a parameter the kernel does not
-    // have) is left to the general path: CUDA is not called and nothing changes.
+    assert_eq!(node.arg_bytes(1), &11u32.to_ne_bytes());
+    assert_eq!(at(own), (own0, own1));
+    // A panic in the call points the array back and keeps the old value.
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        node.update_value_with(1, &crate::KernelArg::from(13u32), |_| panic!("in CUDA"))
+    }));
+    assert!(unwound.is_err());
+    assert_eq!(node.arg_bytes(1), &11u32.to_ne_bytes());
+    assert_eq!(at(own), (own0, own1));
+    // An address in the buffer the parameter has is a value update too.
+    let region = x.region(4..8);
+    let done = node
+        .update_value_with(0, &crate::KernelArg::from(&region), |_| Ok(()))
+        .unwrap();
+    assert!(done);
+    assert_eq!(node.arg_bytes(0), &(x.alloc.ptr + 16).to_ne_bytes());
+    // What does not fit in place (another buffer, a value of another size, a parameter the
+    // kernel does not have) is left to the general path: CUDA is not called and nothing
+    // changes.
     for (i, a) in [
+        (0, crate::KernelArg::from(&other)),
         (1, crate::KernelArg::from(3u64)),
         (2, crate::KernelArg::from(3u32)),
     ] {
@@ -755,7 +780,12 @@ fn a_value_update_is_written_in_place_and_undone_when_cuda_refuses() {
             .unwrap();
         assert!(!done);
     }
+    assert_eq!(node.arg_bytes(0), &(x.alloc.ptr + 16).to_ne_bytes());
     assert_eq!(node.arg_bytes(1), &11u32.to_ne_bytes());
+    assert!(Arc::ptr_eq(
+        node.args.buffers()[0].as_ref().unwrap(),
+        &x.alloc
+    ));
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::args::{KernelArg, INLINE};
+use super::args::KernelArg;
 use super::launch::{Kernel, ParamInfo};
 use crate::memory::Allocation;
 
@@ -301,34 +301,45 @@ impl PackedArgs {
         std::mem::replace(self.buffer_mut(i), a.buffer.cloned())
     }
 
-    /// Writes `a` as parameter `i`'s value in place if it is a value for a value (inline, no
-    /// buffer, of parameter `i`'s size, and parameter `i` holds no buffer) and gives back the
-    /// bytes it replaced (the first `a.size()` of the array), so that an update CUDA refuses
-    /// can be undone with [`PackedArgs::set_bytes`]. Otherwise (or for a parameter the kernel
-    /// does not have) changes nothing and gives `None`.
-    pub(crate) fn swap_in_place(&mut self, i: usize, a: &KernelArg) -> Option<[u8; INLINE]> {
-        let info = *self.kernel.inner.params.get(i)?;
-        let bytes = a.as_bytes();
-        if a.buffer.is_some()
-            || !a.is_inline()
-            || bytes.len() != info.size
-            || self.buffers()[i].is_some()
-        {
+    /// [`PackedArgs::update_in_place`] for argument `i` alone: passes the arguments with
+    /// `a` as parameter `i` to `set` if `a` fits in place (see [`PackedArgs::fits_in_place`]),
+    /// and keeps it if `set` succeeds; `None`, with nothing called and nothing changed, if it
+    /// does not fit or the kernel has no parameter `i`.
+    ///
+    /// While `set` runs, the array's pointer for parameter `i` points at `a`'s bytes, where
+    /// they are; afterwards, whether `set` returns or unwinds, it points at the node's value
+    /// again, with `a`'s bytes written in only if `set` succeeded. Nothing is copied before
+    /// the call and nothing is allocated.
+    pub(crate) fn update_one_in_place<R, E>(
+        &mut self,
+        i: usize,
+        a: &KernelArg<'_>,
+        set: impl FnOnce(*mut *mut c_void) -> Result<R, E>,
+    ) -> Option<Result<R, E>> {
+        let params = &self.kernel.inner.params[..];
+        let p = params.get(i)?;
+        if !fits(a, p, &self.buffers()[i]) {
             return None;
         }
-        let mut old = [0u8; INLINE];
-        // SAFETY: parameter `i` occupies `info.size` bytes at `info.offset` inside the values,
-        // and `old` has room for `info.size` (an inline value's size: at most `INLINE`)
-        // bytes; the two do not overlap.
-        unsafe {
-            copy_value(
-                self.storage_ptr().add(info.offset),
-                old.as_mut_ptr(),
-                info.size,
-            )
+        let base = self.base();
+        // Points cell `i` back at the value when dropped: on every way out from here.
+        let back = PointBack {
+            // SAFETY: cell `i` (`i < n`: the lookup above) is inside the block.
+            base: unsafe { base.add(i) },
+            values: self.storage_ptr(),
+            params: &params[i..=i],
         };
-        self.write_param(info, bytes);
-        Some(old)
+        // SAFETY: cell `i` is the array's pointer for parameter `i`; a `Copy` member, so
+        // nothing is dropped. The cells are written through `base` alone.
+        unsafe { base.add(i).write(Cell { ptr: a.as_ptr() }) };
+        let r = set(base.cast());
+        if r.is_ok() {
+            // SAFETY: the parameter occupies `p.size` bytes at `p.offset` inside the values;
+            // `a` is that long (`fits`) and borrowed, not in the block.
+            unsafe { copy_value(a.as_bytes().as_ptr(), back.values.add(p.offset), p.size) };
+        }
+        drop(back);
+        Some(r)
     }
 
     /// Whether `args` fit in place: one per parameter, each inline and of its parameter's
@@ -787,9 +798,16 @@ mod tests {
         assert_eq!(read(&p), (1.5, 7));
         p.set(1, &KernelArg::from(9u64));
         assert_eq!(read(&p), (1.5, 9));
-        let old = p.swap_in_place(0, &KernelArg::from(2.5f32)).unwrap();
+        let two = KernelArg::from(2.5f32);
+        let seen = p.update_one_in_place(0, &two, |ptrs| {
+            // SAFETY: CUDA's view during the call: one pointer per parameter.
+            Err::<(), _>(unsafe { (*(*ptrs).cast::<f32>(), *(*ptrs.add(1)).cast::<u64>()) })
+        });
+        assert_eq!(seen, Some(Err((2.5, 9))), "the call saw the new value");
+        assert_eq!(read(&p), (1.5, 9), "and a refusal kept the old one");
+        p.set_bytes(0, &2.5f32.to_ne_bytes());
         assert_eq!(read(&p), (2.5, 9));
-        p.set_bytes(0, &old[..4]);
+        p.set_bytes(0, &1.5f32.to_ne_bytes());
         assert_eq!(read(&p), (1.5, 9));
         let refused = p.update_in_place(&crate::args![3.5f32, 11u64], |_| Err::<(), ()>(()));
         assert_eq!(refused, Some(Err(())));

@@ -98,11 +98,11 @@ impl KernelNode {
         ))
     }
 
-    /// Sets value argument `i` in CUDA's node `h` of `exec` (made from this node) and here,
-    /// if it is a value for a value (see [`PackedArgs::swap_in_place`]); whether it was. The
-    /// bytes are written in place first and CUDA's update is made from the node's own array
-    /// (nothing staged, nothing copied but the value); if CUDA refuses, the old bytes are
-    /// written back, so the node stays as CUDA has it.
+    /// Sets argument `i` in CUDA's node `h` of `exec` (made from this node) and here, if it
+    /// fits in place (see [`PackedArgs::update_one_in_place`]: a value for a value, or an
+    /// address in the buffer the parameter has); whether it did. CUDA is given the new value
+    /// where it is, and the node keeps it once CUDA has accepted it, so a refused update leaves
+    /// the node as CUDA has it.
     fn update_value(
         &mut self,
         exec: sys::cudaGraphExec_t,
@@ -112,9 +112,9 @@ impl KernelNode {
     ) -> Result<bool> {
         self.update_value_with(i, a, |params| {
             // The kernel-specific call, as in `Exec::push_kernel_params`.
-            // SAFETY: `h` is this node's kernel node in `exec`; its arguments match the layout
-            // (the swap checked the value's size), live through the call, which copies them;
-            // a value holds no address.
+            // SAFETY: `h` is this node's kernel node in `exec`; the arguments pointed at match
+            // the layout (`update_one_in_place` checked), live through the call, which copies
+            // them; an address is in a buffer the node already holds.
             unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
         })
     }
@@ -161,18 +161,14 @@ impl KernelNode {
         a: &KernelArg,
         set: impl FnOnce(&sys::cudaKernelNodeParams) -> Result<()>,
     ) -> Result<bool> {
-        // Checked, not assumed (in the swap): a value for a value leaves no buffer unheld or
-        // held twice.
-        let Some(old) = self.args.swap_in_place(i, a) else {
-            return Ok(false);
-        };
-        match set(&self.cuda_params()) {
-            Ok(()) => Ok(true),
-            Err(e) => {
-                self.args.set_bytes(i, &old[..a.size()]);
-                Err(e)
-            }
-        }
+        let mut params = self.cuda_params();
+        // Checked, not assumed (in `update_one_in_place`): with another buffer the node would
+        // hand CUDA an address it does not hold.
+        let done = self.args.update_one_in_place(i, a, |ptrs| {
+            params.kernelParams = ptrs;
+            set(&params)
+        });
+        done.map_or(Ok(false), |r| r.map(|()| true))
     }
 
     /// The node as lowering hands it to a backend.
