@@ -249,7 +249,7 @@ fn kernel_priorities_are_lowered() {
 
 #[test]
 fn kernel_argument_errors_name_the_node_and_argument() {
-    let r = rec();
+    let mut r = rec();
     let k = r.kernel("saxpy", &[4, 8, 8]);
     let mut dag = Dag::new();
     dag.add_empty();
@@ -275,6 +275,49 @@ fn kernel_argument_errors_name_the_node_and_argument() {
         .add_kernel(&k, LaunchConfig::new(1, 1), &args![1.0f32, &foreign, 3u64])
         .unwrap_err();
     assert!(e.to_string().contains("another device or backend"), "{e}");
+    // Pinned host memory is not a kernel argument.
+    let pinned = r.host_buffer::<f32>(4);
+    let e = dag
+        .add_kernel(
+            &k,
+            LaunchConfig::new(1, 1),
+            &args![1.0f32, &pinned.region(..), 3u64],
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("pinned host buffer"), "{e}");
+    assert_eq!(dag.node_count(), 1, "nothing added");
+}
+
+#[test]
+fn the_quick_argument_check_agrees_with_the_described_one() {
+    let mut r = rec();
+    let mut other = rec();
+    let k = r.kernel("k", &[4, 8, 8]);
+    let (x, foreign, pinned) = (
+        r.device_buffer::<f32>(4),
+        other.device_buffer::<f32>(4),
+        r.host_buffer::<f32>(4),
+    );
+    let (xr, pr) = (x.region(..), pinned.region(..));
+    let cases: Vec<Vec<crate::KernelArg>> = vec![
+        args![1.0f32, &x, 3u64].to_vec(),
+        args![1.0f32, &xr, &x].to_vec(),
+        args![1.0f32, &x].to_vec(),
+        args![1.0f32, &x, 3u64, 4u64].to_vec(),
+        args![1.0f64, &x, 3u64].to_vec(),
+        args![1.0f32, 2u32, 3u64].to_vec(),
+        args![1.0f32, &foreign, 3u64].to_vec(),
+        args![1.0f32, &pr, 3u64].to_vec(),
+        vec![],
+    ];
+    for (i, a) in cases.iter().enumerate() {
+        let problem = k.args_layout_problem(a);
+        assert_eq!(
+            k.args_fit_layout(a),
+            problem.is_none(),
+            "case {i}: {problem:?}"
+        );
+    }
 }
 
 #[test]

@@ -198,6 +198,22 @@ impl Kernel {
             .find_map(|(i, a)| self.arg_layout_problem(i, a))
     }
 
+    /// Whether `args` match the layout: no [`Kernel::args_layout_problem`], found without
+    /// describing one (adding a kernel node checks this; the description is made only for
+    /// an error).
+    #[inline]
+    pub(crate) fn args_fit_layout(&self, args: &[KernelArg]) -> bool {
+        let params = &self.inner.params;
+        args.len() == params.len()
+            && args.iter().zip(params.iter()).all(|(a, p)| {
+                a.size() == p.size
+                    && a.buffer.is_none_or(|b| {
+                        b.space == crate::memory::MemorySpace::Device
+                            && self.key().same_backend(b.owner.key())
+                    })
+            })
+    }
+
     /// Whether `alloc` is memory of the kernel's device (or recording backend).
     pub(crate) fn owns(&self, alloc: &Allocation) -> bool {
         match (self.home(), &alloc.owner) {

@@ -256,7 +256,10 @@ impl Dag {
         args: &[KernelArg],
     ) -> Result<NodeId> {
         // Buffers of other devices are checked at validation (peer access).
-        if let Some(problem) = kernel.args_layout_problem(args) {
+        if !kernel.args_fit_layout(args) {
+            let problem = kernel
+                .args_layout_problem(args)
+                .unwrap_or_else(|| "the arguments do not fit the kernel's parameters".into());
             let node = format!("kernel#{}", self.next_serial);
             return Err(Error::Dag(DagError::KernelArgs {
                 node,
