@@ -63,11 +63,12 @@ impl Clone for ArgArena {
     }
 }
 
-// SAFETY: the arena only writes the untaken cells of its chunk (none of any block), through
-// `&mut self`; the chunk's reference count is atomic, and a chunk's slots hold `Cell`s, which
-// are `Send` and `Sync` (their buffers are `Arc<Allocation>`s, asserted below).
+// SAFETY: the arena reads and writes no cell. It hands out ranges of its chunk that are
+// disjoint, inside the chunk and never handed out twice (`take`, through `&mut self`), each
+// then used only by the `PackedArgs` that owns it; a clone starts empty, so no two arenas hand
+// out the same chunk. What it shares across threads is the chunk's reference count (atomic).
 unsafe impl Send for ArgArena {}
-// SAFETY: shared access to the arena reads nothing of the chunk.
+// SAFETY: shared access to the arena touches no chunk at all (only `&mut self` takes cells).
 unsafe impl Sync for ArgArena {}
 
 impl ArgArena {
@@ -114,13 +115,19 @@ impl ArgArena {
                 }
             }
         };
-        (slots(&chunk, at), chunk)
+        (slots(&chunk, at, len), chunk)
     }
 }
 
-/// The cells of `chunk` from `at` on, as a pointer that may write them.
-fn slots(chunk: &Chunk, at: usize) -> NonNull<Cell> {
-    assert!(at < chunk.len(), "a block starts inside its chunk");
+/// Cells `at..at + len` of `chunk` (a block: `len >= 1`), as a pointer that may write them.
+///
+/// # Panics
+/// If they are not all inside the chunk (`take` never asks for such cells).
+fn slots(chunk: &Chunk, at: usize, len: usize) -> NonNull<Cell> {
+    assert!(
+        len >= 1 && at < chunk.len() && len <= chunk.len() - at,
+        "a block lies inside its chunk"
+    );
     // No reference to the slots is made: the pointer comes from the chunk's own, and a `Slot`
     // is a transparent `UnsafeCell<MaybeUninit<Cell>>`, so it may write the cells although
     // the chunk is shared, and they have `Cell`'s layout.
@@ -154,12 +161,13 @@ const _: () = {
     send_sync::<Kernel>();
 };
 
-// SAFETY: the block `cells` points to is owned by the value (like a `Box`: no other block or
-// arena uses its cells, and its chunk is only shared for its reference count, which is atomic),
-// and the raw pointers in it point into it; the buffers are `Arc<Allocation>`s and the kernel a
-// `Kernel`, which are `Send` and `Sync` (asserted above).
+// The block `cells` points to is owned by the value like a `Box`: no other block or arena uses
+// its cells, its chunk is shared only for its (atomic) reference count, and the raw pointers in
+// it point into it.
+// SAFETY: as just said; the buffers (`Arc<Allocation>`) and kernel are `Send + Sync` (above).
 unsafe impl Send for PackedArgs {}
-// SAFETY: as above; shared access only reads.
+// SAFETY: as above; every `&self` method only reads the cells (the array `kernel_params` gives
+// is for CUDA to read), and all writes, guards included, take `&mut self`.
 unsafe impl Sync for PackedArgs {}
 
 impl PackedArgs {
@@ -240,8 +248,9 @@ impl PackedArgs {
         unsafe { self.base().add(2 * n) }.cast()
     }
 
-    /// A guard that points the `kernelParams` cells at the values when dropped.
-    fn point_back(&self) -> PointBack<'_> {
+    /// A guard that points the `kernelParams` cells at the values when dropped (it writes
+    /// them, so it borrows the arguments mutably).
+    fn point_back(&mut self) -> PointBack<'_> {
         PointBack {
             base: self.base(),
             values: self.storage_ptr(),
@@ -369,14 +378,13 @@ impl PackedArgs {
         args: &[KernelArg<'_>],
         set: impl FnOnce(*mut *mut c_void) -> Result<R, E>,
     ) -> Option<Result<R, E>> {
-        let params = &self.kernel.inner.params[..];
-        let n = params.len();
+        let n = self.kernel.inner.params.len();
         if args.len() != n {
             return None;
         }
-        let base = self.base();
         // Points the array back at the values when dropped: on every way out from here.
         let back = self.point_back();
+        let (base, params) = (back.base, back.params);
         for (i, (a, p)) in args.iter().zip(params).enumerate() {
             // SAFETY: cell `n + i` (`i < n`) is a buffer cell, which holds the `buffer`
             // member; read only, and no reference to it outlives this statement's use.
@@ -475,7 +483,8 @@ impl PackedArgs {
             // layout lookup above checked); a `Copy` member: nothing is dropped.
             unsafe { back.base.add(i).write(Cell { ptr: a.as_ptr() }) };
         }
-        f(self.kernel_params())
+        // The array is the first cells (see `kernel_params`).
+        f(back.base.cast())
     }
 
     /// The `kernelParams` array.
@@ -685,6 +694,92 @@ mod tests {
         let current = Arc::downgrade(&arena.current.as_ref().expect("a chunk").0);
         drop(arena);
         assert!(current.upgrade().is_none());
+    }
+
+    #[test]
+    fn blocks_fill_a_chunk_to_its_last_cell_and_never_past_it() {
+        let rec = crate::dag::RecordingBackend::new(crate::device::DeviceLimits::hopper());
+        // 8 cells a block: 8 blocks fill the first chunk (64 cells) exactly.
+        let eight = rec.kernel("k", &[4, 4, 4]);
+        assert_eq!(block_len(&eight), 8);
+        let mut arena = ArgArena::default();
+        let v: Vec<_> = (0..20u32)
+            .map(|i| PackedArgs::new_in(&mut arena, &eight, &crate::args![i, i, i]))
+            .collect();
+        assert!(Arc::ptr_eq(v[0].chunk(), v[7].chunk()), "exactly full");
+        assert!(!Arc::ptr_eq(v[7].chunk(), v[8].chunk()));
+        // 5 cells a block: the 13th would end one cell past the first chunk (Miri reports an
+        // out-of-bounds write if it did).
+        let five = rec.kernel("k", &[4, 4]);
+        assert_eq!(block_len(&five), 5);
+        let mut arena = ArgArena::default();
+        let w: Vec<_> = (0..13u32)
+            .map(|i| PackedArgs::new_in(&mut arena, &five, &crate::args![i, i]))
+            .collect();
+        assert!(Arc::ptr_eq(w[0].chunk(), w[11].chunk()));
+        assert!(
+            !Arc::ptr_eq(w[11].chunk(), w[12].chunk()),
+            "the 13th does not fit"
+        );
+        for (i, p) in v.iter().enumerate() {
+            assert_eq!(p.param_bytes(2), (i as u32).to_ne_bytes(), "block {i} kept");
+        }
+        for (i, p) in w.iter().enumerate() {
+            assert_eq!(p.param_bytes(1), (i as u32).to_ne_bytes(), "block {i} kept");
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "a block lies inside its chunk")]
+    fn cells_past_a_chunk_are_never_handed_out() {
+        let chunk = ArgArena::chunk(8);
+        let _ = slots(&chunk, 4, 5);
+    }
+
+    #[test]
+    fn removed_nodes_and_copies_of_a_dag_work_on_other_threads() {
+        use crate::dag::{Dag, Op};
+        let mut rec = crate::dag::RecordingBackend::new(crate::device::DeviceLimits::hopper());
+        let x = rec.device_buffer::<f32>(16);
+        let k = rec.kernel("k", &[8, 4]);
+        let cfg = crate::LaunchConfig::new(1, 32);
+        let mut dag = Dag::new();
+        let ids: Vec<_> = (0..4u32)
+            .map(|i| dag.add_kernel(&k, cfg, &crate::args![&x, i]).unwrap())
+            .collect();
+        // A removed node and a copy of the DAG share chunks with it, or did.
+        let mut removed = dag.remove(ids[1]).unwrap();
+        let mut copy = dag.clone();
+        let k2 = k.clone();
+        let t = std::thread::spawn(move || {
+            let Op::Kernel(kn) = &mut removed.op else {
+                panic!("a kernel node")
+            };
+            for j in 0..10u32 {
+                kn.args.set(1, &KernelArg::from(j));
+                let r = kn
+                    .args
+                    .update_one_in_place(1, &KernelArg::from(j + 100), |p| {
+                        // SAFETY: the array has two pointers, the second to a `u32`.
+                        Ok::<_, ()>(unsafe { *(*p.add(1)).cast::<u32>() })
+                    });
+                assert_eq!(r, Some(Ok(j + 100)));
+            }
+            assert_eq!(kn.arg_bytes(1), 109u32.to_ne_bytes());
+            for j in 0..10u32 {
+                copy.add_kernel(&k2, cfg, &crate::args![0u64, j]).unwrap();
+            }
+            drop(removed);
+            copy
+        });
+        for j in 0..30u32 {
+            dag.add_kernel(&k, cfg, &crate::args![&x, j]).unwrap();
+            dag.set_kernel_args(ids[2], &crate::args![&x, j]).unwrap();
+        }
+        let copy = t.join().unwrap();
+        assert_eq!(copy.node_count(), 13);
+        drop((dag, copy));
+        assert_eq!(Arc::strong_count(&x.alloc), 1, "every reference given back");
     }
 
     #[test]
