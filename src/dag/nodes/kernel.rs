@@ -494,8 +494,9 @@ impl Exec {
         // One lookup of the node (the fields are borrowed apart).
         let node = self.dag.node_mut(id)?;
         let h = Self::handle_in(&self.handles, id)?;
-        // A value for a value (the common update), written in place: no buffer is held or
-        // released. Such a value passes the checks below.
+        // A value for a value, or an address in the buffer the parameter has (the common
+        // updates), in place: no buffer is held or released. Such an argument passes the
+        // checks below (the buffer is one the node was checked with).
         if let Op::Kernel(k) = &mut node.op {
             if k.update_value(self.raw, h, index, &arg)? {
                 return Ok(());
