@@ -777,6 +777,8 @@ impl Node {
 }
 
 #[cfg(test)]
+mod kernel_tests;
+#[cfg(test)]
 mod placement_tests;
 #[cfg(test)]
 mod tests;

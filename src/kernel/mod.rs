@@ -8,10 +8,12 @@
 //!   stream launches, [`Dim3`], [`LaunchConfig`].
 //! - `args`: [`KernelArg`], [`args!`](crate::args).
 //! - `packed`: `PackedArgs` (arguments at the parameter offsets, as nodes keep them),
-//!   `ArgScratch`.
+//!   `ArgArena`, `ArgScratch`.
+//! - `arena`: `Arena`, the shared chunks a DAG's kernel nodes carve their argument blocks from.
 //! - `library`: the loaded `cudaLibrary_t` a [`Module`] and its kernels share (below both
 //!   `module` and `launch`, so neither imports the other's file back).
 
+mod arena;
 mod args;
 mod compile;
 mod launch;
