@@ -96,65 +96,61 @@ impl<'a> NodeName<'a> {
         self.given
     }
 
-    /// Appends the name's UTF-8 bytes to `out` (a default name without `core::fmt`, which
-    /// costs several times as much; a recording backend writes every node's name).
-    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
-        let Some(g) = self.given else {
-            out.extend_from_slice(self.kind.as_bytes());
-            out.push(b'#');
-            let mut digits = [0u8; 20];
-            let mut at = digits.len();
-            let mut n = self.serial;
-            loop {
-                at -= 1;
-                digits[at] = b'0' + (n % 10) as u8;
-                n /= 10;
-                if n == 0 {
-                    break;
-                }
-            }
-            out.extend_from_slice(&digits[at..]);
-            return;
-        };
-        out.extend_from_slice(g.as_bytes());
-    }
-
-    /// Whether the name is `s`, without writing a default name out.
-    fn is(&self, s: &str) -> bool {
-        match self.given {
-            Some(g) => g == s,
-            None => {
-                s.strip_prefix(self.kind)
-                    .and_then(|rest| rest.strip_prefix('#'))
-                    // Canonical digits only: `kernel#07` is not `kernel#7`.
-                    .filter(|d| !d.is_empty() && (d.len() == 1 || !d.starts_with('0')))
-                    .filter(|d| d.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|d| d.parse::<u64>().ok())
-                    == Some(self.serial)
+    /// The name's text: the given name, or the default one written into `buf` (without
+    /// `core::fmt`, which costs several times as much: a recording backend writes every
+    /// node's name).
+    fn text<'b>(&self, buf: &'b mut DefaultName) -> &'b str
+    where
+        'a: 'b,
+    {
+        if let Some(g) = self.given {
+            return g;
+        }
+        let k = self.kind.len();
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = self.serial;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
             }
         }
+        let len = k + 1 + digits.len() - at;
+        buf[..k].copy_from_slice(self.kind.as_bytes());
+        buf[k] = b'#';
+        buf[k + 1..len].copy_from_slice(&digits[at..]);
+        std::str::from_utf8(&buf[..len]).expect("a kind's name, `#` and digits are ASCII")
+    }
+
+    /// Appends the name's UTF-8 bytes to `out`.
+    pub(crate) fn write_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.text(&mut [0; DEFAULT_NAME]).as_bytes());
+    }
+
+    /// Whether the name is `s` (a default name only in its canonical spelling: `kernel#7`,
+    /// not `kernel#07`).
+    fn is(&self, s: &str) -> bool {
+        self.text(&mut [0; DEFAULT_NAME]) == s
     }
 }
 
+/// Room for a default name: a kind's name (at most 11 bytes, checked where the kinds are
+/// registered), `#` and up to 20 digits.
+pub(crate) const DEFAULT_NAME: usize = 32;
+type DefaultName = [u8; DEFAULT_NAME];
+
 impl std::fmt::Display for NodeName<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.given {
-            Some(g) => f.pad(g),
-            // Padded like a `str` when a width or precision is asked for.
-            None if f.width().is_some() || f.precision().is_some() => {
-                f.pad(&format!("{}#{}", self.kind, self.serial))
-            }
-            None => write!(f, "{}#{}", self.kind, self.serial),
-        }
+        f.pad(self.text(&mut [0; DEFAULT_NAME]))
     }
 }
 
 impl std::fmt::Debug for NodeName<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.given {
-            Some(g) => write!(f, "{g:?}"),
-            None => write!(f, "\"{}#{}\"", self.kind, self.serial),
-        }
+        write!(f, "{:?}", self.text(&mut [0; DEFAULT_NAME]))
     }
 }
 

@@ -27,17 +27,11 @@ pub(crate) struct Slot<T>(UnsafeCell<MaybeUninit<T>>);
 pub(crate) struct Arena<T> {
     /// The chunk being carved, and how many of its cells are taken.
     current: Option<(Chunk<T>, usize)>,
-    /// Whether the next chunk is exactly as large as the block it is for (a block on its
-    /// own, such as a clone's: no room kept for blocks that will not come).
-    exact: bool,
 }
 
 impl<T> Default for Arena<T> {
     fn default() -> Self {
-        Arena {
-            current: None,
-            exact: false,
-        }
+        Arena { current: None }
     }
 }
 
@@ -62,12 +56,11 @@ impl<T> Arena<T> {
     pub(crate) const FIRST: usize = 64;
     pub(crate) const MOST: usize = 8192;
 
-    /// An arena for one block, which gets a chunk of exactly its size.
-    pub(crate) fn exact() -> Self {
-        Arena {
-            current: None,
-            exact: true,
-        }
+    /// `len` cells (`len >= 1`) of a chunk of exactly that size, for a block on its own (such
+    /// as a clone's: no room kept for blocks that will not come).
+    pub(crate) fn alone(len: usize) -> (NonNull<T>, Chunk<T>) {
+        let chunk = Self::chunk(len);
+        (slots(&chunk, 0, len), chunk)
     }
 
     /// A chunk of `len` uninitialised cells.
@@ -81,7 +74,6 @@ impl<T> Arena<T> {
     /// caller keeps as long as it uses them. A block larger than the largest chunk gets a
     /// chunk of its own.
     pub(crate) fn take(&mut self, len: usize) -> (NonNull<T>, Chunk<T>) {
-        let exact = self.exact;
         let (chunk, at) = match &mut self.current {
             Some((chunk, used)) if chunk.len() - *used >= len => {
                 let at = *used;
@@ -92,8 +84,8 @@ impl<T> Arena<T> {
                 let next = current
                     .as_ref()
                     .map_or(Self::FIRST, |(c, _)| (2 * c.len()).min(Self::MOST));
-                if len > next || exact {
-                    (Self::chunk(len), 0)
+                if len > next {
+                    return Self::alone(len);
                 } else {
                     let chunk = Self::chunk(next);
                     *current = Some((chunk.clone(), len));

@@ -194,6 +194,14 @@ macro_rules! node_kinds {
             $($(#[$doc])* $kind,)*
         }
 
+        // A default name (`kind#serial`) is written into a fixed buffer.
+        const _: () = {
+            $(assert!(
+                $name.len() + 1 + 20 <= crate::dag::DEFAULT_NAME,
+                "a kind's name fits in a default node name"
+            );)*
+        };
+
         impl NodeKind {
             /// Lower-case name, used in default node names and DOT.
             pub fn as_str(self) -> &'static str {

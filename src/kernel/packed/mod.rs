@@ -75,11 +75,16 @@ impl PackedArgs {
     /// # Panics
     /// If they do not (callers check them first), before anything is allocated.
     pub(crate) fn new(kernel: &Kernel, args: &[KernelArg]) -> Self {
-        PackedArgs::new_in(&mut ArgArena::exact(), kernel, args)
+        PackedArgs::pack(None, kernel, args)
     }
 
     /// [`PackedArgs::new`], the block carved from `arena`.
     pub(crate) fn new_in(arena: &mut ArgArena, kernel: &Kernel, args: &[KernelArg]) -> Self {
+        PackedArgs::pack(Some(arena), kernel, args)
+    }
+
+    /// [`PackedArgs::new`] with the block carved from `arena`, or on its own.
+    fn pack(arena: Option<&mut ArgArena>, kernel: &Kernel, args: &[KernelArg]) -> Self {
         let params = &kernel.inner.params;
         let n = params.len();
         assert_eq!(args.len(), n, "one argument per parameter");
@@ -120,12 +125,14 @@ impl PackedArgs {
     }
 
     /// A block of uninitialised cells laid out for `kernel` (`2n` pointer and buffer cells,
-    /// then the value words), carved from `arena`, owned by the result. The callers hold it
-    /// in a `ManuallyDrop` until they have written every cell.
-    fn alloc(arena: &mut ArgArena, kernel: Kernel) -> Self {
+    /// then the value words), carved from `arena` (with none, from a chunk of its own), owned
+    /// by the result. The callers hold it in a `ManuallyDrop` until they have written every
+    /// cell.
+    fn alloc(arena: Option<&mut ArgArena>, kernel: Kernel) -> Self {
         // At least one value cell, so the values' start is inside the block.
         assert!(kernel.inner.value_words >= 1, "at least one value cell");
-        let (cells, chunk) = arena.take(block_len(&kernel));
+        let len = block_len(&kernel);
+        let (cells, chunk) = arena.map_or_else(|| ArgArena::alone(len), |a| a.take(len));
         PackedArgs {
             cells,
             kernel,
@@ -440,10 +447,7 @@ impl Clone for PackedArgs {
     fn clone(&self) -> Self {
         let n = self.kernel.inner.params.len();
         // As in `new`: not dropped until every cell is written.
-        let c = ManuallyDrop::new(PackedArgs::alloc(
-            &mut ArgArena::exact(),
-            self.kernel.clone(),
-        ));
+        let c = ManuallyDrop::new(PackedArgs::alloc(None, self.kernel.clone()));
         let (from, to) = (self.base(), c.base());
         for w in 2 * n..block_len(&self.kernel) {
             // SAFETY: both blocks have `block_len` cells (the same kernel's layout); value cells
