@@ -9,12 +9,12 @@
 //! `scripts/regen-bindings` uses this to refresh `src/sys/bindings.rs`.
 //!
 //! The generated file has this shape:
-//! - at top level, every type and constant the runtime, cuFFT, NVRTC and NCCL functions need (no
-//!   functions);
-//! - `pub mod cudart`, `pub mod cufft`, `pub mod nvrtc` and `pub mod nccl`, each holding one
-//!   struct (`Cudart`, `Cufft`, `Nvrtc`, `Nccl`) whose fields are the library's functions, loaded
-//!   at run time with libloading. Each module starts with `use super::*;` to reuse the top-level
-//!   types.
+//! - at top level, every type and constant the runtime, driver, cuFFT, NVRTC and NCCL functions
+//!   need (no functions);
+//! - `pub mod cudart`, `pub mod cuda` (the driver: the few calls the crate makes through it),
+//!   `pub mod cufft`, `pub mod nvrtc` and `pub mod nccl`, each holding one struct (`Cudart`,
+//!   `Cuda`, `Cufft`, `Nvrtc`, `Nccl`) whose fields are the library's functions, loaded at run
+//!   time with libloading. Each module starts with `use super::*;` to reuse the top-level types.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -32,8 +32,8 @@ mod generate {
     /// (from a newer library) is still a valid Rust value. NCCL's reduction operators are
     /// newtypes too (`ncclRedOpCreatePreMulSum` returns values past the named ones), and so are
     /// its data types (several names share a value).
-    const NEWTYPE_ENUMS: &str =
-        "cudaError|cufftResult_t|nvrtcResult|ncclResult_t|ncclRedOp_t|ncclDataType_t";
+    const NEWTYPE_ENUMS: &str = "cudaError|cudaError_enum|cufftResult_t|nvrtcResult|ncclResult_t|\
+         ncclRedOp_t|ncclDataType_t";
 
     /// Enums whose values are OR-ed together (or that are bit masks in some struct field): plain
     /// `pub const NAME: EnumType = value;` items with `pub type EnumType = c_uint;`.
@@ -90,6 +90,16 @@ mod generate {
     /// (module, struct, function regex)
     const LIBRARIES: &[(&str, &str, &str)] = &[
         ("cudart", "Cudart", "cuda.*"),
+        // The driver (libcuda.so.1): only the calls the crate makes through it, not the whole
+        // API. `cuda.h` maps each name to its current version with a `#define`
+        // (`cuGraphExecKernelNodeSetParams` is `cuGraphExecKernelNodeSetParams_v2`): those are
+        // the symbols to load.
+        (
+            "cuda",
+            "Cuda",
+            "cuInit|cuGetErrorName|cuGetErrorString|cuDeviceGet|cuDevicePrimaryCtxRetain|\
+             cuDevicePrimaryCtxRelease_v2|cuGraphExecKernelNodeSetParams_v2",
+        ),
         ("cufft", "Cufft", "cufft.*"),
         ("nvrtc", "Nvrtc", "nvrtc.*"),
         ("nccl", "Nccl", "nccl.*"),

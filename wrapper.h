@@ -2,6 +2,9 @@
  * scripts/regen-bindings). Editing this file changes its hash, and a test then asks for the
  * bindings to be regenerated. */
 #include <cuda_runtime_api.h>
+/* The driver API, for the few calls the runtime makes slower than they need to be (see
+ * src/result/driver.rs and build.rs's list of driver functions). */
+#include <cuda.h>
 #include <cufft.h>
 #include <cufftXt.h>
 #include <nvrtc.h>

@@ -1,9 +1,10 @@
 //! Devices: selection, properties, launch limits, and errors deferred from `Drop`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, Result, Version};
+use crate::result::driver as dr;
 use crate::result::runtime as rt;
 use crate::sys;
 
@@ -64,6 +65,31 @@ pub(crate) struct DeviceInner {
     props: DeviceProperties,
     deferred: Mutex<Vec<Error>>,
     has_deferred: AtomicBool,
+    /// The device's primary context, retained on first use by a driver call
+    /// ([`Device::primary_context`]) and released when the device is dropped.
+    primary: OnceLock<PrimaryContext>,
+}
+
+/// A retained primary context's handle.
+struct PrimaryContext(sys::CUcontext);
+
+// SAFETY: a context handle is a process-wide name the driver accepts from any thread (the
+// driver API is thread-safe); this type only passes it to driver calls and never dereferences
+// it. The reference it stands for is released once, in `DeviceInner`'s `Drop`.
+unsafe impl Send for PrimaryContext {}
+// SAFETY: as above; `&PrimaryContext` only reads the handle.
+unsafe impl Sync for PrimaryContext {}
+
+impl Drop for DeviceInner {
+    fn drop(&mut self) {
+        if self.primary.get().is_some() {
+            // SAFETY: `primary` holds the one reference `primary_context` retained, and with
+            // the device gone nothing uses the context through it. A failure has no one left
+            // to be reported to (the device was its reporter); the runtime still holds its own
+            // reference, so the context lives on either way.
+            let _ = unsafe { dr::primary_ctx_release(self.ordinal) };
+        }
+    }
 }
 
 /// A CUDA device (its primary context), cheap to clone.
@@ -187,6 +213,7 @@ impl Device {
                 props,
                 deferred: Mutex::new(Vec::new()),
                 has_deferred: AtomicBool::new(false),
+                primary: OnceLock::new(),
             }),
         })
     }
@@ -209,6 +236,31 @@ impl Device {
     /// The device's launch limits.
     pub fn limits(&self) -> &DeviceLimits {
         &self.inner.props.limits
+    }
+
+    /// The device's primary context (the runtime's context for it), for the calls the crate
+    /// makes through the driver ([`crate::result::driver`]), which name their context rather
+    /// than rely on the calling thread's. Retained the first time, held until the device is
+    /// dropped; later calls read it back (one load).
+    #[inline]
+    pub(crate) fn primary_context(&self) -> Result<sys::CUcontext> {
+        match self.inner.primary.get() {
+            Some(c) => Ok(c.0),
+            None => self.retain_primary_context(),
+        }
+    }
+
+    #[cold]
+    fn retain_primary_context(&self) -> Result<sys::CUcontext> {
+        // SAFETY: the ordinal was validated when the device was opened; the reference is
+        // released by `DeviceInner`'s `Drop` (kept below) or right here (another thread kept
+        // its own first).
+        let ctx = unsafe { dr::primary_ctx_retain(self.inner.ordinal)? };
+        if let Err(PrimaryContext(_)) = self.inner.primary.set(PrimaryContext(ctx)) {
+            // SAFETY: this call's reference, unused: the cell holds another thread's.
+            unsafe { dr::primary_ctx_release(self.inner.ordinal)? };
+        }
+        Ok(self.inner.primary.get().expect("set above").0)
     }
 
     /// Makes this device current on the calling thread (the runtime API's per-thread state).

@@ -15,6 +15,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Library {
     /// The CUDA runtime, `libcudart.so.13`.
     Cudart,
+    /// The CUDA driver, `libcuda.so.1` (installed with the NVIDIA driver; the runtime needs it
+    /// too). The crate makes a few calls through it directly: see `result::driver`.
+    Driver,
     /// cuFFT, `libcufft.so.12`.
     Cufft,
     /// NVRTC, the run-time compiler, `libnvrtc.so.13`.
@@ -31,6 +34,7 @@ impl Library {
     pub fn soname(self) -> &'static str {
         match self {
             Library::Cudart => "libcudart.so.13",
+            Library::Driver => "libcuda.so.1",
             Library::Cufft => "libcufft.so.12",
             Library::Nvrtc => "libnvrtc.so.13",
             Library::NvJitLink => "libnvJitLink.so.13",
@@ -41,6 +45,10 @@ impl Library {
     /// How to make the library loadable, for [`Error::LibraryNotFound`].
     pub fn install_hint(self) -> &'static str {
         match self {
+            Library::Driver => {
+                "Install the NVIDIA driver (it provides libcuda.so.1) and check that the \
+                 dynamic loader finds it (ldconfig -p | grep libcuda)"
+            }
             Library::Nccl => {
                 "Install NCCL for CUDA 13 (e.g. `pip install nvidia-nccl-cu13`, or the libnccl2 \
                  package), or set CUDAGRAPH_NCCL_PATH to libnccl.so.2 or its directory, or put \
@@ -58,6 +66,7 @@ impl fmt::Display for Library {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Library::Cudart => "the CUDA runtime",
+            Library::Driver => "the CUDA driver",
             Library::Cufft => "cuFFT",
             Library::Nvrtc => "NVRTC",
             Library::NvJitLink => "nvJitLink (needed for cuFFT LTO callbacks)",
@@ -136,14 +145,15 @@ pub enum Error {
     /// No usable CUDA device (no driver, no GPU, or the ordinal does not exist).
     #[error("no usable CUDA device: {0}")]
     NoDevice(String),
-    /// A CUDA runtime call failed.
+    /// A CUDA runtime or driver call failed.
     #[error("{call} failed: {name} ({code}): {message}")]
     Cuda {
-        /// The runtime function that failed.
+        /// The function that failed: a runtime function (`cuda…`) or a driver one (`cu…`).
         call: &'static str,
-        /// The numeric `cudaError_t`.
+        /// The numeric `cudaError_t`, or for a driver function its `CUresult`.
         code: i32,
-        /// The error's name, e.g. `cudaErrorInvalidValue`.
+        /// The error's name, e.g. `cudaErrorInvalidValue` (`CUDA_ERROR_INVALID_VALUE` from the
+        /// driver).
         name: String,
         /// CUDA's description of the error.
         message: String,

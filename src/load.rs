@@ -28,6 +28,9 @@ pub fn candidates(library: Library) -> Vec<PathBuf> {
     if library == Library::Nccl {
         return nccl_candidates();
     }
+    if library == Library::Driver {
+        return driver_candidates();
+    }
     let soname = library.soname();
     let mut out = Vec::new();
     for var in ["CUDA_PATH", "CUDA_HOME"] {
@@ -38,6 +41,13 @@ pub fn candidates(library: Library) -> Vec<PathBuf> {
     out.push(PathBuf::from("/usr/local/cuda/lib64").join(soname));
     out.push(PathBuf::from(soname));
     out
+}
+
+/// Where the driver (`libcuda.so.1`) is looked for: by its bare name alone, on the loader's
+/// path, as the CUDA runtime itself opens it, so that both use the one driver the system has
+/// (a toolkit's `lib64/stubs` copy cannot run anything).
+pub fn driver_candidates() -> Vec<PathBuf> {
+    vec![PathBuf::from(Library::Driver.soname())]
 }
 
 /// The variable that names NCCL explicitly: the path of `libnccl.so.2`, or of its directory.
@@ -252,6 +262,76 @@ loader!(cudart, sys::cudart::Cudart, Library::Cudart, |lib| {
     }
     Ok(())
 });
+/// The cell [`driver`] opens the driver into.
+static DRIVER: OnceLock<Result<sys::cuda::Cuda>> = OnceLock::new();
+
+/// The process-wide handle to the CUDA driver (`libcuda.so.1`), opened on first use from
+/// [`driver_candidates`] and initialised (`cuInit`).
+pub fn driver() -> Result<&'static sys::cuda::Cuda> {
+    DRIVER
+        .get_or_init(|| {
+            let lib = open_first(Library::Driver, &driver_candidates(), |p| {
+                // SAFETY: the driver's initialisers are sound to run at any time (the runtime
+                // opens the same library); the generated constructor only looks up symbols.
+                unsafe { sys::cuda::Cuda::new(p) }
+            })?;
+            let init = lib.cuInit.as_ref().map_err(|_| Error::MissingSymbol {
+                library: Library::Driver,
+                symbol: "cuInit",
+            })?;
+            // Every other driver call needs it; the runtime has made it already when the crate
+            // calls the driver (a device is open), and repeating it is harmless.
+            // SAFETY: `cuInit(0)` takes no pointers; it may be called any number of times.
+            let status = unsafe { init(0) };
+            if status != sys::CUresult::CUDA_SUCCESS {
+                return Err(driver_error(Some(&lib), "cuInit", status));
+            }
+            Ok(lib)
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// The [`Error::Cuda`] for a failed driver call, with the error's name and message from `lib`
+/// (none without it: the numeric code). Here rather than in `result::driver` (which calls it)
+/// because [`driver`] needs it before the library is kept.
+pub(crate) fn driver_error(
+    lib: Option<&sys::cuda::Cuda>,
+    call: &'static str,
+    status: sys::CUresult,
+) -> Error {
+    use std::os::raw::c_char;
+    type Describe = unsafe extern "C" fn(sys::CUresult, *mut *const c_char) -> sys::CUresult;
+    let text = |f: Option<&Describe>| {
+        let f = f?;
+        let mut p: *const c_char = std::ptr::null();
+        // SAFETY: `p` is a valid out-pointer; the driver takes any status value (for an
+        // unknown one it returns an error and leaves `p` null) and points `p` at a static
+        // NUL-terminated string.
+        let ok = unsafe { f(status, &mut p) } == sys::CUresult::CUDA_SUCCESS;
+        // SAFETY: as above: on success `p` is a static NUL-terminated string.
+        (ok && !p.is_null()).then(|| {
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        })
+    };
+    let code = status.0 as i32;
+    let name = lib.and_then(|l| text(l.cuGetErrorName.as_ref().ok()));
+    let message = lib.and_then(|l| text(l.cuGetErrorString.as_ref().ok()));
+    Error::Cuda {
+        call,
+        code,
+        name: name.unwrap_or_else(|| format!("CUresult({code})")),
+        message: message.unwrap_or_default(),
+    }
+}
+
+/// The driver if [`driver`] has opened it, without opening it.
+pub(crate) fn driver_if_loaded() -> Option<&'static sys::cuda::Cuda> {
+    DRIVER.get().and_then(|r| r.as_ref().ok())
+}
+
 loader!(cufft, sys::cufft::Cufft, Library::Cufft, |_| Ok(()));
 loader!(nvrtc, sys::nvrtc::Nvrtc, Library::Nvrtc, |_| Ok(()));
 

@@ -143,6 +143,30 @@ impl Bench {
         }
     }
 
+    /// The same launch as [`Bench::raw_params`], as the driver's parameters: given as the
+    /// kernel (`cudaKernel_t` is `CUkernel`) and context `ctx`, as the crate gives them.
+    pub fn raw_driver_params(
+        &self,
+        args: &RawArgs,
+        ctx: sys::CUcontext,
+    ) -> sys::CUDA_KERNEL_NODE_PARAMS {
+        let p = self.raw_params(args);
+        sys::CUDA_KERNEL_NODE_PARAMS {
+            func: ptr::null_mut(),
+            gridDimX: p.gridDim.x,
+            gridDimY: p.gridDim.y,
+            gridDimZ: p.gridDim.z,
+            blockDimX: p.blockDim.x,
+            blockDimY: p.blockDim.y,
+            blockDimZ: p.blockDim.z,
+            sharedMemBytes: p.sharedMemBytes,
+            kernelParams: p.kernelParams,
+            extra: p.extra,
+            kern: p.func.cast(),
+            ctx,
+        }
+    }
+
     /// The same launch as [`Bench::raw_params`], as the generic parameters of a kernel node
     /// (`cudaKernelNodeParamsV2` in `cudaGraphNodeParams`, the rest zero), as the crate
     /// makes them.

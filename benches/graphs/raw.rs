@@ -1,5 +1,6 @@
-//! The raw runtime calls of the "stream", "capture" and "raw graph" methods: function pointers
-//! taken once from the crate's `sys` table, and owning wrappers of raw handles.
+//! The raw runtime calls of the "stream", "capture" and "raw graph" methods (and the one driver
+//! call the crate's kernel updates make): function pointers taken once from the crate's `sys`
+//! tables, and owning wrappers of raw handles.
 
 use std::ffi::c_void;
 use std::ptr;
@@ -65,6 +66,12 @@ pub struct Api {
         sys::cudaGraphNode_t,
         *mut sys::cudaGraphNodeParams,
     ) -> Status,
+    /// The driver's kernel-node update, which the crate's per-node kernel updates call.
+    pub drv_exec_kernel_node_set_params: unsafe extern "C" fn(
+        sys::CUgraphExec,
+        sys::CUgraphNode,
+        *const sys::CUDA_KERNEL_NODE_PARAMS,
+    ) -> sys::CUresult,
     pub exec_update: unsafe extern "C" fn(
         sys::cudaGraphExec_t,
         sys::cudaGraph_t,
@@ -86,7 +93,14 @@ macro_rules! sym {
 impl Api {
     pub fn load() -> Result<Api> {
         let lib = cudagraph::load::cudart()?;
+        let drv = cudagraph::load::driver()?;
         Ok(Api {
+            drv_exec_kernel_node_set_params: *drv
+                .cuGraphExecKernelNodeSetParams_v2
+                .as_ref()
+                .map_err(|e| {
+                    anyhow!("the CUDA driver lacks cuGraphExecKernelNodeSetParams: {e}")
+                })?,
             launch_kernel: sym!(lib, cudaLaunchKernel),
             event_record: sym!(lib, cudaEventRecord),
             stream_wait_event: sym!(lib, cudaStreamWaitEvent),
@@ -104,6 +118,11 @@ impl Api {
             graph_destroy: sym!(lib, cudaGraphDestroy),
         })
     }
+}
+
+/// A driver status as a `Result`, with the driver's name for the error.
+pub fn ck_drv(call: &'static str, status: sys::CUresult) -> Result<()> {
+    cudagraph::result::driver::check(call, status).map_err(Into::into)
 }
 
 /// A CUDA status as a `Result`, with CUDA's name for the error.

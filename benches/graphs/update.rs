@@ -9,7 +9,7 @@ use cudagraph::args;
 use crate::bench::{progress, us_per_node, AllocCount, Bench, RAW, STREAM};
 use crate::counting_alloc::count;
 use crate::host::{median, stages, Topology};
-use crate::raw::{ck, RawArgs};
+use crate::raw::{ck, ck_drv, RawArgs};
 use crate::report::{ratio_between, ratio_summary, Report, Table};
 use crate::whole::{Graphs, WholeGraph};
 
@@ -20,6 +20,7 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
     let topology = Topology::Chain;
     const RAW_SET: &str = "raw graph: cudaGraphExecKernelNodeSetParams";
     const RAW_GEN_SET: &str = "raw graph, generic API: cudaGraphExecNodeSetParams";
+    const RAW_DRV_SET: &str = "raw graph, driver API: cuGraphExecKernelNodeSetParams";
     const ARG: &str = "cudagraph: Exec::set_kernel_arg";
     const ARGS: &str = "cudagraph: Exec::set_kernel_args";
     let mut per = Table::new(
@@ -27,14 +28,17 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         "Update one argument of every node (chain), CPU time per update, no launch",
         "N calls, one per node, changing argument `v`. Raw: the filled-in \
          `cudaKernelNodeParams` with its argument value rewritten, then \
-         `cudaGraphExecKernelNodeSetParams` (the call the crate makes for kernel nodes); \
+         `cudaGraphExecKernelNodeSetParams` (the runtime's call); \
          generic API: the filled-in kernel node's `cudaGraphNodeParams` the same way, then \
-         `cudaGraphExecNodeSetParams`. cudagraph: typed, checked updates. The four run in \
-         a rotating order (each repetition starts with the next one).",
+         `cudaGraphExecNodeSetParams`; driver API: the driver's `CUDA_KERNEL_NODE_PARAMS` \
+         (kernel and primary context) the same way, then `cuGraphExecKernelNodeSetParams` \
+         (the call the crate makes for kernel nodes). cudagraph: typed, checked updates. \
+         The five run in a rotating order (each repetition starts with the next one).",
         &ns,
     );
     let pr = per.row(RAW_SET, None);
     let pg = per.row(RAW_GEN_SET, Some(RAW_SET));
+    let pd = per.row(RAW_DRV_SET, Some(RAW_SET));
     let pa = per.row(ARG, Some(RAW_SET));
     let pas = per.row(ARGS, Some(RAW_SET));
     let mut upl = Table::new(
@@ -51,6 +55,9 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
     let mut whole = WholeGraph::new(&ns);
     let mut arg_allocs = AllocCount::default();
     let mut args_allocs = AllocCount::default();
+    // The primary context the driver's parameters name (the crate's updates name the same).
+    // SAFETY: the bench's device exists; released at the end of the experiment.
+    let ctx = unsafe { cudagraph::result::driver::primary_ctx_retain(b.device.ordinal() as i32)? };
 
     for (ni, &n) in ns.iter().enumerate() {
         let st = stages(topology, n);
@@ -65,6 +72,7 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         let args = RawArgs::new(unsafe { b.counter.as_raw_ptr() }, 1);
         let params = b.raw_params(&args);
         let mut generic = b.raw_generic_params(&args);
+        let driver = b.raw_driver_params(&args, ctx);
         let c = &b.counter;
 
         let raw_updates = |v: u32| -> Result<()> {
@@ -89,9 +97,22 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
             Ok(())
         };
 
+        let raw_driver_updates = |v: u32| -> Result<()> {
+            for (i, &node) in raw_graph.nodes.iter().enumerate() {
+                args.set(v.wrapping_add(i as u32));
+                // SAFETY: as above; `driver` holds the same launch, given as kernel and
+                // context (retained above).
+                ck_drv("cuGraphExecKernelNodeSetParams", unsafe {
+                    (b.api.drv_exec_kernel_node_set_params)(raw_exec.exec, node, &driver)
+                })?;
+            }
+            Ok(())
+        };
+
         // Warm-up: every update path and launch once (the first buffer update of an Exec may
         // grow its list of replaced buffers; later ones reuse it).
         raw_generic_updates(1)?;
+        raw_driver_updates(1)?;
         raw_updates(1)?;
         b.launch_raw(&raw_exec)?;
         for &id in &ids {
@@ -103,12 +124,12 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         b.sync()?;
 
         // Per-node updates, no launch.
-        let mut s: Vec<Vec<f64>> = vec![Vec::new(); 4];
+        let mut s: Vec<Vec<f64>> = vec![Vec::new(); 5];
         for rep in 0..reps.update {
             let v = rep as u32 * 7 + 2;
             // Each repetition starts with the next method, so that none always runs first.
-            for k in 0..4 {
-                match (rep + k) % 4 {
+            for k in 0..5 {
+                match (rep + k) % 5 {
                     0 => {
                         let t0 = Instant::now();
                         raw_updates(v)?;
@@ -118,6 +139,11 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
                         let t0 = Instant::now();
                         raw_generic_updates(v)?;
                         s[3].push(us_per_node(t0.elapsed(), n));
+                    }
+                    4 => {
+                        let t0 = Instant::now();
+                        raw_driver_updates(v)?;
+                        s[4].push(us_per_node(t0.elapsed(), n));
                     }
                     2 => {
                         let (a, (t, updated)) = count(|| {
@@ -149,6 +175,7 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         exec.synchronize()?;
         per.set(pr, ni, median(&mut s[0]));
         per.set(pg, ni, median(&mut s[3]));
+        per.set(pd, ni, median(&mut s[4]));
         per.set(pa, ni, median(&mut s[1]));
         per.set(pas, ni, median(&mut s[2]));
 
@@ -230,6 +257,8 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
         progress(&format!("update, N={n}"), t_start);
     }
 
+    // SAFETY: retained above; the graphs that used it are gone.
+    unsafe { cudagraph::result::driver::primary_ctx_release(b.device.ordinal() as i32)? };
     for label in [ARG, ARGS] {
         let (detail, worst) = ratio_summary(&per, label, &ns);
         report.target(
@@ -242,6 +271,15 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
             worst,
             1.05,
         );
+        let (vs_driver, _) = ratio_between(&per, label, RAW_DRV_SET, &ns);
+        report.info(
+            format!(
+                "cudagraph vs the raw call it makes, `{}` against raw driver \
+                 cuGraphExecKernelNodeSetParams",
+                label.trim_start_matches("cudagraph: ")
+            ),
+            vs_driver,
+        );
         let (vs_generic, _) = ratio_between(&per, label, RAW_GEN_SET, &ns);
         report.info(
             format!(
@@ -251,6 +289,13 @@ pub fn update_experiment(b: &mut Bench, report: &mut Report) -> Result<()> {
             vs_generic,
         );
     }
+    let (drv_raw, _) = ratio_summary(&per, RAW_DRV_SET, &ns);
+    report.info(
+        "raw cuGraphExecKernelNodeSetParams (driver API) against raw \
+         cudaGraphExecKernelNodeSetParams"
+            .into(),
+        drv_raw,
+    );
     let (gen_raw, _) = ratio_summary(&per, RAW_GEN_SET, &ns);
     report.info(
         "raw cudaGraphExecNodeSetParams (generic API) against raw \

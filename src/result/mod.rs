@@ -5,6 +5,7 @@
 //! types of this crate) uphold each function's `# Safety` contract.
 
 pub mod cufft;
+pub mod driver;
 pub mod nccl;
 pub mod nvrtc;
 pub mod runtime;

@@ -19,6 +19,10 @@ pub fn tests() -> Vec<Trial> {
         gpu_test("dag::pitched_copies_and_fills", pitched_copies_and_fills),
         gpu_test("dag::kernel_updates", kernel_updates),
         gpu_test(
+            "dag::kernel_updates_from_a_thread_without_a_device",
+            kernel_updates_from_another_thread,
+        ),
+        gpu_test(
             "dag::memcpy_memset_host_updates",
             memcpy_memset_host_updates,
         ),
@@ -132,6 +136,41 @@ fn pitched_copies_and_fills(gpu: &Gpu) -> anyhow::Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// Kernel-node updates name their context (the kernel's device's primary context) rather than
+/// rely on the calling thread's: a thread that never made a device current updates an `Exec`,
+/// in place (a value) and through the staged path (another buffer), and the launches after
+/// see both.
+fn kernel_updates_from_another_thread(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let write = gpu.kernel("write_slot")?;
+    let a = DeviceBuffer::<u32>::zeros(d, 4)?;
+    let b = DeviceBuffer::<u32>::zeros(d, 4)?;
+    let mut dag = Dag::new();
+    let w = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&a, 0u32, 5u32])?;
+    let mut exec = dag.instantiate(d)?;
+    // Scoped threads, fresh for each step: neither has made a device current.
+    let updated = std::thread::scope(|t| {
+        t.spawn(|| -> anyhow::Result<()> {
+            exec.set_kernel_arg(w, 1, 2u32)?;
+            exec.set_kernel_arg(w, 2, 6u32)?;
+            Ok(())
+        })
+        .join()
+    });
+    updated.map_err(|_| anyhow::anyhow!("the updating thread panicked"))??;
+    gpu.launch_and_wait(&mut exec)?;
+    ensure!(a.to_vec()? == [0, 0, 6, 0], "a = {:?}", a.to_vec()?);
+    let updated = std::thread::scope(|t| {
+        t.spawn(|| exec.set_kernel_args(w, &args![&b, 3u32, 8u32]))
+            .join()
+    });
+    updated.map_err(|_| anyhow::anyhow!("the updating thread panicked"))??;
+    gpu.launch_and_wait(&mut exec)?;
+    ensure!(b.to_vec()? == [0, 0, 0, 8], "b = {:?}", b.to_vec()?);
+    ensure!(a.to_vec()? == [0, 0, 6, 0], "a changed: {:?}", a.to_vec()?);
     Ok(())
 }
 

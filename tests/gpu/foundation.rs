@@ -54,6 +54,16 @@ fn versions_and_properties(gpu: &Gpu) -> anyhow::Result<()> {
         p.driver_version
     );
     ensure!(!p.name.is_empty());
+    // The driver the crate updates kernel nodes through loads, and names its errors.
+    cudagraph::load::driver()?;
+    let e = cudagraph::result::driver::error(
+        "cuGraphExecKernelNodeSetParams_v2",
+        cudagraph::sys::CUresult::CUDA_ERROR_INVALID_HANDLE,
+    );
+    ensure!(
+        e.to_string().contains("CUDA_ERROR_INVALID_HANDLE (400)"),
+        "driver error text: {e}"
+    );
     ensure!(p.limits.compute_capability.0 >= 5);
     ensure!(p.multiprocessor_count > 0);
     ensure!(p.limits.max_threads_per_block >= 512);

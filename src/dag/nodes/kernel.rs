@@ -11,6 +11,7 @@ use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;
 use crate::kernel::{Kernel, KernelArg, LaunchConfig, PackedArgs};
 use crate::memory::Allocation;
+use crate::result::driver as dr;
 use crate::result::runtime as rt;
 use crate::sys;
 
@@ -98,6 +99,22 @@ impl KernelNode {
         ))
     }
 
+    /// The context CUDA runs this node in, which the driver's update call names: its kernel's
+    /// device's primary context. Kernel nodes of an [`Exec`] update through the driver
+    /// (`cuGraphExecKernelNodeSetParams`): the runtime's call costs about 0.29 µs on the H200
+    /// against 0.18 µs (see `result::driver`), and a per-node update is the path streaming
+    /// pipelines take between launches.
+    #[inline]
+    fn context(&self) -> Result<sys::CUcontext> {
+        match self.kernel().home() {
+            Ok(device) => device.primary_context(),
+            Err(_) => Err(Error::Invalid(format!(
+                "kernel `{}` is a recording backend's: it has no CUDA context",
+                self.kernel().name()
+            ))),
+        }
+    }
+
     /// Sets argument `i` in CUDA's node `h` of `exec` (made from this node) and here, if it
     /// fits in place (see [`PackedArgs::update_one_in_place`]: a value for a value, or an
     /// address in the buffer the parameter has); whether it did. CUDA is given the new value
@@ -110,12 +127,14 @@ impl KernelNode {
         i: usize,
         a: &KernelArg,
     ) -> Result<bool> {
+        let ctx = self.context()?;
         self.update_value_with(i, a, |params| {
-            // The kernel-specific call, as in `Exec::push_kernel_params`.
+            // The driver's kernel-specific call, as in `Exec::push_kernel_params`.
             // SAFETY: `h` is this node's kernel node in `exec`; the arguments pointed at match
             // the layout (`update_one_in_place` checked), live through the call, which copies
-            // them; an address is in a buffer the node already holds.
-            unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
+            // them; an address is in a buffer the node already holds. `func` is the kernel's
+            // `cudaKernel_t` and `ctx` its device's primary context, held by the device.
+            unsafe { dr::graph_exec_kernel_node_set_params(exec, h, params, ctx) }
         })
     }
 
@@ -129,12 +148,14 @@ impl KernelNode {
         h: sys::cudaGraphNode_t,
         args: &[KernelArg<'_>],
     ) -> Result<bool> {
+        let ctx = self.context()?;
         self.update_values_with(args, |params| {
-            // The kernel-specific call, as in `Exec::push_kernel_params`.
+            // The driver's kernel-specific call, as in `Exec::push_kernel_params`.
             // SAFETY: `h` is this node's kernel node in `exec`; the arguments pointed at match
             // the layout (`update_in_place` checked), live through the call, which copies them;
-            // their addresses are of buffers the node already holds.
-            unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
+            // their addresses are of buffers the node already holds. `func` and `ctx`: as in
+            // `update_value`.
+            unsafe { dr::graph_exec_kernel_node_set_params(exec, h, params, ctx) }
         })
     }
 
@@ -388,11 +409,12 @@ impl Exec {
     /// and scalar) are pointed to where they are, so no argument byte is copied (see
     /// [`PackedArgs::with_inline_args`]).
     ///
-    /// This is one of the places the generic node API is not used: the kernel-specific
-    /// `cudaGraphExecKernelNodeSetParams` does the same job, and the generic
-    /// `cudaGraphExecNodeSetParams` costs 3–14% more per call (H200, CUDA 13.0; the raw rows
-    /// of the bench's `update-per-node` table), which alone would spend the whole budget of
-    /// a per-node update (within 5% of the raw kernel-specific call).
+    /// This is one of the places the generic node API is not used, and the one place the
+    /// runtime is not: the driver's kernel-specific `cuGraphExecKernelNodeSetParams` (see
+    /// [`KernelNode::context`]) does the job in about 0.6 of the runtime's
+    /// `cudaGraphExecKernelNodeSetParams`, and the runtime's generic
+    /// `cudaGraphExecNodeSetParams` costs 3–14% more than that (H200, CUDA 13.0; the raw rows
+    /// of the bench's `update-per-node` table).
     fn push_kernel_params<'a>(
         &mut self,
         id: NodeId,
@@ -410,11 +432,14 @@ impl Exec {
             params.blockDim = c.block.into();
             params.sharedMemBytes = c.shared_mem_bytes;
         }
+        let ctx = k.context()?;
         let set = |params: &sys::cudaKernelNodeParams| {
             // SAFETY: `h` is this DAG node's kernel node; the parameters match the layout (the
             // caller checked), point into live node, scratch or caller memory (CUDA copies);
-            // their buffers are held by the DAG or, once committed, by this update.
-            unsafe { rt::graph_exec_kernel_node_set_params(exec, h, params) }
+            // their buffers are held by the DAG or, once committed, by this update. `func` is
+            // the kernel's `cudaKernel_t` (`cuda_params`) and `ctx` its device's primary
+            // context, held by the device.
+            unsafe { dr::graph_exec_kernel_node_set_params(exec, h, params, ctx) }
         };
         if args.clone().all(|(_, a)| a.is_inline()) {
             k.args.with_inline_args(args, |ptrs| {

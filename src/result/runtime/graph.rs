@@ -299,7 +299,9 @@ pub unsafe fn graph_upload(exec: sys::cudaGraphExec_t, stream: sys::cudaStream_t
 }
 
 /// `cudaGraphExecKernelNodeSetParams`: a kernel node's update through the kernel-specific
-/// call (see `Exec::push_kernel_params` for why not the generic one).
+/// call, for kernel nodes whose function is not a `cudaKernel_t` (those cuFFT's captured
+/// plans made). The crate's own kernel nodes update through the driver
+/// (`result::driver::graph_exec_kernel_node_set_params`, which says why).
 ///
 /// # Safety
 /// `node` is a kernel node of the graph `exec` was instantiated from, made with the kernel

@@ -1,0 +1,132 @@
+//! CUDA driver API calls (`libcuda.so.1`): the few the crate makes without the runtime.
+//!
+//! The runtime is the crate's API; a call goes to the driver only where the runtime's wrapper
+//! costs what the crate's own targets cannot afford. That is one call today: updating a kernel
+//! node of an executable graph. On the H200 (CUDA 13.0, driver 580) the runtime's
+//! `cudaGraphExecKernelNodeSetParams` takes about 0.29 µs, the driver's
+//! `cuGraphExecKernelNodeSetParams` about 0.18 µs for the same node given as kernel and context
+//! (0.15 µs given as a context's function), measured side by side in one process. Per-node
+//! updates are what a streaming pipeline does between launches, so they go to the driver.
+//!
+//! The two APIs share their handles: `cudaGraphExec_t`, `cudaGraphNode_t` and `cudaKernel_t` are
+//! the driver's `CUgraphExec`, `CUgraphNode` and `CUkernel`: the same C types in the headers
+//! (`driver_types.h` declares `cudaKernel_t` as `struct CUkern_st *`, `cuda.h` `CUkernel` so),
+//! which is how the runtime documents interoperating with the driver; checked on the H200,
+//! where a `cudaKernel_t` given as the driver's `kern` updates the node. Errors are
+//! [`Error::Cuda`] with the driver's name for the status (`CUDA_ERROR_INVALID_VALUE`).
+
+use crate::error::{Error, Library, Result};
+use crate::load::{self, ffi};
+use crate::sys;
+
+const LIB: Library = Library::Driver;
+
+/// Turns a `CUresult` into a `Result`, with the driver's name and message for the error.
+pub fn check(call: &'static str, status: sys::CUresult) -> Result<()> {
+    if status == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(error(call, status))
+    }
+}
+
+/// The [`Error::Cuda`] for a failed driver call.
+pub fn error(call: &'static str, status: sys::CUresult) -> Error {
+    load::driver_error(load::driver_if_loaded(), call, status)
+}
+
+macro_rules! drv {
+    ($f:ident ( $($arg:expr),* $(,)? )) => {{
+        let lib = load::driver()?;
+        check(stringify!($f), ffi!(lib, LIB, $f($($arg),*)))
+    }};
+}
+
+/// `cuDeviceGet` then `cuDevicePrimaryCtxRetain`: device `ordinal`'s primary context (the one
+/// the runtime uses for it), with one more reference held by the caller.
+///
+/// # Safety
+/// `ordinal` names a device (checked against the device count). The caller releases the
+/// reference with [`primary_ctx_release`] once, after its last use of the context.
+pub unsafe fn primary_ctx_retain(ordinal: i32) -> Result<sys::CUcontext> {
+    let mut dev: sys::CUdevice = 0;
+    drv!(cuDeviceGet(&mut dev, ordinal))?;
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    drv!(cuDevicePrimaryCtxRetain(&mut ctx, dev))?;
+    Ok(ctx)
+}
+
+/// `cuDevicePrimaryCtxRelease`: gives back a reference [`primary_ctx_retain`] took.
+///
+/// # Safety
+/// The caller holds a reference from [`primary_ctx_retain`] for `ordinal`, and uses the
+/// context no more.
+pub unsafe fn primary_ctx_release(ordinal: i32) -> Result<()> {
+    let mut dev: sys::CUdevice = 0;
+    drv!(cuDeviceGet(&mut dev, ordinal))?;
+    drv!(cuDevicePrimaryCtxRelease_v2(dev))
+}
+
+/// `cuGraphExecKernelNodeSetParams`: the runtime's `cudaGraphExecKernelNodeSetParams` with
+/// `params`, whose `func` is a `cudaKernel_t`, run in context `ctx`.
+///
+/// # Safety
+/// As for [`crate::result::runtime::graph_exec_kernel_node_set_params`]: `node` is a kernel
+/// node of the graph `exec` was instantiated from, and `params` describe a launch of the same
+/// kernel with arguments matching its layout, live for the call (the driver copies them). In
+/// addition, `params.func` is a `cudaKernel_t` (from `cudaLibraryGetKernel`), and `ctx` is
+/// the context the node runs in (its device's primary context), held for the call.
+#[inline]
+pub unsafe fn graph_exec_kernel_node_set_params(
+    exec: sys::cudaGraphExec_t,
+    node: sys::cudaGraphNode_t,
+    params: &sys::cudaKernelNodeParams,
+    ctx: sys::CUcontext,
+) -> Result<()> {
+    let p = sys::CUDA_KERNEL_NODE_PARAMS {
+        // Given as a kernel and its context: `func` is the per-context function handle, which
+        // the crate does not keep.
+        func: std::ptr::null_mut(),
+        gridDimX: params.gridDim.x,
+        gridDimY: params.gridDim.y,
+        gridDimZ: params.gridDim.z,
+        blockDimX: params.blockDim.x,
+        blockDimY: params.blockDim.y,
+        blockDimZ: params.blockDim.z,
+        sharedMemBytes: params.sharedMemBytes,
+        kernelParams: params.kernelParams,
+        extra: params.extra,
+        kern: params.func.cast(),
+        ctx,
+    };
+    drv!(cuGraphExecKernelNodeSetParams_v2(exec, node, &p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn success_is_ok_and_a_failure_names_the_call_and_code() {
+        assert!(check("cuInit", sys::CUresult::CUDA_SUCCESS).is_ok());
+        let err = check("cuGraphExecKernelNodeSetParams_v2", sys::CUresult(400)).unwrap_err();
+        match &err {
+            Error::Cuda { call, code, .. } => {
+                assert_eq!(*call, "cuGraphExecKernelNodeSetParams_v2");
+                assert_eq!(*code, 400);
+            }
+            other => panic!("unexpected error {other:?}"),
+        }
+        assert!(err
+            .to_string()
+            .contains("cuGraphExecKernelNodeSetParams_v2"));
+    }
+
+    #[test]
+    fn the_driver_is_looked_for_by_its_bare_name_only() {
+        assert_eq!(
+            load::candidates(Library::Driver),
+            vec![std::path::PathBuf::from("libcuda.so.1")]
+        );
+    }
+}
