@@ -227,10 +227,11 @@ impl Report {
             "\nMethods: **stream launches** (`cudaLaunchKernel` per node; fan-out through 8 \
              worker streams and events), **stream capture** (the same stream work captured, \
              then `cudaGraphInstantiate` + `cudaGraphLaunch`), **raw graph** (explicit graph \
-             with the raw runtime calls, the kernel-specific ones the crate also makes for kernel \
-             nodes: the floor for any wrapper; in the construction and update tables also made \
-             through CUDA's generic node API, `cudaGraphAddNode` / \
-             `cudaGraphExecNodeSetParams`), **cudagraph** (`Dag` → \
+             with the raw runtime calls, the kernel-specific ones: the floor for any wrapper; in \
+             the construction and update tables also made through CUDA's generic node API, \
+             `cudaGraphAddNode` / `cudaGraphExecNodeSetParams`, and in the per-node update table \
+             through the driver's `cuGraphExecKernelNodeSetParams`, the call the crate's \
+             kernel-node updates make), **cudagraph** (`Dag` → \
              `Exec`). Every node is `tiny(unsigned*, unsigned)`, one block of 32 threads. \
              Values are medians, in µs **per node** (the time of the whole operation divided \
              by N); ratios are per N, in N order. The FFT tables are in µs **per iteration** \
