@@ -36,8 +36,9 @@
 //! (`cudaGraphNodeParams`, added with `cudaGraphAddNode`); the exceptions are named. Kernels
 //! keep the kernel-specific calls, which do the same job at 3–17% less CPU time per call
 //! (measured, `docs/performance/`); a kernel with edge data goes through `cudaGraphAddNode`.
-//! A kernel node's per-node update on an [`Exec`] is the one call made through the driver
-//! (`cuGraphExecKernelNodeSetParams`, with the kernel and its device's primary context): it
+//! A kernel node's per-node update on an [`Exec`] (an FFT node's parameter update included)
+//! is the one operation made through the driver (`cuGraphExecKernelNodeSetParams`, with the
+//! kernel and its device's primary context): it
 //! takes about 0.6 of the runtime's call (0.18 against 0.29 µs on the H200), and it is what a
 //! streaming pipeline does between launches.
 //!

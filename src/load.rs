@@ -23,7 +23,8 @@ pub const MIN_RUNTIME: crate::Version = crate::Version {
 
 /// Where a library is looked for, in order: `$CUDA_PATH/lib64`, `$CUDA_HOME/lib64`,
 /// `/usr/local/cuda/lib64`, then the bare file name (the dynamic loader's own search path,
-/// `LD_LIBRARY_PATH` and `ldconfig`'s cache). NCCL has its own list: [`nccl_candidates`].
+/// `LD_LIBRARY_PATH` and `ldconfig`'s cache). NCCL has its own list: [`nccl_candidates`]; the
+/// driver, the bare file name only (it comes with the NVIDIA driver, not the toolkit).
 pub fn candidates(library: Library) -> Vec<PathBuf> {
     if library == Library::Nccl {
         return nccl_candidates();
@@ -309,8 +310,8 @@ pub(crate) fn driver_error(
         // unknown one it returns an error and leaves `p` null) and points `p` at a static
         // NUL-terminated string.
         let ok = unsafe { f(status, &mut p) } == sys::CUresult::CUDA_SUCCESS;
-        // SAFETY: as above: on success `p` is a static NUL-terminated string.
         (ok && !p.is_null()).then(|| {
+            // SAFETY: as above: on success `p` is a static NUL-terminated string.
             unsafe { std::ffi::CStr::from_ptr(p) }
                 .to_string_lossy()
                 .into_owned()

@@ -1,18 +1,19 @@
 //! CUDA driver API calls (`libcuda.so.1`): the few the crate makes without the runtime.
 //!
 //! The runtime is the crate's API; a call goes to the driver only where the runtime's wrapper
-//! costs what the crate's own targets cannot afford. That is one call today: updating a kernel
-//! node of an executable graph. On the H200 (CUDA 13.0, driver 580) the runtime's
-//! `cudaGraphExecKernelNodeSetParams` takes about 0.29 µs, the driver's
+//! costs what the crate's own targets cannot afford. That is one operation today: updating a
+//! kernel node of an executable graph (`cuGraphExecKernelNodeSetParams`, with `cuInit`,
+//! `cuDeviceGet` and the primary-context retain and release it needs). On the H200 (CUDA 13.0,
+//! driver 580) the runtime's `cudaGraphExecKernelNodeSetParams` takes about 0.29 µs, the driver's
 //! `cuGraphExecKernelNodeSetParams` about 0.18 µs for the same node given as kernel and context
 //! (0.15 µs given as a context's function), measured side by side in one process. Per-node
 //! updates are what a streaming pipeline does between launches, so they go to the driver.
 //!
 //! The two APIs share their handles: `cudaGraphExec_t`, `cudaGraphNode_t` and `cudaKernel_t` are
 //! the driver's `CUgraphExec`, `CUgraphNode` and `CUkernel`: the same C types in the headers
-//! (`driver_types.h` declares `cudaKernel_t` as `struct CUkern_st *`, `cuda.h` `CUkernel` so),
-//! which is how the runtime documents interoperating with the driver; checked on the H200,
-//! where a `cudaKernel_t` given as the driver's `kern` updates the node. Errors are
+//! (`driver_types.h` declares `cudaKernel_t` as `struct CUkern_st *`, `cuda.h` `CUkernel` so,
+//! and the graph handles likewise), and checked on the H200, where a `cudaKernel_t` given as
+//! the driver's `kern` updates the node. Errors are
 //! [`Error::Cuda`] with the driver's name for the status (`CUDA_ERROR_INVALID_VALUE`).
 
 use crate::error::{Error, Library, Result};
@@ -43,7 +44,10 @@ macro_rules! drv {
 }
 
 /// `cuDeviceGet` then `cuDevicePrimaryCtxRetain`: device `ordinal`'s primary context (the one
-/// the runtime uses for it), with one more reference held by the caller.
+/// the runtime uses for it), with one more reference held by the caller. `ordinal` is the
+/// runtime's device number: the runtime and the driver enumerate the same devices in the same
+/// order (both after `CUDA_VISIBLE_DEVICES`), and the runtime's device `i` is the driver's
+/// `cuDeviceGet(i)`.
 ///
 /// # Safety
 /// `ordinal` names a device (checked against the device count). The caller releases the

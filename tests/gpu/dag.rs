@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use anyhow::ensure;
 use cudagraph::{
-    args, dst, src, Copy2d, Dag, DeviceBuffer, Error, HostBuffer, LaunchConfig, Memset2d, Region,
-    UpdateOutcome,
+    args, dst, src, Copy2d, Dag, Device, DeviceBuffer, Error, Exec, HostBuffer, LaunchConfig,
+    Memset2d, Module, Region, Stream, UpdateOutcome,
 };
 use libtest_mimic::Trial;
 
@@ -20,7 +20,7 @@ pub fn tests() -> Vec<Trial> {
         gpu_test("dag::kernel_updates", kernel_updates),
         gpu_test(
             "dag::kernel_updates_from_a_thread_without_a_device",
-            kernel_updates_from_another_thread,
+            kernel_updates_from_a_thread_without_a_device,
         ),
         gpu_test(
             "dag::memcpy_memset_host_updates",
@@ -142,15 +142,22 @@ fn pitched_copies_and_fills(gpu: &Gpu) -> anyhow::Result<()> {
 /// Kernel-node updates name their context (the kernel's device's primary context) rather than
 /// rely on the calling thread's: a thread that never made a device current updates an `Exec`,
 /// in place (a value) and through the staged path (another buffer), and the launches after
-/// see both.
-fn kernel_updates_from_another_thread(gpu: &Gpu) -> anyhow::Result<()> {
-    let d = &gpu.device;
-    let write = gpu.kernel("write_slot")?;
-    let a = DeviceBuffer::<u32>::zeros(d, 4)?;
-    let b = DeviceBuffer::<u32>::zeros(d, 4)?;
+/// see both. The kernel is loaded on a device handle of its own, so the first update, from that
+/// thread, is also the one that retains the context.
+fn kernel_updates_from_a_thread_without_a_device(_gpu: &Gpu) -> anyhow::Result<()> {
+    let d = Device::get(0)?;
+    let stream = Stream::new(&d)?;
+    let write = Module::from_source(&d, KERNELS)?.kernel("write_slot")?;
+    let a = DeviceBuffer::<u32>::zeros(&d, 4)?;
+    let b = DeviceBuffer::<u32>::zeros(&d, 4)?;
     let mut dag = Dag::new();
     let w = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&a, 0u32, 5u32])?;
-    let mut exec = dag.instantiate(d)?;
+    let mut exec = dag.instantiate(&d)?;
+    let launch = |exec: &mut Exec| -> anyhow::Result<()> {
+        exec.launch(&stream)?;
+        exec.synchronize()?;
+        Ok(())
+    };
     // Scoped threads, fresh for each step: neither has made a device current.
     let updated = std::thread::scope(|t| {
         t.spawn(|| -> anyhow::Result<()> {
@@ -161,14 +168,14 @@ fn kernel_updates_from_another_thread(gpu: &Gpu) -> anyhow::Result<()> {
         .join()
     });
     updated.map_err(|_| anyhow::anyhow!("the updating thread panicked"))??;
-    gpu.launch_and_wait(&mut exec)?;
+    launch(&mut exec)?;
     ensure!(a.to_vec()? == [0, 0, 6, 0], "a = {:?}", a.to_vec()?);
     let updated = std::thread::scope(|t| {
         t.spawn(|| exec.set_kernel_args(w, &args![&b, 3u32, 8u32]))
             .join()
     });
     updated.map_err(|_| anyhow::anyhow!("the updating thread panicked"))??;
-    gpu.launch_and_wait(&mut exec)?;
+    launch(&mut exec)?;
     ensure!(b.to_vec()? == [0, 0, 0, 8], "b = {:?}", b.to_vec()?);
     ensure!(a.to_vec()? == [0, 0, 6, 0], "a changed: {:?}", a.to_vec()?);
     Ok(())

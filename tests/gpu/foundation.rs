@@ -134,6 +134,11 @@ fn parameter_layout(gpu: &Gpu) -> anyhow::Result<()> {
     ensure!(sizes == [8, 4, 4, 8, 1], "sizes {sizes:?}");
     ensure!(offsets == [0, 8, 12, 16, 24], "offsets {offsets:?}");
     ensure!(k.max_threads_per_block() >= 512);
+    // Counting the parameters asks CUDA for one past the last, which it refuses: that refusal
+    // must not stay behind as the thread's last error for the caller's own error checks.
+    // SAFETY: `cudaGetLastError` takes no arguments; the runtime is loaded (a module is).
+    let last = unsafe { cudagraph::result::runtime::get_last_error() };
+    ensure!(last.is_ok(), "loading a kernel left a last error: {last:?}");
     let e = m.kernel("nope").unwrap_err();
     ensure!(matches!(e, Error::KernelNotFound { .. }), "{e}");
     Ok(())

@@ -105,7 +105,7 @@ impl KernelNode {
     /// against 0.18 µs (see `result::driver`), and a per-node update is the path streaming
     /// pipelines take between launches.
     #[inline]
-    fn context(&self) -> Result<sys::CUcontext> {
+    pub(crate) fn context(&self) -> Result<sys::CUcontext> {
         match self.kernel().home() {
             Ok(device) => device.primary_context(),
             Err(_) => Err(Error::Invalid(format!(
@@ -127,7 +127,10 @@ impl KernelNode {
         i: usize,
         a: &KernelArg,
     ) -> Result<bool> {
-        let ctx = self.context()?;
+        // Without a context the general path reports it, after checking the argument.
+        let Ok(ctx) = self.context() else {
+            return Ok(false);
+        };
         self.update_value_with(i, a, |params| {
             // The driver's kernel-specific call, as in `Exec::push_kernel_params`.
             // SAFETY: `h` is this node's kernel node in `exec`; the arguments pointed at match
@@ -148,7 +151,10 @@ impl KernelNode {
         h: sys::cudaGraphNode_t,
         args: &[KernelArg<'_>],
     ) -> Result<bool> {
-        let ctx = self.context()?;
+        // As in `update_value`.
+        let Ok(ctx) = self.context() else {
+            return Ok(false);
+        };
         self.update_values_with(args, |params| {
             // The driver's kernel-specific call, as in `Exec::push_kernel_params`.
             // SAFETY: `h` is this node's kernel node in `exec`; the arguments pointed at match
@@ -409,12 +415,12 @@ impl Exec {
     /// and scalar) are pointed to where they are, so no argument byte is copied (see
     /// [`PackedArgs::with_inline_args`]).
     ///
-    /// This is one of the places the generic node API is not used, and the one place the
-    /// runtime is not: the driver's kernel-specific `cuGraphExecKernelNodeSetParams` (see
-    /// [`KernelNode::context`]) does the job in about 0.6 of the runtime's
-    /// `cudaGraphExecKernelNodeSetParams`, and the runtime's generic
-    /// `cudaGraphExecNodeSetParams` costs 3–14% more than that (H200, CUDA 13.0; the raw rows
-    /// of the bench's `update-per-node` table).
+    /// This is one of the places the generic node API is not used, and one of the two where the
+    /// runtime is not (FFT nodes' parameter updates are the other): the driver's kernel-specific
+    /// `cuGraphExecKernelNodeSetParams` (see [`KernelNode::context`]) does the job in about 0.6
+    /// of the runtime's `cudaGraphExecKernelNodeSetParams`, which the runtime's generic
+    /// `cudaGraphExecNodeSetParams` takes 1.05–1.12× of (H200, CUDA 13.0; the raw rows of the
+    /// bench's `update-per-node` table).
     fn push_kernel_params<'a>(
         &mut self,
         id: NodeId,

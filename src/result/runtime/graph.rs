@@ -298,10 +298,10 @@ pub unsafe fn graph_upload(exec: sys::cudaGraphExec_t, stream: sys::cudaStream_t
     rt!(cudaGraphUpload(exec, stream))
 }
 
-/// `cudaGraphExecKernelNodeSetParams`: a kernel node's update through the kernel-specific
-/// call, for kernel nodes whose function is not a `cudaKernel_t` (those cuFFT's captured
-/// plans made). The crate's own kernel nodes update through the driver
-/// (`result::driver::graph_exec_kernel_node_set_params`, which says why).
+/// `cudaGraphExecKernelNodeSetParams`: a kernel node's update through the runtime's
+/// kernel-specific call. The crate's own kernel nodes (FFT nodes' included) update through the
+/// driver instead (`result::driver::graph_exec_kernel_node_set_params`, which says why); this
+/// is the runtime's form, for a node whose context is the calling thread's current one.
 ///
 /// # Safety
 /// `node` is a kernel node of the graph `exec` was instantiated from, made with the kernel

@@ -491,7 +491,8 @@ pub unsafe fn library_get_kernel(
 }
 
 /// `cudaFuncGetParamInfo`: the offset and size of parameter `index`, or `None` past the last
-/// parameter (CUDA answers `cudaErrorInvalidValue` there).
+/// parameter (CUDA answers `cudaErrorInvalidValue` there, which is then cleared from the
+/// thread's last error: counting parameters this way is not a failure).
 ///
 /// # Safety
 /// `func` is a live kernel.
@@ -504,6 +505,9 @@ pub unsafe fn func_param_info(func: *const c_void, index: usize) -> Result<Optio
         cudaFuncGetParamInfo(func, index, &mut offset, &mut size)
     );
     if status == sys::cudaError::cudaErrorInvalidValue {
+        // As in `device_enable_peer_access`: the status is also the thread's last error, which
+        // a caller's `cudaGetLastError` after loading a kernel would otherwise report.
+        let _ = ffi!(lib, LIB, cudaGetLastError());
         return Ok(None);
     }
     check("cudaFuncGetParamInfo", status)?;

@@ -23,7 +23,7 @@ use crate::fft::{
 };
 use crate::kernel::LaunchConfig;
 use crate::memory::{Allocation, MemorySpace};
-use crate::result::{cufft as cf, runtime as rt};
+use crate::result::{cufft as cf, driver as dr, runtime as rt};
 use crate::stream::Stream;
 use crate::sys;
 
@@ -348,8 +348,13 @@ impl LoweringContext {
             if let Err(e) = set_kernel_node_arg(exec, *h, node, 1, &blob, scratch) {
                 if let (true, Some((ch, cnode))) = (convert, &n.convert) {
                     let params = cnode.cuda_params();
-                    // SAFETY: as in `set_kernel_node_arg`, with the node's committed arguments.
-                    let _ = unsafe { rt::graph_exec_kernel_node_set_params(exec, ch.0, &params) };
+                    if let Ok(ctx) = cnode.context() {
+                        // SAFETY: as in `set_kernel_node_arg`, with the node's committed
+                        // arguments.
+                        let _ = unsafe {
+                            dr::graph_exec_kernel_node_set_params(exec, ch.0, &params, ctx)
+                        };
+                    }
                 }
                 return Err(e);
             }
@@ -373,13 +378,16 @@ fn set_kernel_node_arg(
     bytes: &[u8],
     scratch: &mut crate::kernel::ArgScratch,
 ) -> Result<()> {
+    let ctx = node.context()?;
     let mut params = node.cuda_params();
     params.kernelParams = node.args.staged(scratch, &|j| (j == i).then_some(bytes));
-    // The kernel-specific call, as for kernel nodes (see `Exec::push_kernel_params`).
+    // The driver's kernel-specific call, as for kernel nodes (see `Exec::push_kernel_params`):
+    // the node's kernel is one the crate loaded (a `cudaKernel_t`).
     // SAFETY: `h` is a kernel node of `exec`'s graph, added from `node`; the staged arguments
     // keep its validated layout (only argument `i`'s bytes change, of its size); addresses in
-    // them are kept alive by the node's state or DAG.
-    unsafe { rt::graph_exec_kernel_node_set_params(exec, h.0, &params) }
+    // them are kept alive by the node's state or DAG. `ctx` is the kernel's device's primary
+    // context, held by the device.
+    unsafe { dr::graph_exec_kernel_node_set_params(exec, h.0, &params, ctx) }
 }
 
 /// The node a kernel launch of an FFT node becomes, added to `graph` after `deps`.
