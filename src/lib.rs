@@ -38,9 +38,8 @@
 //! (measured, `docs/performance/`); a kernel with edge data goes through `cudaGraphAddNode`.
 //! A kernel node's per-node update on an [`Exec`] (an FFT node's parameter update included)
 //! is the one operation made through the driver (`cuGraphExecKernelNodeSetParams`, with the
-//! kernel and its device's primary context): it
-//! takes about 0.6 of the runtime's call (0.18 against 0.29 µs on the H200), and it is what a
-//! streaming pipeline does between launches.
+//! kernel and its device's primary context): it takes about 0.6 of the runtime's call (0.18
+//! against 0.29 µs on the H200), and it is what a streaming pipeline does between launches.
 //!
 //! | DAG node | builder | CUDA runtime call | per-node update on [`Exec`] |
 //! |---|---|---|---|

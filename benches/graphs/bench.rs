@@ -150,21 +150,7 @@ impl Bench {
         args: &RawArgs,
         ctx: sys::CUcontext,
     ) -> sys::CUDA_KERNEL_NODE_PARAMS {
-        let p = self.raw_params(args);
-        sys::CUDA_KERNEL_NODE_PARAMS {
-            func: ptr::null_mut(),
-            gridDimX: p.gridDim.x,
-            gridDimY: p.gridDim.y,
-            gridDimZ: p.gridDim.z,
-            blockDimX: p.blockDim.x,
-            blockDimY: p.blockDim.y,
-            blockDimZ: p.blockDim.z,
-            sharedMemBytes: p.sharedMemBytes,
-            kernelParams: p.kernelParams,
-            extra: p.extra,
-            kern: p.func.cast(),
-            ctx,
-        }
+        cudagraph::result::driver::kernel_node_params(&self.raw_params(args), ctx)
     }
 
     /// The same launch as [`Bench::raw_params`], as the generic parameters of a kernel node

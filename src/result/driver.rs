@@ -13,8 +13,8 @@
 //! the driver's `CUgraphExec`, `CUgraphNode` and `CUkernel`: the same C types in the headers
 //! (`driver_types.h` declares `cudaKernel_t` as `struct CUkern_st *`, `cuda.h` `CUkernel` so,
 //! and the graph handles likewise), and checked on the H200, where a `cudaKernel_t` given as
-//! the driver's `kern` updates the node. Errors are
-//! [`Error::Cuda`] with the driver's name for the status (`CUDA_ERROR_INVALID_VALUE`).
+//! the driver's `kern` updates the node. Errors are [`Error::Cuda`] with the driver's name for
+//! the status (`CUDA_ERROR_INVALID_VALUE`).
 
 use crate::error::{Error, Library, Result};
 use crate::load::{self, ffi};
@@ -87,7 +87,18 @@ pub unsafe fn graph_exec_kernel_node_set_params(
     params: &sys::cudaKernelNodeParams,
     ctx: sys::CUcontext,
 ) -> Result<()> {
-    let p = sys::CUDA_KERNEL_NODE_PARAMS {
+    let p = kernel_node_params(params, ctx);
+    drv!(cuGraphExecKernelNodeSetParams_v2(exec, node, &p))
+}
+
+/// The driver's parameters for the runtime's kernel launch `params` (whose `func` is a
+/// `cudaKernel_t`), given as that kernel and context `ctx`.
+#[inline]
+pub fn kernel_node_params(
+    params: &sys::cudaKernelNodeParams,
+    ctx: sys::CUcontext,
+) -> sys::CUDA_KERNEL_NODE_PARAMS {
+    sys::CUDA_KERNEL_NODE_PARAMS {
         // Given as a kernel and its context: `func` is the per-context function handle, which
         // the crate does not keep.
         func: std::ptr::null_mut(),
@@ -102,8 +113,7 @@ pub unsafe fn graph_exec_kernel_node_set_params(
         extra: params.extra,
         kern: params.func.cast(),
         ctx,
-    };
-    drv!(cuGraphExecKernelNodeSetParams_v2(exec, node, &p))
+    }
 }
 
 #[cfg(test)]
@@ -132,5 +142,42 @@ mod tests {
             load::candidates(Library::Driver),
             vec![std::path::PathBuf::from("libcuda.so.1")]
         );
+    }
+
+    #[test]
+    fn a_runtime_launch_becomes_the_kernel_and_its_context() {
+        let mut slot = 0usize;
+        let mut ptrs = [(&mut slot as *mut usize).cast::<std::ffi::c_void>()];
+        let kernel = 0x1000 as *mut std::ffi::c_void;
+        let ctx = 0x2000 as sys::CUcontext;
+        let p = sys::cudaKernelNodeParams {
+            func: kernel,
+            gridDim: sys::dim3 { x: 1, y: 2, z: 3 },
+            blockDim: sys::dim3 { x: 4, y: 5, z: 6 },
+            sharedMemBytes: 7,
+            kernelParams: ptrs.as_mut_ptr(),
+            extra: std::ptr::null_mut(),
+        };
+        let d = kernel_node_params(&p, ctx);
+        assert!(
+            d.func.is_null(),
+            "a function handle would override the kernel"
+        );
+        assert_eq!(d.kern.cast::<std::ffi::c_void>(), kernel);
+        assert_eq!(d.ctx, ctx);
+        assert_eq!(
+            [
+                d.gridDimX,
+                d.gridDimY,
+                d.gridDimZ,
+                d.blockDimX,
+                d.blockDimY,
+                d.blockDimZ
+            ],
+            [1, 2, 3, 4, 5, 6]
+        );
+        assert_eq!(d.sharedMemBytes, 7);
+        assert_eq!(d.kernelParams, p.kernelParams);
+        assert!(d.extra.is_null());
     }
 }
