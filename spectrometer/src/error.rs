@@ -165,16 +165,18 @@ pub enum Error {
     /// The channel or antenna selection does not fit the scan.
     #[error("selection: {0}")]
     Selection(String),
-    /// The output directory cannot be created or written.
-    #[error("output directory {}: cannot be written: {source}", path.display())]
+    /// The output directory cannot be created or written (the cause is the error's
+    /// [`source`](std::error::Error::source), not repeated in its message).
+    #[error("output directory {} cannot be written", path.display())]
     OutputDir {
         /// The directory.
         path: PathBuf,
         /// The underlying error.
         source: std::io::Error,
     },
-    /// An I/O error on a named file.
-    #[error("{}: {source}", path.display())]
+    /// An I/O error on a named file (the cause is the error's
+    /// [`source`](std::error::Error::source), not repeated in its message).
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,

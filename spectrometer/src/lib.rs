@@ -11,8 +11,9 @@
 //! - [`gpu`]: the GPU engine (one cudagraph DAG, launched once per block);
 //! - [`filterbank`]: the SIGPROC writer and reader;
 //! - [`plot`]: the PNG plots;
-//! - [`pipeline`]: a run (reader thread → engine → writer thread, temporary outputs renamed at
-//!   the end);
+//! - [`pipeline`]: a run (reader thread → engine → writer thread);
+//! - [`output`]: outputs written as temporaries and renamed together at the end, removed on an
+//!   error or a signal, and stale ones of interrupted runs cleaned up;
 //! - [`generate`]: synthetic scans for tests and demonstrations.
 //!
 //! See the crate's README for the formats and conventions.
@@ -27,6 +28,7 @@ pub mod filterbank;
 pub mod generate;
 pub mod gpu;
 pub mod guppi;
+pub mod output;
 pub mod pipeline;
 pub mod plan;
 pub mod plot;

@@ -1,6 +1,6 @@
 //! `cudagraph-spectrometer`: the command line. See the README for every option.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -74,13 +74,13 @@ struct RunArgs {
     /// Engine.
     #[arg(long, value_enum, default_value = "cpu")]
     device: DeviceArg,
-    /// With `--device gpu`: which GPU.
-    #[arg(long, default_value_t = 0)]
-    gpu: usize,
+    /// With `--device gpu`: which GPU [default: 0].
+    #[arg(long)]
+    gpu: Option<usize>,
     /// With `--device gpu`: issue each block's work as one graph launch or as stream
-    /// operations.
-    #[arg(long, value_enum, default_value = "graph")]
-    gpu_mode: GpuModeArg,
+    /// operations [default: graph].
+    #[arg(long, value_enum)]
+    gpu_mode: Option<GpuModeArg>,
     /// First coarse channel (per antenna, 0-based).
     #[arg(long, default_value_t = 0)]
     chan_start: usize,
@@ -102,8 +102,8 @@ struct RunArgs {
     /// Also write a PNG (mean spectrum and waterfall) per product and output.
     #[arg(long)]
     png: bool,
-    /// GPU graph mode: also write the instantiated graph as Graphviz DOT to
-    /// `OUT_DIR/STEM.dot` (every node, with its parameters).
+    /// With `--device gpu` in graph mode: also write the instantiated graph as Graphviz DOT
+    /// to `OUT_DIR/STEM.dot` (every node, with its parameters).
     #[arg(long)]
     dot: bool,
     /// Block buffers in the reader's ring (host memory ≈ ring × BLOCSIZE).
@@ -235,6 +235,59 @@ fn parse_tone(s: &str) -> anyhow::Result<Tone> {
     })
 }
 
+/// Writes to standard output; an error (a closed pipe: `… | head`) is returned, not a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout().lock(), $($arg)*).context("writing to standard output")
+    };
+}
+
+/// The engine a run asks for, with the GPU-only options refused for the CPU engine (they
+/// would be silently ignored).
+fn device_of(a: &RunArgs) -> anyhow::Result<Device> {
+    match a.device {
+        DeviceArg::Cpu => {
+            let gpu_only = [
+                ("--gpu", a.gpu.is_some()),
+                ("--gpu-mode", a.gpu_mode.is_some()),
+                ("--dot", a.dot),
+            ];
+            let given: Vec<&str> = gpu_only
+                .iter()
+                .filter(|(_, set)| *set)
+                .map(|(name, _)| *name)
+                .collect();
+            if !given.is_empty() {
+                bail!(
+                    "{} only appl{} to the GPU engine: add --device gpu, or leave {} out for the CPU engine (the default)",
+                    given.join(", "),
+                    if given.len() == 1 { "ies" } else { "y" },
+                    if given.len() == 1 { "it" } else { "them" }
+                );
+            }
+            Ok(Device::Cpu)
+        }
+        DeviceArg::Gpu => {
+            let ordinal = a.gpu.unwrap_or(0);
+            let mode = match a.gpu_mode.unwrap_or(GpuModeArg::Graph) {
+                GpuModeArg::Graph => GpuMode::Graph,
+                GpuModeArg::Stream => GpuMode::Stream,
+            };
+            if a.dot && mode != GpuMode::Graph {
+                bail!(
+                    "--dot needs the graph mode (--gpu-mode graph): the stream mode makes no graph"
+                );
+            }
+            if let Err(e) = cudagraph::Device::get(ordinal) {
+                bail!(
+                    "--device gpu: GPU {ordinal} cannot be used: {e}\n  the CPU engine runs anywhere: leave out --device gpu (the CPU engine is the default) or say --device cpu"
+                );
+            }
+            Ok(Device::Gpu { ordinal, mode })
+        }
+    }
+}
+
 fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
     if a.products.len() > MAX_PRODUCTS {
         return Err(Error::TooManyProducts {
@@ -269,16 +322,7 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
             weights: a.weights.clone(),
             skip_blocks: a.skip_blocks,
         },
-        device: match a.device {
-            DeviceArg::Cpu => Device::Cpu,
-            DeviceArg::Gpu => Device::Gpu {
-                ordinal: a.gpu,
-                mode: match a.gpu_mode {
-                    GpuModeArg::Graph => GpuMode::Graph,
-                    GpuModeArg::Stream => GpuMode::Stream,
-                },
-            },
-        },
+        device: device_of(&a)?,
         ring: a.ring.max(1),
         png: a.png,
         progress: !a.quiet && std::io::stderr().is_terminal(),
@@ -314,7 +358,7 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
         }
         .with_context(|| format!("processing {}", scan.stem.display()))?;
         if !a.quiet {
-            print!("{report}");
+            write!(std::io::stdout().lock(), "{report}").context("writing to standard output")?;
         }
     }
     Ok(())
@@ -357,7 +401,7 @@ fn cmd_generate(a: GenArgs) -> anyhow::Result<()> {
     };
     let r = generate(&spec)?;
     for f in &r.files {
-        println!("wrote {}", f.display());
+        out!("wrote {}", f.display())?;
     }
     println!(
         "{} block(s) of {} bytes written, {} dropped; coarse channels of {} MHz centred at {}",
@@ -376,28 +420,41 @@ fn cmd_generate(a: GenArgs) -> anyhow::Result<()> {
 fn cmd_header(file: PathBuf) -> anyhow::Result<()> {
     let fb = Filterbank::read(&file)?;
     let h = &fb.header;
-    println!("file         {}", file.display());
-    println!("telescope_id {}", h.telescope_id);
-    println!("machine_id   {}", h.machine_id);
-    println!("data_type    {}", h.data_type);
-    println!("rawdatafile  {}", h.rawdatafile);
-    println!("source_name  {}", h.source_name);
-    println!("src_raj      {}", h.src_raj);
-    println!("src_dej      {}", h.src_dej);
-    println!("tstart       {:.12}", h.tstart);
-    println!("tsamp        {:e}", h.tsamp);
-    println!("fch1         {:.9}", h.fch1);
-    println!("foff         {:e}", h.foff);
-    println!("nchans       {}", h.nchans);
-    println!("nifs         {}", h.nifs);
-    println!("nbits        {}", h.nbits);
-    println!("ibeam        {}", h.ibeam);
-    println!("nbeams       {}", h.nbeams);
-    println!("spectra      {}", fb.nsamples());
+    out!("file         {}", file.display())?;
+    out!("telescope_id {}", h.telescope_id)?;
+    out!("machine_id   {}", h.machine_id)?;
+    out!("data_type    {}", h.data_type)?;
+    out!("rawdatafile  {}", h.rawdatafile)?;
+    out!("source_name  {}", h.source_name)?;
+    out!("src_raj      {}", h.src_raj)?;
+    out!("src_dej      {}", h.src_dej)?;
+    out!("tstart       {:.12}", h.tstart)?;
+    out!("tsamp        {:e}", h.tsamp)?;
+    out!("fch1         {:.9}", h.fch1)?;
+    out!("foff         {:e}", h.foff)?;
+    out!("nchans       {}", h.nchans)?;
+    out!("nifs         {}", h.nifs)?;
+    out!("nbits        {}", h.nbits)?;
+    out!("ibeam        {}", h.ibeam)?;
+    out!("nbeams       {}", h.nbeams)?;
+    out!("spectra      {}", fb.nsamples())?;
     Ok(())
 }
 
+/// Whether `e` comes from writing to a pipe whose reader has gone.
+fn closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn main() -> std::process::ExitCode {
+    // On SIGINT, SIGTERM or SIGHUP: remove the unfinished outputs, then exit as a process
+    // killed by SIGINT would report it to a shell (128 + 2).
+    if let Err(e) = ctrlc::set_handler(|| spectrometer::output::remove_all_and_exit(130)) {
+        eprintln!("warning: no signal handler ({e}): an interrupted run may leave unfinished outputs, removed by the next run");
+    }
     let cli = Cli::parse();
     let res = match cli.command {
         Command::Run(a) => cmd_run(a),
@@ -406,6 +463,8 @@ fn main() -> std::process::ExitCode {
     };
     match res {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader of our standard output went away (`… | head`): nothing more to say.
+        Err(e) if closed_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE

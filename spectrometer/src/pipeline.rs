@@ -1,11 +1,12 @@
 //! A run: the reader thread fills a bounded ring of block buffers, the engine (this thread)
 //! turns blocks into integrations, a writer thread writes them to filterbank files (and
 //! collects the plots). Outputs are written under temporary names in the output directory and
-//! renamed when the whole stem has succeeded; on any error they are removed.
+//! renamed together when the whole stem has succeeded; on any error, or a signal, they are
+//! removed ([`crate::output`]).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use crate::cpu::CpuEngine;
 use crate::engine::{check_integration, BlockView, Engine, Integration};
 use crate::error::{Error, Result};
 use crate::filterbank::{pack_sexagesimal, telescope_id, write_f32s, FilterbankHeader};
+use crate::output::{remove_stale, Stale, Temporaries};
 use crate::plan::{OutputId, Plan, ProductSpec, Selection};
 use crate::plot::PlotData;
 use crate::scan::{BlockBuffer, BlockReader, Scan, SlotKind};
@@ -98,10 +100,16 @@ pub struct StemReport {
     pub read: Duration,
     /// The engine's phases.
     pub engine: Vec<(&'static str, Duration)>,
-    /// Time writing outputs (writer thread).
+    /// Time writing filterbank files (writer thread).
     pub write: Duration,
-    /// Gaps, truncations and other warnings.
+    /// Time drawing and writing the PNGs (writer thread, after the last integration).
+    pub plots: Duration,
+    /// The scan's gaps, truncations and other warnings ([`Scan::report_lines`]; not part of
+    /// the summary's `Display`: the command line prints them before the run starts).
     pub messages: Vec<String>,
+    /// Unfinished outputs of earlier, interrupted runs found in the output directory (and
+    /// removed where their process is gone).
+    pub cleanup: Vec<Stale>,
 }
 
 impl StemReport {
@@ -125,8 +133,8 @@ impl std::fmt::Display for StemReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let wall = self.wall.as_secs_f64();
         writeln!(f, "stem {}:", self.stem.display())?;
-        for m in &self.messages {
-            writeln!(f, "  {m}")?;
+        for c in &self.cleanup {
+            writeln!(f, "  {c}")?;
         }
         writeln!(
             f,
@@ -155,12 +163,21 @@ impl std::fmt::Display for StemReport {
         for (name, d) in &self.engine {
             write!(f, ", {name} {:.3} s ({:.0}%)", d.as_secs_f64(), pct(d))?;
         }
-        writeln!(
+        write!(
             f,
-            ", write {:.3} s ({:.0}%) — reader, engine and writer run concurrently",
+            ", write {:.3} s ({:.0}%)",
             self.write.as_secs_f64(),
             pct(&self.write)
         )?;
+        if !self.plots.is_zero() {
+            write!(
+                f,
+                ", plots {:.3} s ({:.0}%)",
+                self.plots.as_secs_f64(),
+                pct(&self.plots)
+            )?;
+        }
+        writeln!(f, " — reader, engine and writer run concurrently")?;
         for p in &self.plan.products {
             writeln!(
                 f,
@@ -227,37 +244,6 @@ pub fn run(cfg: &RunConfig) -> Result<Vec<StemReport>> {
     Ok(reports)
 }
 
-/// A temporary output and its final name; removed on drop unless committed.
-struct TempOutputs {
-    files: Vec<(PathBuf, PathBuf)>,
-    committed: bool,
-}
-
-impl TempOutputs {
-    fn commit(&mut self) -> Result<Vec<PathBuf>> {
-        for (tmp, fin) in &self.files {
-            std::fs::rename(tmp, fin).map_err(|e| Error::io(fin, e))?;
-        }
-        self.committed = true;
-        Ok(self.files.iter().map(|(_, f)| f.clone()).collect())
-    }
-}
-
-impl Drop for TempOutputs {
-    fn drop(&mut self) {
-        if !self.committed {
-            for (tmp, _) in &self.files {
-                let _ = std::fs::remove_file(tmp);
-            }
-        }
-    }
-}
-
-/// `dir/.base.tmp-PID.ext`: hidden, and keeping the extension (the PNG encoder goes by it).
-fn temp_name(dir: &Path, base: &str, ext: &str) -> PathBuf {
-    dir.join(format!(".{base}.tmp-{}.{ext}", std::process::id()))
-}
-
 /// One output stream being written.
 struct Sink {
     file: BufWriter<File>,
@@ -268,6 +254,7 @@ struct Sink {
 
 struct WriterDone {
     write_time: Duration,
+    plot_time: Duration,
 }
 
 fn writer_loop(
@@ -296,6 +283,7 @@ fn writer_loop(
         write_time += t.elapsed();
     }
     let t = Instant::now();
+    let mut plots = Vec::new();
     for (p, outs) in sinks.into_iter().enumerate() {
         for (o, mut s) in outs.into_iter().enumerate() {
             let want = plan.products[p].integrations;
@@ -310,16 +298,22 @@ fn writer_loop(
                 .get_ref()
                 .sync_all()
                 .map_err(|e| Error::io(&s.path, e))?;
-            if let Some((pd, path)) = s.plot {
-                pd.render(&path)?;
-            }
+            plots.extend(s.plot);
         }
     }
     write_time += t.elapsed();
-    Ok(WriterDone { write_time })
+    let t = Instant::now();
+    for (pd, path) in plots {
+        Temporaries::write_with(&path, || pd.render(&path)).map_err(|e| Error::io(&path, e))??;
+    }
+    Ok(WriterDone {
+        write_time,
+        plot_time: t.elapsed(),
+    })
 }
 
-/// The filterbank header of (product, output) of `plan` over `scan`.
+/// The filterbank header of (product, output) of `plan` over `scan`; an error when a count does
+/// not fit the header's 32-bit integers.
 pub fn filterbank_header(
     scan: &Scan,
     plan: &Plan,
@@ -327,14 +321,23 @@ pub fn filterbank_header(
     output: usize,
     telescope: Option<i32>,
     machine_id: i32,
-) -> FilterbankHeader {
+) -> Result<FilterbankHeader> {
     let p = &plan.products[product];
     let info = &plan.info;
+    let int = |what: &str, v: usize| {
+        i32::try_from(v).map_err(|_| Error::InvalidProduct {
+            spec: format!("{}x{}", p.nfft, p.nint),
+            reason: format!(
+                "{what} = {v} does not fit the filterbank header (a 32-bit integer, at most {})",
+                i32::MAX
+            ),
+        })
+    };
     let (ibeam, nbeams) = match plan.outputs[output] {
-        OutputId::Antenna(a) => (a as i32, plan.geometry.nants as i32),
+        OutputId::Antenna(a) => (int("ibeam", a)?, int("nbeams", plan.geometry.nants)?),
         OutputId::Sum => (0, 1),
     };
-    FilterbankHeader {
+    Ok(FilterbankHeader {
         telescope_id: telescope.unwrap_or_else(|| telescope_id(&info.telescop)),
         machine_id,
         data_type: 1,
@@ -357,12 +360,12 @@ pub fn filterbank_header(
         tsamp: p.tsamp,
         fch1: p.fch1,
         foff: p.foff,
-        nchans: p.nchans as i32,
-        nifs: p.nifs as i32,
+        nchans: int("nchans", p.nchans)?,
+        nifs: int("nifs", p.nifs)?,
         nbits: 32,
         ibeam,
         nbeams,
-    }
+    })
 }
 
 /// Runs one stem through `engine` (the plan must be for `scan`).
@@ -374,64 +377,81 @@ pub fn run_stem<E: Engine>(
 ) -> Result<StemReport> {
     let start = Instant::now();
     let dir = &cfg.out_dir;
+    if dir.exists() && !dir.is_dir() {
+        return Err(Error::OutputDir {
+            path: dir.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                "it exists and is not a directory",
+            ),
+        });
+    }
     std::fs::create_dir_all(dir).map_err(|e| Error::OutputDir {
         path: dir.clone(),
         source: e,
     })?;
     let name = scan.name();
-    let mut temps = TempOutputs {
-        files: Vec::new(),
-        committed: false,
-    };
-    let mut sinks: Vec<Vec<Sink>> = Vec::new();
-    let mut pngs = Vec::new();
-    for (pi, p) in plan.products.iter().enumerate() {
-        let mut outs = Vec::new();
+    let mut headers = Vec::new();
+    for pi in 0..plan.products.len() {
         for oi in 0..plan.outputs.len() {
-            let base = plan.output_name(&name, pi, oi);
-            let fin = dir.join(format!("{base}.fil"));
-            let tmp = temp_name(dir, &base, "fil");
-            let mut file =
-                File::create(&tmp)
-                    .map(BufWriter::new)
-                    .map_err(|e| Error::OutputDir {
-                        path: dir.clone(),
-                        source: e,
-                    })?;
-            temps.files.push((tmp.clone(), fin));
-            let header = filterbank_header(scan, plan, pi, oi, cfg.telescope_id, cfg.machine_id);
-            file.write_all(&header.to_bytes())
-                .map_err(|e| Error::io(&tmp, e))?;
-            let plot = if cfg.png {
-                let fin = dir.join(format!("{base}.png"));
-                let ptmp = temp_name(dir, &base, "png");
-                pngs.push((ptmp.clone(), fin));
-                let title = format!(
-                    "{base}: {}X{} {} ({}), {} INTEGRATION(S) OF {:.4e} S",
-                    p.nfft,
-                    p.nint,
-                    p.detection.name(),
-                    p.detection.if_labels()[0],
-                    p.integrations,
-                    p.tsamp
-                );
-                Some((
-                    PlotData::new(p.nchans, p.integrations, p.fch1, p.foff, p.tsamp, title),
-                    ptmp,
-                ))
-            } else {
-                None
-            };
-            outs.push(Sink {
-                file,
-                path: tmp,
-                written: 0,
-                plot,
-            });
+            headers.push(filterbank_header(
+                scan,
+                plan,
+                pi,
+                oi,
+                cfg.telescope_id,
+                cfg.machine_id,
+            )?);
         }
-        sinks.push(outs);
     }
-    temps.files.extend(pngs);
+    let bases: Vec<(usize, usize, String)> = (0..plan.products.len())
+        .flat_map(|pi| (0..plan.outputs.len()).map(move |oi| (pi, oi)))
+        .map(|(pi, oi)| (pi, oi, plan.output_name(&name, pi, oi)))
+        .collect();
+    let mut exts = vec!["fil"];
+    if cfg.png {
+        exts.push("png");
+    }
+    let stale_keys: Vec<(String, &str)> = bases
+        .iter()
+        .flat_map(|(_, _, b)| exts.iter().map(move |e| (b.clone(), *e)))
+        .collect();
+    let cleanup = remove_stale(dir, &stale_keys)?;
+    let mut temps = Temporaries::new();
+    let mut sinks: Vec<Vec<Sink>> = (0..plan.products.len()).map(|_| Vec::new()).collect();
+    for ((pi, _, base), header) in bases.iter().zip(&headers) {
+        let p = &plan.products[*pi];
+        let (file, tmp) = temps.create(dir, base, "fil")?;
+        let mut file = BufWriter::new(file);
+        file.write_all(&header.to_bytes())
+            .map_err(|e| Error::io(&tmp, e))?;
+        let title = format!(
+            "{base}: {}X{} {} ({}), {} INTEGRATION(S) OF {:.4e} S",
+            p.nfft,
+            p.nint,
+            p.detection.name(),
+            p.detection.if_labels()[0],
+            p.integrations,
+            p.tsamp
+        );
+        sinks[*pi].push(Sink {
+            file,
+            path: tmp,
+            written: 0,
+            plot: cfg.png.then(|| {
+                (
+                    PlotData::new(p.nchans, p.integrations, p.fch1, p.foff, p.tsamp, title),
+                    PathBuf::new(),
+                )
+            }),
+        });
+    }
+    // The PNGs come after every filterbank file (the order of `StemReport::outputs`).
+    for (pi, oi, base) in &bases {
+        if let Some((_, path)) = &mut sinks[*pi][*oi].plot {
+            *path = temps.reserve(dir, base, "png")?;
+        }
+    }
 
     let g = plan.geometry;
     let mut buffers = Vec::with_capacity(cfg.ring.max(1));
@@ -450,7 +470,7 @@ pub fn run_stem<E: Engine>(
         let pb = ProgressBar::new(plan.blocks as u64 * g.blocsize as u64);
         pb.set_style(
             ProgressStyle::with_template(
-                "{spinner} {msg} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+                "{spinner} {msg} [{elapsed_precise}] {wide_bar} {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} ETA {eta}",
             )
             .expect("valid template"),
         );
@@ -517,6 +537,8 @@ pub fn run_stem<E: Engine>(
         read: rstats.read_time,
         engine: engine.timings(),
         write: wdone.write_time,
+        plots: wdone.plot_time,
         messages: scan.report_lines(),
+        cleanup,
     })
 }

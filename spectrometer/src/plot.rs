@@ -187,17 +187,8 @@ fn draw(d: &PlotData, path: &Path) -> DrawResult {
         .iter()
         .flat_map(|row| row.iter().map(|&v| db(v as f64)))
         .collect();
-    let mut sorted = all.clone();
-    sorted.sort_by(|a, b| a.total_cmp(b));
-    let pct = |p: f64| {
-        if sorted.is_empty() {
-            0.0
-        } else {
-            sorted[((sorted.len() - 1) as f64 * p) as usize]
-        }
-    };
-    let (wlo, whi) = (pct(0.02), pct(0.999));
-    let span = (whi - wlo).max(1e-6);
+    let (wlo, whi) = colour_range(all);
+    let span = whi - wlo;
     let pw = (r - l) as f64 / d.cols as f64;
     let ph = (wb - wt) as f64 / rows as f64;
     for (ri, row) in d.waterfall.iter().enumerate() {
@@ -226,6 +217,25 @@ fn draw(d: &PlotData, path: &Path) -> DrawResult {
     )?;
     root.present()?;
     Ok(())
+}
+
+/// The waterfall's colour range (dB): from the 1st to the 99th percentile of the values, so
+/// that a few bright channels (a tone; with one integration, the whole waterfall is one row)
+/// saturate rather than squeeze the noise floor into one colour. Never empty: constant values
+/// get ±1 dB around them.
+fn colour_range(mut values: Vec<f64>) -> (f64, f64) {
+    values.retain(|v| v.is_finite());
+    if values.is_empty() {
+        return (-1.0, 1.0);
+    }
+    values.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| values[((values.len() - 1) as f64 * p).round() as usize];
+    let (lo, hi) = (pct(0.01), pct(0.99));
+    if hi - lo < 1e-6 {
+        (lo - 1.0, hi + 1.0)
+    } else {
+        (lo, hi)
+    }
 }
 
 /// 5×7 glyphs: each row a 5-bit pattern, most significant bit on the left.
@@ -316,4 +326,31 @@ where
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bright_tone_does_not_flatten_the_noise_floor() {
+        // One waterfall row: 1,000 noise channels between 1.0 and 2.0, five at 10^6 (a tone).
+        let mut v: Vec<f64> = (0..1000)
+            .map(|i| db(1.0 + (i % 97) as f64 / 96.0))
+            .collect();
+        v.extend([db(1e6); 5]);
+        let (lo, hi) = colour_range(v);
+        assert!(
+            lo <= db(1.05) && hi >= db(1.9),
+            "the noise spans the range: {lo}..{hi}"
+        );
+        assert!(hi < db(10.0), "the tone saturates instead: {lo}..{hi}");
+    }
+
+    #[test]
+    fn constant_values_get_a_range_around_them() {
+        assert_eq!(colour_range(vec![3.0; 10]), (2.0, 4.0));
+        assert_eq!(colour_range(vec![]), (-1.0, 1.0));
+        assert_eq!(colour_range(vec![f64::NAN, 5.0]), (4.0, 6.0));
+    }
 }

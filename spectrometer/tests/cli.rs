@@ -77,7 +77,7 @@ fn generate_run_header_png() {
 fn missing_input_and_too_many_products_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let r = bin()
-        .args(["run", "x", "-p", "8x1", "--device", "gpu", "-o"])
+        .args(["run", "x", "-p", "8x1", "-o"])
         .arg(dir.path())
         .output()
         .unwrap();
