@@ -205,6 +205,14 @@ pub enum Error {
     /// The generator was given an impossible configuration.
     #[error("generate: {0}")]
     Generate(String),
+    /// A rawspec option (`cudagraph-spectrometer rawspec`) that cannot be honoured.
+    #[error("rawspec option {option}: {reason}")]
+    Rawspec {
+        /// The option, as rawspec spells it (`-d`, `-f/-t`, …).
+        option: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Error {

@@ -14,6 +14,8 @@
 //! - [`pipeline`]: a run (reader thread → engine → writer thread);
 //! - [`output`]: outputs written as temporaries and renamed together at the end, removed on an
 //!   error or a signal, and stale ones of interrupted runs cleaned up;
+//! - [`rawspec`]: rawspec's command line, names and defaults mapped onto a run (the `rawspec`
+//!   subcommand, a drop-in for observatory scripts);
 //! - [`generate`]: synthetic scans for tests and demonstrations.
 //!
 //! See the crate's README for the formats and conventions.
@@ -32,6 +34,7 @@ pub mod output;
 pub mod pipeline;
 pub mod plan;
 pub mod plot;
+pub mod rawspec;
 pub mod scan;
 
 pub use error::{Error, Result};

@@ -12,6 +12,7 @@ use spectrometer::generate::{generate, GenerateSpec, Tone};
 use spectrometer::gpu::{GpuEngine, GpuMode};
 use spectrometer::pipeline::{run_stem, Device, RunConfig};
 use spectrometer::plan::{AntennaMode, Plan, ProductSpec, Selection, MAX_PRODUCTS};
+use spectrometer::rawspec::{Naming, RawspecOptions};
 use spectrometer::scan::Scan;
 use spectrometer::Error;
 
@@ -32,6 +33,9 @@ enum Command {
     Run(RunArgs),
     /// Write a synthetic GUPPI RAW scan (tones plus Gaussian noise).
     Generate(GenArgs),
+    /// rawspec's command line: its options, defaults and output names (a drop-in for scripts
+    /// that call rawspec; see the README for the mapping and what is not supported).
+    Rawspec(RawspecArgs),
     /// Print the header of a filterbank file (and its number of spectra).
     Header {
         /// The `.fil` file.
@@ -121,6 +125,87 @@ struct RunArgs {
     /// No progress bar and no summary.
     #[arg(short, long)]
     quiet: bool,
+}
+
+/// rawspec's options, spelled as rawspec spells them.
+#[derive(Args)]
+#[command(disable_version_flag = true)]
+struct RawspecArgs {
+    /// Stems (`dir/name` for `dir/name.0000.raw`, …).
+    stems: Vec<PathBuf>,
+    /// The 0-indexed antenna to exclusively process.
+    #[arg(short = 'a', long = "ant", value_name = "ANT")]
+    ant: Option<usize>,
+    /// Batch process BC coarse channels at a time (accepted and ignored).
+    #[arg(short = 'b', long = "batch", value_name = "BC")]
+    batch: Option<i64>,
+    /// Destination directory (rawspec's HOST:PORT network output is not supported).
+    #[arg(short = 'd', long = "dest", value_name = "DEST")]
+    dest: Option<String>,
+    /// FFT lengths [default: 1048576,8,1024].
+    #[arg(
+        short = 'f',
+        long = "ffts",
+        value_name = "N1[,N2...]",
+        value_delimiter = ','
+    )]
+    ffts: Vec<usize>,
+    /// Select the GPU to use [default: 0 when usable, else the CPU engine].
+    #[arg(short = 'g', long = "gpu", visible_alias = "GPU", value_name = "IDX")]
+    gpu: Option<usize>,
+    /// Save headers to a separate file (DEST/STEM.rawspec.headers).
+    #[arg(short = 'H', long = "hdrs")]
+    hdrs: bool,
+    /// Output the incoherent sum (only), with per-antenna weights or one uniform weight.
+    #[arg(
+        short = 'i',
+        long = "ics",
+        value_name = "W1[,W2...]",
+        value_delimiter = ','
+    )]
+    ics: Option<Vec<f32>>,
+    /// Write FBH5 (.h5) instead of SIGPROC filterbank (.fil).
+    #[arg(short = 'j', long = "fbh5")]
+    fbh5: bool,
+    /// Number of coarse channels to process [default: all].
+    #[arg(short = 'n', long = "nchan", value_name = "N", default_value_t = 0)]
+    nchan: usize,
+    /// First index number for output files.
+    #[arg(short = 'o', long = "outidx", value_name = "N", default_value_t = 0)]
+    outidx: usize,
+    /// Output polarisations per product: 1 total power, 4 cross pols, -4 full Stokes
+    /// [default: 1].
+    #[arg(
+        short = 'p',
+        long = "pols",
+        value_name = "{1|4|-4}[,...]",
+        value_delimiter = ',',
+        allow_negative_numbers = true
+    )]
+    pols: Vec<i32>,
+    /// Network data rate in Gbps (network output is not supported: refused).
+    #[arg(short = 'r', long = "rate", value_name = "GBPS")]
+    rate: Option<f64>,
+    /// First coarse channel to process.
+    #[arg(short = 's', long = "schan", value_name = "C", default_value_t = 0)]
+    schan: usize,
+    /// Split output into per-antenna files.
+    #[arg(short = 'S', long = "splitant")]
+    splitant: bool,
+    /// Spectra to integrate [default: 51,128,3072].
+    #[arg(
+        short = 't',
+        long = "ints",
+        value_name = "N1[,N2...]",
+        value_delimiter = ','
+    )]
+    ints: Vec<usize>,
+    /// Also print the plan.
+    #[arg(short = 'z', long = "debug")]
+    debug: bool,
+    /// Show the version and exit.
+    #[arg(short = 'v', long = "version")]
+    version: bool,
 }
 
 #[derive(Args)]
@@ -328,6 +413,8 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
         progress: !a.quiet && std::io::stderr().is_terminal(),
         telescope_id: a.telescope_id,
         machine_id: a.machine_id,
+        naming: Naming::Native,
+        save_headers: false,
     };
     for input in &cfg.inputs {
         let scan = Scan::open(input)?;
@@ -335,31 +422,131 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
             eprintln!("{line}");
         }
         let plan = Plan::new(&scan, &cfg.products, &cfg.selection)?;
-        let report = match cfg.device {
-            Device::Cpu => run_stem(&scan, &plan, &mut CpuEngine::new(&plan)?, &cfg),
-            Device::Gpu { ordinal, mode } => {
-                let mut engine = GpuEngine::new(&plan, ordinal, mode)?;
-                eprintln!(
-                    "GPU engine ({:?}): {} MiB of device memory",
-                    mode,
-                    engine.device_bytes() >> 20
-                );
-                if a.dot {
-                    let path = cfg.out_dir.join(format!("{}.dot", scan.name()));
-                    let text = engine
-                        .to_dot()
-                        .context("--dot needs the graph mode (--gpu-mode graph)")?;
-                    std::fs::create_dir_all(&cfg.out_dir)
-                        .and_then(|()| std::fs::write(&path, text))
-                        .with_context(|| format!("writing {}", path.display()))?;
-                }
-                run_stem(&scan, &plan, &mut engine, &cfg)
+        process(&scan, &plan, &cfg, a.dot, a.quiet)?;
+    }
+    Ok(())
+}
+
+/// Runs one stem with the engine `cfg` names (writing the graph's DOT first when `dot`), then
+/// prints the summary unless `quiet`.
+fn process(
+    scan: &Scan,
+    plan: &Plan,
+    cfg: &RunConfig,
+    dot: bool,
+    quiet: bool,
+) -> anyhow::Result<()> {
+    let report = match cfg.device {
+        Device::Cpu => run_stem(scan, plan, &mut CpuEngine::new(plan)?, cfg),
+        Device::Gpu { ordinal, mode } => {
+            let mut engine = GpuEngine::new(plan, ordinal, mode)?;
+            eprintln!(
+                "GPU engine ({:?}): {} MiB of device memory",
+                mode,
+                engine.device_bytes() >> 20
+            );
+            if dot {
+                let path = cfg.out_dir.join(format!("{}.dot", scan.name()));
+                let text = engine
+                    .to_dot()
+                    .context("--dot needs the graph mode (--gpu-mode graph)")?;
+                std::fs::create_dir_all(&cfg.out_dir)
+                    .and_then(|()| std::fs::write(&path, text))
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            run_stem(scan, plan, &mut engine, cfg)
+        }
+    }
+    .with_context(|| format!("processing {}", scan.stem.display()))?;
+    if !quiet {
+        write!(std::io::stdout().lock(), "{report}").context("writing to standard output")?;
+    }
+    Ok(())
+}
+
+fn cmd_rawspec(a: RawspecArgs) -> anyhow::Result<()> {
+    if a.version {
+        out!(
+            "cudagraph-spectrometer {} (rawspec-compatible command line)",
+            env!("CARGO_PKG_VERSION")
+        )?;
+        return Ok(());
+    }
+    if a.stems.is_empty() {
+        bail!("a file stem must be specified (rawspec [options] STEM [...])");
+    }
+    if a.batch.is_some() {
+        eprintln!("note: -b (batch) is ignored: the engines choose their own batching");
+    }
+    let opts = RawspecOptions {
+        ffts: a.ffts,
+        ints: a.ints,
+        pols: a.pols,
+        dest: a.dest,
+        ant: a.ant,
+        splitant: a.splitant,
+        ics: a.ics,
+        schan: a.schan,
+        nchan: a.nchan,
+        outidx: a.outidx,
+        fbh5: a.fbh5,
+        hdrs: a.hdrs,
+        rate: a.rate,
+    };
+    opts.check()?;
+    if opts.fbh5 && !cfg!(feature = "fbh5") {
+        bail!("-j (FBH5 output) needs a build with the fbh5 feature: cargo build --release -p cudagraph-spectrometer --features fbh5 (see the README)");
+    }
+    let device = match a.gpu {
+        Some(ordinal) => {
+            if let Err(e) = cudagraph::Device::get(ordinal) {
+                bail!("-g {ordinal}: GPU {ordinal} cannot be used: {e}\n  without -g the CPU engine is used when no GPU is");
+            }
+            Device::Gpu {
+                ordinal,
+                mode: GpuMode::Graph,
             }
         }
-        .with_context(|| format!("processing {}", scan.stem.display()))?;
-        if !a.quiet {
-            write!(std::io::stdout().lock(), "{report}").context("writing to standard output")?;
+        None => match cudagraph::Device::get(0) {
+            Ok(_) => Device::Gpu {
+                ordinal: 0,
+                mode: GpuMode::Graph,
+            },
+            Err(e) => {
+                eprintln!("note: no usable GPU ({e}); using the CPU engine");
+                Device::Cpu
+            }
+        },
+    };
+    for stem in &a.stems {
+        out!("working stem: {}", stem.display())?;
+        let scan = Scan::open(stem)?;
+        for line in scan.report_lines() {
+            eprintln!("{line}");
         }
+        let req = opts.request(&scan)?;
+        for n in &req.notes {
+            eprintln!("note: {n}");
+        }
+        let cfg = RunConfig {
+            inputs: vec![stem.clone()],
+            out_dir: req.out_dir,
+            products: req.products,
+            selection: req.selection,
+            device,
+            ring: 4,
+            png: false,
+            progress: std::io::stderr().is_terminal(),
+            telescope_id: None,
+            machine_id: spectrometer::rawspec::MACHINE_ID,
+            naming: req.naming,
+            save_headers: opts.hdrs,
+        };
+        let plan = Plan::new(&scan, &cfg.products, &cfg.selection)?;
+        if a.debug {
+            out!("{plan:#?}")?;
+        }
+        process(&scan, &plan, &cfg, false, false)?;
     }
     Ok(())
 }
@@ -459,6 +646,7 @@ fn main() -> std::process::ExitCode {
     let res = match cli.command {
         Command::Run(a) => cmd_run(a),
         Command::Generate(a) => cmd_generate(a),
+        Command::Rawspec(a) => cmd_rawspec(a),
         Command::Header { file } => cmd_header(file),
     };
     match res {

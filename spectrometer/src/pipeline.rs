@@ -19,6 +19,7 @@ use crate::filterbank::{pack_sexagesimal, telescope_id, write_f32s, FilterbankHe
 use crate::output::{remove_stale, Stale, Temporaries};
 use crate::plan::{OutputId, Plan, ProductSpec, Selection};
 use crate::plot::PlotData;
+use crate::rawspec::{headers_base, output_base, write_headers, Naming};
 use crate::scan::{BlockBuffer, BlockReader, Scan, SlotKind};
 
 /// Which engine computes.
@@ -60,6 +61,10 @@ pub struct RunConfig {
     pub telescope_id: Option<i32>,
     /// `machine_id` to write.
     pub machine_id: i32,
+    /// How outputs are named.
+    pub naming: Naming,
+    /// Also write every block's header to one file (rawspec's `-H`).
+    pub save_headers: bool,
 }
 
 impl Default for RunConfig {
@@ -75,6 +80,8 @@ impl Default for RunConfig {
             progress: false,
             telescope_id: None,
             machine_id: 0,
+            naming: Naming::Native,
+            save_headers: false,
         }
     }
 }
@@ -86,7 +93,7 @@ pub struct StemReport {
     pub stem: PathBuf,
     /// The plan that ran.
     pub plan: Plan,
-    /// Files written (filterbank, then PNG), final names.
+    /// Files written (filterbank, then the headers file, then PNG), final names.
     pub outputs: Vec<PathBuf>,
     /// Blocks read from files.
     pub data_blocks: usize,
@@ -303,12 +310,17 @@ fn writer_loop(
     }
     write_time += t.elapsed();
     let t = Instant::now();
+    let any_plot = !plots.is_empty();
     for (pd, path) in plots {
         Temporaries::write_with(&path, || pd.render(&path)).map_err(|e| Error::io(&path, e))??;
     }
     Ok(WriterDone {
         write_time,
-        plot_time: t.elapsed(),
+        plot_time: if any_plot {
+            t.elapsed()
+        } else {
+            Duration::ZERO
+        },
     })
 }
 
@@ -406,16 +418,19 @@ pub fn run_stem<E: Engine>(
     }
     let bases: Vec<(usize, usize, String)> = (0..plan.products.len())
         .flat_map(|pi| (0..plan.outputs.len()).map(move |oi| (pi, oi)))
-        .map(|(pi, oi)| (pi, oi, plan.output_name(&name, pi, oi)))
+        .map(|(pi, oi)| (pi, oi, output_base(cfg.naming, plan, &name, pi, oi)))
         .collect();
     let mut exts = vec!["fil"];
     if cfg.png {
         exts.push("png");
     }
-    let stale_keys: Vec<(String, &str)> = bases
+    let mut stale_keys: Vec<(String, &str)> = bases
         .iter()
         .flat_map(|(_, _, b)| exts.iter().map(move |e| (b.clone(), *e)))
         .collect();
+    if cfg.save_headers {
+        stale_keys.push((headers_base(cfg.naming, &name), "headers"));
+    }
     let cleanup = remove_stale(dir, &stale_keys)?;
     let mut temps = Temporaries::new();
     let mut sinks: Vec<Vec<Sink>> = (0..plan.products.len()).map(|_| Vec::new()).collect();
@@ -446,7 +461,13 @@ pub fn run_stem<E: Engine>(
             }),
         });
     }
-    // The PNGs come after every filterbank file (the order of `StemReport::outputs`).
+    if cfg.save_headers {
+        let (file, tmp) = temps.create(dir, &headers_base(cfg.naming, &name), "headers")?;
+        let mut file = BufWriter::new(file);
+        write_headers(scan, &mut file)?;
+        file.flush().map_err(|e| Error::io(&tmp, e))?;
+    }
+    // The PNGs come after every other output (the order of `StemReport::outputs`).
     for (pi, oi, base) in &bases {
         if let Some((_, path)) = &mut sinks[*pi][*oi].plot {
             *path = temps.reserve(dir, base, "png")?;
