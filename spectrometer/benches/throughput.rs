@@ -14,7 +14,7 @@ use std::time::Instant;
 use cudagraph::{DeviceBuffer, Event, HostBuffer, Stream};
 use spectrometer::generate::{generate, GenerateSpec};
 use spectrometer::gpu::{GpuEngine, GpuMode};
-use spectrometer::pipeline::{run_stem, Device, RunConfig, StemReport};
+use spectrometer::pipeline::{run_stem, EngineKind, RunConfig, StemReport};
 use spectrometer::plan::{Plan, ProductSpec, Selection};
 use spectrometer::scan::Scan;
 
@@ -179,7 +179,7 @@ fn run_once(
         out_dir: base.join("out"),
         products: products.to_vec(),
         selection: sel,
-        device: Device::Gpu { ordinal: 0, mode },
+        engine: EngineKind::Gpu { ordinal: 0, mode },
         ring: 4,
         ..RunConfig::default()
     };

@@ -58,7 +58,8 @@ pub struct Integration {
 /// A compute engine. The pipeline calls [`Engine::alloc_buffer`] to build the reader's ring,
 /// then [`Engine::process_block`] once per block in time order, then [`Engine::finish`].
 pub trait Engine {
-    /// The ring's buffer type (`Vec<u8>` on the CPU; page-locked host memory for a GPU).
+    /// The ring's buffer type (`Vec<u8>` for both engines today: the GPU engine copies each
+    /// block from it into page-locked staging buffers of its own).
     type Buffer: BlockBuffer;
 
     /// A short name for reports (`"cpu"`).
@@ -76,8 +77,9 @@ pub trait Engine {
     /// completed integrations (partial ones are dropped).
     fn finish(&mut self, out: &mut Vec<Integration>) -> Result<()>;
 
-    /// Where the engine's time went, by phase (`("compute", …)` on the CPU; a GPU engine
-    /// reports `"h2d"`, `"gpu"`, `"d2h"`).
+    /// Where the engine's time went, by phase: `"compute"` on the CPU; the GPU engine reports
+    /// `"stage (host copy to pinned)"`, `"submit (H2D, GPU, D2H queued)"` and
+    /// `"wait + collect"`.
     fn timings(&self) -> Vec<(&'static str, Duration)>;
 }
 

@@ -10,7 +10,7 @@ use spectrometer::cpu::CpuEngine;
 use spectrometer::filterbank::Filterbank;
 use spectrometer::generate::{generate, GenerateSpec, Tone};
 use spectrometer::gpu::{GpuEngine, GpuMode};
-use spectrometer::pipeline::{run_stem, Device, RunConfig};
+use spectrometer::pipeline::{run_stem, EngineKind, RunConfig};
 use spectrometer::plan::{AntennaMode, Plan, ProductSpec, Selection, MAX_PRODUCTS};
 use spectrometer::rawspec::{Naming, RawspecOptions};
 use spectrometer::scan::Scan;
@@ -329,7 +329,7 @@ macro_rules! out {
 
 /// The engine a run asks for, with the GPU-only options refused for the CPU engine (they
 /// would be silently ignored).
-fn device_of(a: &RunArgs) -> anyhow::Result<Device> {
+fn engine_of(a: &RunArgs) -> anyhow::Result<EngineKind> {
     match a.device {
         DeviceArg::Cpu => {
             let gpu_only = [
@@ -350,7 +350,7 @@ fn device_of(a: &RunArgs) -> anyhow::Result<Device> {
                     if given.len() == 1 { "it" } else { "them" }
                 );
             }
-            Ok(Device::Cpu)
+            Ok(EngineKind::Cpu)
         }
         DeviceArg::Gpu => {
             let ordinal = a.gpu.unwrap_or(0);
@@ -368,7 +368,7 @@ fn device_of(a: &RunArgs) -> anyhow::Result<Device> {
                     "--device gpu: GPU {ordinal} cannot be used: {e}\n  the CPU engine runs anywhere: leave out --device gpu (the CPU engine is the default) or say --device cpu"
                 );
             }
-            Ok(Device::Gpu { ordinal, mode })
+            Ok(EngineKind::Gpu { ordinal, mode })
         }
     }
 }
@@ -407,7 +407,7 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
             weights: a.weights.clone(),
             skip_blocks: a.skip_blocks,
         },
-        device: device_of(&a)?,
+        engine: engine_of(&a)?,
         ring: a.ring.max(1),
         png: a.png,
         progress: !a.quiet && std::io::stderr().is_terminal(),
@@ -436,9 +436,9 @@ fn process(
     dot: bool,
     quiet: bool,
 ) -> anyhow::Result<()> {
-    let report = match cfg.device {
-        Device::Cpu => run_stem(scan, plan, &mut CpuEngine::new(plan)?, cfg),
-        Device::Gpu { ordinal, mode } => {
+    let report = match cfg.engine {
+        EngineKind::Cpu => run_stem(scan, plan, &mut CpuEngine::new(plan)?, cfg),
+        EngineKind::Gpu { ordinal, mode } => {
             let mut engine = GpuEngine::new(plan, ordinal, mode)?;
             eprintln!(
                 "GPU engine ({:?}): {} MiB of device memory",
@@ -497,24 +497,24 @@ fn cmd_rawspec(a: RawspecArgs) -> anyhow::Result<()> {
     if opts.fbh5 && !cfg!(feature = "fbh5") {
         bail!("-j (FBH5 output) needs a build with the fbh5 feature: cargo build --release -p cudagraph-spectrometer --features fbh5 (see the README)");
     }
-    let device = match a.gpu {
+    let engine = match a.gpu {
         Some(ordinal) => {
             if let Err(e) = cudagraph::Device::get(ordinal) {
                 bail!("-g {ordinal}: GPU {ordinal} cannot be used: {e}\n  without -g the CPU engine is used when no GPU is");
             }
-            Device::Gpu {
+            EngineKind::Gpu {
                 ordinal,
                 mode: GpuMode::Graph,
             }
         }
         None => match cudagraph::Device::get(0) {
-            Ok(_) => Device::Gpu {
+            Ok(_) => EngineKind::Gpu {
                 ordinal: 0,
                 mode: GpuMode::Graph,
             },
             Err(e) => {
                 eprintln!("note: no usable GPU ({e}); using the CPU engine");
-                Device::Cpu
+                EngineKind::Cpu
             }
         },
     };
@@ -533,7 +533,7 @@ fn cmd_rawspec(a: RawspecArgs) -> anyhow::Result<()> {
             out_dir: req.out_dir,
             products: req.products,
             selection: req.selection,
-            device,
+            engine,
             ring: 4,
             png: false,
             progress: std::io::stderr().is_terminal(),

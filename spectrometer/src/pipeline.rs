@@ -24,7 +24,7 @@ use crate::scan::{BlockBuffer, BlockReader, Scan, SlotKind};
 
 /// Which engine computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Device {
+pub enum EngineKind {
     /// [`CpuEngine`].
     #[default]
     Cpu,
@@ -50,7 +50,7 @@ pub struct RunConfig {
     /// Channel, antenna and time selection.
     pub selection: Selection,
     /// Engine.
-    pub device: Device,
+    pub engine: EngineKind,
     /// Buffers in the reader's ring (≥ 1).
     pub ring: usize,
     /// Also write a PNG per (product, output).
@@ -74,7 +74,7 @@ impl Default for RunConfig {
             out_dir: PathBuf::from("."),
             products: Vec::new(),
             selection: Selection::default(),
-            device: Device::Cpu,
+            engine: EngineKind::Cpu,
             ring: 4,
             png: false,
             progress: false,
@@ -237,9 +237,9 @@ pub fn run(cfg: &RunConfig) -> Result<Vec<StemReport>> {
     for input in &cfg.inputs {
         let scan = Scan::open(input)?;
         let plan = Plan::new(&scan, &cfg.products, &cfg.selection)?;
-        let report = match cfg.device {
-            Device::Cpu => run_stem(&scan, &plan, &mut CpuEngine::new(&plan)?, cfg)?,
-            Device::Gpu { ordinal, mode } => run_stem(
+        let report = match cfg.engine {
+            EngineKind::Cpu => run_stem(&scan, &plan, &mut CpuEngine::new(&plan)?, cfg)?,
+            EngineKind::Gpu { ordinal, mode } => run_stem(
                 &scan,
                 &plan,
                 &mut crate::gpu::GpuEngine::new(&plan, ordinal, mode)?,

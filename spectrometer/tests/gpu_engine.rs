@@ -12,7 +12,7 @@ use std::path::Path;
 use spectrometer::filterbank::Filterbank;
 use spectrometer::generate::{generate, GenerateSpec, Tone};
 use spectrometer::gpu::GpuMode;
-use spectrometer::pipeline::{run, Device, RunConfig};
+use spectrometer::pipeline::{run, EngineKind, RunConfig};
 use spectrometer::plan::{AntennaMode, Detection, ProductSpec, Selection};
 
 /// Relative tolerance of a GPU value against the CPU's, scaled by the largest value of the
@@ -63,19 +63,19 @@ fn scan(dir: &Path, stem: &str) -> GenerateSpec {
 fn compare(spec: &GenerateSpec, products: &[ProductSpec], sel: Selection, mode: GpuMode) {
     generate(spec).expect("generate");
     let out = spec.dir.join("out");
-    let run_on = |device: Device, sub: &str| {
+    let run_on = |engine: EngineKind, sub: &str| {
         let cfg = RunConfig {
             inputs: vec![spec.dir.join(&spec.stem)],
             out_dir: out.join(sub),
             products: products.to_vec(),
             selection: sel.clone(),
-            device,
+            engine,
             ..RunConfig::default()
         };
         run(&cfg).expect("run").remove(0)
     };
-    let cpu = run_on(Device::Cpu, "cpu");
-    let gpu = run_on(Device::Gpu { ordinal: 0, mode }, "gpu");
+    let cpu = run_on(EngineKind::Cpu, "cpu");
+    let gpu = run_on(EngineKind::Gpu { ordinal: 0, mode }, "gpu");
     let fils = |r: &spectrometer::pipeline::StemReport| -> Vec<_> {
         r.outputs
             .iter()
@@ -237,7 +237,7 @@ fn fft_lengths_the_engine_cannot_tile_are_a_clear_error() {
         inputs: vec![s.dir.join(&s.stem)],
         out_dir: s.dir.join("out"),
         products: vec![p(768, 1, Detection::TotalPower)],
-        device: Device::Gpu {
+        engine: EngineKind::Gpu {
             ordinal: 0,
             mode: GpuMode::Graph,
         },
