@@ -1,0 +1,66 @@
+// The spectrometer's kernels: `sp_gather` (FFTs longer than a block) and `sp_detect` (fft
+// shift, detection, antenna sum, integration). Loaded by `gpu.rs` with `include_str!`.
+// Copies the new samples of every channel of a block (rows of `row_bytes`, `in_pitch` apart)
+// into column `col` (bytes) of the long buffer (rows `out_pitch` apart), for FFTs longer than
+// a block.
+extern "C" __global__ void sp_gather(const unsigned char* in, unsigned char* out,
+        unsigned long long row_bytes, unsigned long long in_pitch, unsigned long long out_pitch,
+        unsigned long long col) {
+    unsigned long long row = blockIdx.y;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         i < row_bytes; i += (unsigned long long)gridDim.x * blockDim.x)
+        out[row * out_pitch + col + i] = in[row * in_pitch + i];
+}
+
+// One thread per (fine channel k, coarse channel c, run of spectra): a run is the part of one
+// integration that falls in this block, so runs never share an output slot and no atomics are
+// needed. Loops over outputs and the run's spectra.
+// spec: [c][antenna][pol][q][bin] complex; acc: [slot][output][if][c * nfft + k].
+extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float* weights,
+        unsigned nfft, unsigned spb, unsigned npol, unsigned nchan, unsigned nant,
+        unsigned sum, unsigned mode, unsigned nint, unsigned nslots, unsigned long long g0) {
+    unsigned k = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned c = blockIdx.y;
+    if (k >= nfft) return;
+    unsigned h = (nfft + 1) / 2;
+    unsigned j = k + h; if (j >= nfft) j -= nfft;
+    unsigned nifs = mode == 0 ? 1 : 4;
+    unsigned nout = sum ? 1 : nant;
+    unsigned long long nchans = (unsigned long long)nchan * nfft;
+    unsigned long long stream_len = (unsigned long long)spb * nfft;
+    // Runs: the first ends at the first integration boundary after g0, then one per nint.
+    unsigned long long first = nint - (g0 % nint);
+    if (first > spb) first = spb;
+    unsigned long long nruns = 1 + (spb - first + nint - 1) / nint;
+    for (unsigned long long r = blockIdx.z; r < nruns; r += gridDim.z) {
+        unsigned long long q0 = r == 0 ? 0 : first + (r - 1) * nint;
+        unsigned long long q1 = r == 0 ? first : q0 + nint;
+        if (q1 > spb) q1 = spb;
+        unsigned long long integ = (g0 + q0) / nint;
+        unsigned long long slot = integ % nslots;
+        bool fresh = ((g0 + q0) % nint) == 0;
+        for (unsigned o = 0; o < nout; o++) {
+            float v[4] = {0.f, 0.f, 0.f, 0.f};
+            for (unsigned long long q = q0; q < q1; q++) {
+                for (unsigned a = (sum ? 0 : o); a < (sum ? nant : o + 1); a++) {
+                    float w = weights[a];
+                    unsigned long long sx = ((unsigned long long)(c * nant + a) * npol) * stream_len + q * nfft + j;
+                    float2 x = spec[sx];
+                    float xx = x.x * x.x + x.y * x.y;
+                    if (npol == 1) { v[0] += w * xx; continue; }
+                    float2 y = spec[sx + stream_len];
+                    float yy = y.x * y.x + y.y * y.y;
+                    float re = x.x * y.x + x.y * y.y;   // Re(x conj(y))
+                    float im = x.y * y.x - x.x * y.y;   // Im(x conj(y))
+                    if (mode == 0) { v[0] += w * (xx + yy); }
+                    else if (mode == 1) { v[0] += w * xx; v[1] += w * yy; v[2] += w * re; v[3] += w * im; }
+                    else { v[0] += w * (xx + yy); v[1] += w * (xx - yy); v[2] += w * 2.f * re; v[3] += w * -2.f * im; }
+                }
+            }
+            for (unsigned f = 0; f < nifs; f++) {
+                unsigned long long at = ((slot * nout + o) * nifs + f) * nchans + (unsigned long long)c * nfft + k;
+                acc[at] = fresh ? v[f] : acc[at] + v[f];
+            }
+        }
+    }
+}
