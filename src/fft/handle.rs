@@ -103,7 +103,7 @@ impl Drop for Handle {
     }
 }
 
-const SETTER_SRC: &str = r#"
+pub(super) const SETTER_SRC: &str = r#"
 struct cg_blob { unsigned long long w[32]; };
 extern "C" __global__ void cudagraph_fft_set_params(unsigned long long* dst, cg_blob b, int nwords) {
     int i = threadIdx.x;
@@ -328,7 +328,7 @@ fn callback_lto(device: &Device, function: &str, source: &str) -> Result<Arc<Vec
 }
 
 /// (symbol, source) of a load callback.
-fn load_cb(cb: &LoadCallback) -> (String, String) {
+pub(super) fn load_cb(cb: &LoadCallback) -> (String, String) {
     let builtin = |n: &str| (n.to_string(), format!("{BUILTINS}{}", builtin_source(n)));
     match cb {
         LoadCallback::ComplexI8 => builtin("cudagraph_load_ci8"),
@@ -353,7 +353,8 @@ fn callback_types(kind: super::FftType) -> (sys::cufftXtCallbackType, sys::cufft
     }
 }
 
-fn store_cb(cb: &StoreCallback, kind: super::FftType) -> (String, String) {
+/// (symbol, source) of a store callback.
+pub(super) fn store_cb(cb: &StoreCallback, kind: super::FftType) -> (String, String) {
     let builtin = |n: &str| (n.to_string(), format!("{BUILTINS}{}", builtin_source(n)));
     match cb {
         StoreCallback::Scale if kind == super::FftType::C2R => builtin("cudagraph_store_scale_r"),

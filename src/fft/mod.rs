@@ -927,4 +927,6 @@ pub fn nvjitlink_available() -> Result<()> {
 }
 
 #[cfg(test)]
+mod nvrtc_tests;
+#[cfg(test)]
 mod tests;
