@@ -1,7 +1,10 @@
-//! Spectrometer throughput on the GPU: the same scan through the GPU engine issued as one graph
-//! launch per block and as plain stream operations, side by side in one run, for small blocks
-//! (launch overhead dominates) and realistic ones, with the host→device bandwidth measured in the
-//! same run. Needs a GPU (exits with a message without one).
+//! Spectrometer throughput on the GPU: every configuration through the GPU engine issued as one
+//! graph launch per block and as plain stream operations, side by side in one run: Stokes I,
+//! full polarisation, IQUV and the three-product Breakthrough Listen set on the headline scan,
+//! small blocks (launch overhead dominates), NBITS 4 and 16, three antennas; with the
+//! host→device bandwidth, the GPU stages fed from pinned memory, device memory and host peak
+//! RSS per configuration, and the targets of issue 27 checked at the end. Needs a GPU (exits
+//! with a message without one).
 //!
 //! `cargo bench -p cudagraph-spectrometer --bench throughput`; environment:
 //! `SPECTRO_BENCH_DIR` (where the scans are generated; default a temporary directory),
@@ -14,9 +17,35 @@ use std::time::Instant;
 use cudagraph::{DeviceBuffer, Event, HostBuffer, Stream};
 use spectrometer::generate::{generate, GenerateSpec};
 use spectrometer::gpu::{GpuEngine, GpuMode};
-use spectrometer::pipeline::{run_stem, EngineKind, RunConfig, StemReport};
+use spectrometer::pipeline::{host_peak_rss, run_stem, EngineKind, RunConfig, StemReport};
 use spectrometer::plan::{Plan, ProductSpec, Selection};
 use spectrometer::scan::Scan;
+
+/// One measured configuration: a scan and its products.
+struct Config {
+    scan: usize,
+    label: &'static str,
+    products: Vec<ProductSpec>,
+}
+
+/// What one (configuration, mode) run measured.
+struct Row {
+    label: &'static str,
+    stem: String,
+    mode: GpuMode,
+    /// Input bytes per second from engine set-up to files closed.
+    whole: f64,
+    /// Input bytes per second of `run_stem` alone (set-up excluded).
+    blocks: f64,
+    setup_s: f64,
+    /// Device memory in use at the end of the run beyond what was in use before the engine
+    /// was made (`cudaMemGetInfo`), bytes: buffers, cuFFT plans and work areas, the graph.
+    device_used: usize,
+    /// Device memory the engine allocated for its buffers, bytes.
+    device_buffers: usize,
+    /// Peak resident host memory of this run (VmHWM after a reset), bytes.
+    host_rss: Option<u64>,
+}
 
 fn main() -> anyhow::Result<()> {
     let device = match cudagraph::Device::get(0) {
@@ -41,40 +70,116 @@ fn main() -> anyhow::Result<()> {
     // Breakthrough Listen compute node band: 64 coarse channels x 2 pols x 8 bits,
     // 2.9296875 MHz per channel, 131,072 samples per block (32 MiB blocks).
     let block_bytes = 64 * 2 * 2 * 131_072usize;
-    let blocks = ((gib * (1u64 << 30) as f64) / block_bytes as f64)
-        .round()
-        .max(4.0) as usize;
-    let realistic = scan_spec(&base, "bl", 64, 131_072, blocks);
-    // Small blocks: 8 channels x 4,096 samples (128 KiB), where launch costs dominate.
-    let small = scan_spec(&base, "small", 8, 4_096, 512);
-    for s in [&realistic, &small] {
+    let blocks_for = |gib: f64, block_bytes: usize| {
+        ((gib * (1u64 << 30) as f64) / block_bytes as f64)
+            .round()
+            .max(8.0) as usize
+    };
+    // The scans: the headline, small blocks (8 channels x 4,096 samples, 128 KiB: launch costs
+    // dominate), NBITS 4 and 16, and three antennas, the last three an eighth of the headline.
+    let side = gib / 8.0;
+    let mut nbits4 = scan_spec(
+        &base,
+        "nbits4",
+        64,
+        131_072,
+        blocks_for(side, block_bytes / 2),
+    );
+    nbits4.nbits = 4;
+    let mut nbits16 = scan_spec(
+        &base,
+        "nbits16",
+        64,
+        131_072,
+        blocks_for(side, block_bytes * 2),
+    );
+    nbits16.nbits = 16;
+    let mut ants3 = scan_spec(
+        &base,
+        "ants3",
+        48,
+        131_072,
+        blocks_for(side, block_bytes * 3 / 4),
+    );
+    ants3.nants = 3;
+    let scans = [
+        scan_spec(&base, "bl", 64, 131_072, blocks_for(gib, block_bytes)),
+        scan_spec(&base, "small", 8, 4_096, 512),
+        nbits4,
+        nbits16,
+        ants3,
+    ];
+    for s in &scans {
         let t = Instant::now();
         generate(s).map_err(|e| anyhow::anyhow!("{e}"))?;
         println!(
-            "generated {} ({} blocks) in {:.1} s",
+            "generated {} ({} blocks of {} MiB, NBITS {}, {} antenna(s)) in {:.1} s",
             s.stem,
             s.blocks_per_file * s.files,
+            s.blocsize() >> 20,
+            s.nbits,
+            s.nants,
             t.elapsed().as_secs_f64()
         );
     }
-
-    let headline = [ProductSpec::from_str_checked("1024x16:i")?];
-    let fullpol = [ProductSpec::from_str_checked("1024x16:full")?];
-    let trio = [
-        ProductSpec::from_str_checked("2^20x51:i")?,
-        ProductSpec::from_str_checked("8x128:i")?,
-        ProductSpec::from_str_checked("1024x3072:i")?,
+    let p = |s: &str| ProductSpec::from_str_checked(s);
+    let trio = vec![p("2^20x51:i")?, p("8x128:i")?, p("1024x3072:i")?];
+    let configs = [
+        Config {
+            scan: 0,
+            label: "1024x16 Stokes I",
+            products: vec![p("1024x16:i")?],
+        },
+        Config {
+            scan: 0,
+            label: "1024x16 full pol",
+            products: vec![p("1024x16:full")?],
+        },
+        Config {
+            scan: 0,
+            label: "1024x16 IQUV",
+            products: vec![p("1024x16:iquv")?],
+        },
+        Config {
+            scan: 0,
+            label: "trio 2^20x51 + 8x128 + 1024x3072 (I)",
+            products: trio,
+        },
+        Config {
+            scan: 1,
+            label: "small blocks, 64x16 I",
+            products: vec![p("64x16:i")?],
+        },
+        Config {
+            scan: 2,
+            label: "NBITS 4, 1024x16 I",
+            products: vec![p("1024x16:i")?],
+        },
+        Config {
+            scan: 3,
+            label: "NBITS 16, 1024x16 I",
+            products: vec![p("1024x16:i")?],
+        },
+        Config {
+            scan: 4,
+            label: "3 antennas, 1024x16 I",
+            products: vec![p("1024x16:i")?],
+        },
     ];
-    let small_products = [ProductSpec::from_str_checked("64x16:i")?];
+
     println!();
-    println!("GPU stages fed from pinned host memory (no file reading, no host copy), {} blocks of {} MiB:", 64, block_bytes >> 20);
+    println!(
+        "GPU stages fed from pinned host memory (no file reading, no host copy), 64 blocks of {} MiB:",
+        block_bytes >> 20
+    );
     println!("| products | mode | GB/s | of the H2D bandwidth |");
     println!("| --- | --- | ---: | ---: |");
     let scan =
-        Scan::open(&realistic.dir.join(&realistic.stem)).map_err(|e| anyhow::anyhow!("{e}"))?;
-    for (products, label) in [(&headline[..], "1024x16:i"), (&fullpol[..], "1024x16:full")] {
+        Scan::open(&scans[0].dir.join(&scans[0].stem)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut pinned = Vec::new();
+    for c in configs.iter().filter(|c| c.scan == 0) {
         for mode in [GpuMode::Graph, GpuMode::Stream] {
-            let plan = Plan::new(&scan, products, &Selection::default())
+            let plan = Plan::new(&scan, &c.products, &Selection::default())
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             let mut engine = GpuEngine::new(&plan, 0, mode).map_err(|e| anyhow::anyhow!("{e}"))?;
             engine
@@ -86,45 +191,95 @@ fn main() -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             let rate = (blocks as usize * block_bytes) as f64 / t.as_secs_f64();
             println!(
-                "| {label} | {mode:?} | {:.1} | {:.0}% |",
+                "| {} | {mode:?} | {:.1} | {:.0}% |",
+                c.label,
                 rate / 1e9,
                 100.0 * rate / h2d
             );
+            pinned.push((c.label, mode, rate));
         }
     }
+
     println!();
-    println!("| scan | products | mode | blocks | input GB/s | real-time factor | wall s | GPU engine phases (s) |");
-    println!("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |");
+    println!("Whole runs (engine set-up to files closed; the scans in the page cache):");
+    println!("| configuration | mode | blocks | whole run GB/s | blocks only GB/s | set-up s | real-time factor | device used MiB | device buffers MiB | host peak RSS MiB | engine phases (s) |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     let mut rows = Vec::new();
-    for (s, products, label) in [
-        (&small, &small_products[..], "64x16:i"),
-        (&realistic, &headline[..], "1024x16:i"),
-        (&realistic, &fullpol[..], "1024x16:full"),
-        (&realistic, &trio[..], "2^20x51 + 8x128 + 1024x3072 (i)"),
-    ] {
+    for c in &configs {
         for mode in [GpuMode::Graph, GpuMode::Stream] {
-            let r = run_once(s, products, mode, &base)?;
+            let (row, r) = run_once(&device, &scans[c.scan], c, mode, &base)?;
             println!(
-                "| {} | {label} | {mode:?} | {} | {:.2} | {:.1} | {:.2} | {} |",
-                s.stem,
+                "| {} | {mode:?} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} |",
+                c.label,
                 r.data_blocks + r.gap_blocks,
-                r.input_rate() / 1e9,
+                row.whole / 1e9,
+                row.blocks / 1e9,
+                row.setup_s,
                 r.realtime_factor(),
-                r.wall.as_secs_f64(),
+                row.device_used >> 20,
+                row.device_buffers >> 20,
+                row.host_rss
+                    .map_or("?".to_string(), |b| (b >> 20).to_string()),
                 r.engine
                     .iter()
                     .map(|(n, d)| format!("{n} {:.2}", d.as_secs_f64()))
                     .collect::<Vec<_>>()
                     .join(", ")
             );
-            rows.push((s.stem.clone(), label, mode, r.input_rate()));
+            rows.push(row);
         }
     }
+
     println!();
+    println!("Targets:");
     for pair in rows.chunks(2) {
-        if let [(stem, label, _, g), (_, _, _, st)] = pair {
-            println!("{stem} {label}: graph / stream throughput = {:.2}", g / st);
+        if let [g, st] = pair {
+            let ratio = g.whole / st.whole;
+            println!(
+                "- {} ({}): graph / stream whole run = {ratio:.2}, blocks only = {:.2}: {}",
+                g.label,
+                g.stem,
+                g.blocks / st.blocks,
+                if ratio >= 1.0 {
+                    "met"
+                } else {
+                    "MISSED (graph slower)"
+                }
+            );
         }
+    }
+    for (label, mode, rate) in &pinned {
+        let share = rate / h2d;
+        println!(
+            "- GPU stages from pinned, {label} ({mode:?}): {:.0}% of H2D: {}",
+            100.0 * share,
+            if share >= 0.8 {
+                "met (>= 80%)"
+            } else {
+                "MISSED (< 80%)"
+            }
+        );
+    }
+    for g in rows
+        .iter()
+        .filter(|r| r.mode == GpuMode::Graph && r.stem == "bl")
+    {
+        let (need, what) = if g.label.starts_with("1024x16 Stokes I") {
+            let stages = pinned
+                .iter()
+                .find(|(l, m, _)| *l == g.label && *m == GpuMode::Graph)
+                .map_or(0.0, |p| p.2);
+            (0.9 * stages, "90% of its GPU-stage rate")
+        } else {
+            (7.5e9, "7.5 GB/s")
+        };
+        println!(
+            "- whole run, {} (graph): {:.2} GB/s, target {what} = {:.2} GB/s: {}",
+            g.label,
+            g.whole / 1e9,
+            need / 1e9,
+            if g.whole >= need { "met" } else { "MISSED" }
+        );
     }
     let _ = std::fs::remove_dir_all(&base);
     Ok(())
@@ -165,39 +320,53 @@ fn scan_spec(
     }
 }
 
+/// Resets the process's peak resident set size (Linux: `5` to `/proc/self/clear_refs`), so
+/// that the next [`host_peak_rss`] is this run's.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
 fn run_once(
+    device: &cudagraph::Device,
     s: &GenerateSpec,
-    products: &[ProductSpec],
+    c: &Config,
     mode: GpuMode,
     base: &std::path::Path,
-) -> anyhow::Result<StemReport> {
+) -> anyhow::Result<(Row, StemReport)> {
     let scan = Scan::open(&s.dir.join(&s.stem)).map_err(|e| anyhow::anyhow!("{e}"))?;
     let sel = Selection::default();
-    let plan = Plan::new(&scan, products, &sel).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let plan = Plan::new(&scan, &c.products, &sel).map_err(|e| anyhow::anyhow!("{e}"))?;
     let cfg = RunConfig {
         inputs: vec![s.dir.join(&s.stem)],
         out_dir: base.join("out"),
-        products: products.to_vec(),
+        products: c.products.clone(),
         selection: sel,
         engine: EngineKind::Gpu { ordinal: 0, mode },
         ring: 4,
         ..RunConfig::default()
     };
+    reset_peak_rss();
+    let (free_before, _) = device.memory_info()?;
     let t = Instant::now();
     let mut engine = GpuEngine::new(&plan, 0, mode).map_err(|e| anyhow::anyhow!("{e}"))?;
     let setup = t.elapsed();
     let r = run_stem(&scan, &plan, &mut engine, &cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (free_after, _) = device.memory_info()?;
+    drop(engine);
     let _ = std::fs::remove_dir_all(base.join("out"));
     let total = setup + r.wall;
-    println!(
-        "  ({:?}: engine set-up {:.2} s (compile, plans, instantiate); whole run {:.2} s = {:.2} GB/s; device memory {} MiB)",
+    let row = Row {
+        label: c.label,
+        stem: s.stem.clone(),
         mode,
-        setup.as_secs_f64(),
-        total.as_secs_f64(),
-        r.bytes_read as f64 / total.as_secs_f64() / 1e9,
-        engine.device_bytes() >> 20
-    );
-    Ok(r)
+        whole: r.bytes_read as f64 / total.as_secs_f64(),
+        blocks: r.input_rate(),
+        setup_s: setup.as_secs_f64(),
+        device_used: free_before.saturating_sub(free_after),
+        device_buffers: r.device_bytes,
+        host_rss: host_peak_rss(),
+    };
+    Ok((row, r))
 }
 
 /// Pinned host→device bandwidth, bytes per second (best of 5 copies of 256 MiB).

@@ -81,6 +81,11 @@ pub trait Engine {
     /// `"stage (host copy to pinned)"`, `"submit (H2D, GPU, D2H queued)"` and
     /// `"wait + collect"`.
     fn timings(&self) -> Vec<(&'static str, Duration)>;
+
+    /// Device memory the engine allocated for its buffers, bytes (0 for the CPU engine).
+    fn device_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// An error unless `block` has exactly the plan's `BLOCSIZE` bytes.

@@ -727,6 +727,10 @@ impl Engine for GpuEngine {
         Ok(())
     }
 
+    fn device_bytes(&self) -> usize {
+        GpuEngine::device_bytes(self)
+    }
+
     fn timings(&self) -> Vec<(&'static str, Duration)> {
         vec![
             ("stage (host copy to pinned)", self.stage_time),

@@ -117,6 +117,26 @@ pub struct StemReport {
     /// Unfinished outputs of earlier, interrupted runs found in the output directory (and
     /// removed where their process is gone).
     pub cleanup: Vec<Stale>,
+    /// The process's peak resident host memory so far, bytes ([`host_peak_rss`]).
+    pub host_peak_rss: Option<u64>,
+    /// Device memory the engine allocated for its buffers, bytes ([`Engine::device_bytes`]).
+    pub device_bytes: usize,
+}
+
+/// The process's peak resident set size (`VmHWM` of `/proc/self/status`), bytes: since the
+/// process started, or since `5` was last written to `/proc/self/clear_refs`. `None` where
+/// the system does not say (no `/proc`).
+pub fn host_peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }
 
 impl StemReport {
@@ -185,6 +205,18 @@ impl std::fmt::Display for StemReport {
             )?;
         }
         writeln!(f, " — reader, engine and writer run concurrently")?;
+        match self.host_peak_rss {
+            Some(rss) => write!(f, "  memory: host peak RSS {}", human_bytes(rss))?,
+            None => write!(f, "  memory: host peak RSS unknown")?,
+        }
+        if self.device_bytes > 0 {
+            write!(
+                f,
+                ", device buffers {}",
+                human_bytes(self.device_bytes as u64)
+            )?;
+        }
+        writeln!(f)?;
         for p in &self.plan.products {
             writeln!(
                 f,
@@ -561,5 +593,7 @@ pub fn run_stem<E: Engine>(
         plots: wdone.plot_time,
         messages: scan.report_lines(),
         cleanup,
+        host_peak_rss: host_peak_rss(),
+        device_bytes: engine.device_bytes(),
     })
 }

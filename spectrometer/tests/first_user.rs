@@ -254,6 +254,9 @@ fn warnings_are_printed_once_and_the_summary_times_the_plots() {
     );
     assert_eq!(all.matches("gap:").count(), 1, "{all}");
     assert!(all.contains(", plots "), "{all}");
+    assert!(all.contains("memory: host peak RSS "), "{all}");
+    let rss = spectrometer::pipeline::host_peak_rss().expect("Linux has /proc");
+    assert!(rss > 1 << 20, "{rss}");
 }
 
 #[test]
