@@ -97,7 +97,7 @@ fn main() -> anyhow::Result<()> {
     let mut ants3 = scan_spec(
         &base,
         "ants3",
-        48,
+        16,
         131_072,
         blocks_for(side, block_bytes * 3 / 4),
     );
