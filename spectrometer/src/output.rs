@@ -244,6 +244,17 @@ pub enum Stale {
     },
 }
 
+impl Stale {
+    /// The temporary.
+    pub fn path(&self) -> &Path {
+        match self {
+            Stale::Removed { path, .. }
+            | Stale::Running { path, .. }
+            | Stale::Unknown { path, .. } => path,
+        }
+    }
+}
+
 impl std::fmt::Display for Stale {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -314,7 +325,7 @@ pub fn remove_stale(dir: &Path, bases: &[(String, &str)]) -> Result<Vec<Stale>> 
             None => Stale::Unknown { path, pid },
         });
     }
-    found.sort_by(|a, b| format!("{a}").cmp(&format!("{b}")));
+    found.sort_by(|a, b| a.path().cmp(b.path()));
     Ok(found)
 }
 
