@@ -383,6 +383,26 @@ pub fn versions() -> Result<(Version, Version)> {
     Ok((Version::from_cuda(rt_v), Version::from_cuda(drv)))
 }
 
+/// Whose an object is: a device's (real memory, events), or a recording backend's (a
+/// placeholder with nothing behind it).
+#[derive(Debug)]
+pub(crate) enum Owner {
+    /// A real object of this device.
+    Cuda(Device),
+    /// A placeholder handed out by the recording backend with this id.
+    Recording(u64),
+}
+
+impl Owner {
+    /// The device (or recording backend) the object belongs to.
+    pub(crate) fn key(&self) -> DeviceKey {
+        match self {
+            Owner::Cuda(d) => d.key(),
+            Owner::Recording(id) => DeviceKey::Recording(*id),
+        }
+    }
+}
+
 /// Which device (or recording backend's device) an object belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeviceKey {

@@ -14,7 +14,8 @@
 //! ## Lifecycle
 //!
 //! 1. **Build**: [`Dag::add_kernel`], [`Dag::add_copy`], [`Dag::add_memset`], [`Dag::add_host`],
-//!    [`Dag::add_empty`], [`Dag::add_child`], [`Dag::add_fft`]; [`Dag::add_dependency`],
+//!    [`Dag::add_empty`], [`Dag::add_child`], [`Dag::add_fft`], [`Dag::add_event_record`],
+//!    [`Dag::add_event_wait`]; [`Dag::add_dependency`],
 //!    [`Dag::chain`], [`Dag::fan_out`], [`Dag::fan_in`]. Arguments, bounds and cycles are checked
 //!    here, and errors name the node.
 //! 2. **Validate** for a device: [`Dag::validate`] (launch shapes, devices). [`Dag::to_dot`]
@@ -26,7 +27,7 @@
 //! 5. **Launch and update**: [`Exec::launch`]; [`Exec::set_kernel_arg`],
 //!    [`Exec::set_kernel_args`], [`Exec::set_launch_config`], [`Exec::set_copy`],
 //!    [`Exec::set_memset_value`], [`Exec::set_host_fn`], [`Exec::set_enabled`],
-//!    [`Exec::set_fft_params`] per node; [`Exec::update`] / [`Exec::update_or_reinstantiate`]
+//!    [`Exec::set_fft_params`], [`Exec::set_event`] per node; [`Exec::update`] / [`Exec::update_or_reinstantiate`]
 //!    for the whole graph. An update applies to launches issued after it; queued launches keep
 //!    their parameters.
 //!
@@ -49,6 +50,7 @@
 //! | memset 1D / 2D | [`Dag::add_memset`], [`Dag::add_memset_2d`] | `cudaGraphAddNode` (memset) | `cudaGraphExecNodeSetParams` |
 //! | host closure | [`Dag::add_host`] | `cudaGraphAddNode` (host) | `cudaGraphExecNodeSetParams` |
 //! | empty | [`Dag::add_empty`] | `cudaGraphAddNode` (empty) | — |
+//! | event record / wait | [`Dag::add_event_record`], [`Dag::add_event_wait`] | `cudaGraphAddNode` (event record, wait event); the node keeps its [`Event`] alive | [`Exec::set_event`]: `cudaGraphExecNodeSetParams` |
 //! | child DAG | [`Dag::add_child`] | `cudaGraphAddNode` (graph, cloned) | whole-graph update |
 //! | FFT | [`Dag::add_fft`] | a parameter kernel node (`cudaGraphAddNode`) + `cufftExec*` captured with `cudaStreamBeginCaptureToGraph` ([`fft`]); unfused ([`Fusion`]): also a conversion kernel node | `cudaGraphExecKernelNodeSetParams` on the parameter (and conversion) node |
 //! | collective (NCCL) | [`Dag::add_all_reduce`] and the others of [`nccl`] | `ncclAllReduce` & co. captured with `cudaStreamBeginCaptureToGraph`, inside [`Communicators::instantiate`] | whole-graph rebuild |

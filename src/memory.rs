@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
-use crate::device::{Device, DeviceKey};
+use crate::device::{Device, Owner};
 use crate::error::{Error, Result};
 use crate::result::runtime as rt;
 use crate::stream::Stream;
@@ -43,24 +43,6 @@ pub enum MemorySpace {
     Device,
     /// Page-locked host memory (`cudaHostAlloc`), which the GPU can copy from asynchronously.
     PinnedHost,
-}
-
-#[derive(Debug)]
-pub(crate) enum Owner {
-    /// Real memory of this device.
-    Cuda(Device),
-    /// Placeholder addresses handed out by a recording backend (no memory behind them).
-    Recording(u64),
-}
-
-impl Owner {
-    /// The device (or recording backend) the memory belongs to.
-    pub(crate) fn key(&self) -> DeviceKey {
-        match self {
-            Owner::Cuda(d) => d.key(),
-            Owner::Recording(id) => DeviceKey::Recording(*id),
-        }
-    }
 }
 
 /// One allocation; freed when the last reference goes, after the GPU work that uses it.

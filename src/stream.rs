@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::device::Device;
+use crate::device::{Device, DeviceKey, Owner};
 use crate::error::{Error, Result};
 use crate::queue::{Queue, Tail};
 use crate::result::runtime as rt;
@@ -75,8 +75,9 @@ impl Stream {
     /// last record on another stream), without blocking the host (`cudaStreamWaitEvent`).
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         let tail = self.queue()?;
+        let raw = event.live()?;
         // SAFETY: both handles are live.
-        unsafe { rt::stream_wait_event(tail.raw(), event.raw) }
+        unsafe { rt::stream_wait_event(tail.raw(), raw) }
     }
 
     /// Waits until all work queued on the stream has finished, then reports the first error
@@ -99,16 +100,44 @@ pub(crate) fn check_not_in_host_node() -> Result<()> {
     Ok(())
 }
 
-/// A CUDA event with timing enabled, for ordering and measuring work.
+/// A CUDA event with timing enabled, for ordering and measuring work. Cheap to clone (clones
+/// are the same event); the event is destroyed when the last clone is dropped, so a graph's
+/// event record and wait nodes keep the events they use alive.
+#[derive(Clone)]
 pub struct Event {
-    raw: sys::cudaEvent_t,
-    device: Device,
+    pub(crate) inner: Arc<EventInner>,
 }
 
-// SAFETY: event handles may be used from any thread.
-unsafe impl Send for Event {}
-// SAFETY: as above.
-unsafe impl Sync for Event {}
+/// The event a [`Event`] and its clones share.
+pub(crate) struct EventInner {
+    raw: sys::cudaEvent_t,
+    /// Its device, or the recording backend whose placeholder it is.
+    pub(crate) owner: Owner,
+}
+
+// SAFETY: an event handle may be used from any thread (CUDA's API is thread-safe); the owner
+// is `Send`.
+unsafe impl Send for EventInner {}
+// SAFETY: as above; `EventInner` has no interior mutability of its own.
+unsafe impl Sync for EventInner {}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Event")
+            .field("raw", &self.inner.raw)
+            .field("device", &self.inner.owner.key())
+            .finish()
+    }
+}
+
+impl PartialEq for Event {
+    /// The same event (clones of one another).
+    fn eq(&self, other: &Event) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Eq for Event {}
 
 impl Event {
     /// Creates an event on `device`.
@@ -117,42 +146,82 @@ impl Event {
         // SAFETY: the event is owned by the returned value and destroyed in its Drop.
         let raw = unsafe { rt::event_create(sys::cudaEventDefault)? };
         Ok(Event {
-            raw,
-            device: device.clone(),
+            inner: Arc::new(EventInner {
+                raw,
+                owner: Owner::Cuda(device.clone()),
+            }),
         })
+    }
+
+    /// A recording backend's placeholder event: `raw` is a made-up handle that is never passed
+    /// to CUDA (every stream operation with it is an error).
+    pub(crate) fn placeholder(backend: u64, raw: usize) -> Event {
+        Event {
+            inner: Arc::new(EventInner {
+                raw: raw as sys::cudaEvent_t,
+                owner: Owner::Recording(backend),
+            }),
+        }
+    }
+
+    /// The raw handle, for graph nodes (which CUDA reads at lowering and update).
+    pub(crate) fn raw(&self) -> sys::cudaEvent_t {
+        self.inner.raw
+    }
+
+    /// The handle for a CUDA call: an error for a recording backend's placeholder.
+    fn live(&self) -> Result<sys::cudaEvent_t> {
+        match self.inner.owner {
+            Owner::Cuda(_) => Ok(self.inner.raw),
+            Owner::Recording(_) => Err(Error::Invalid(
+                "a recording backend's placeholder event cannot be used on a GPU".into(),
+            )),
+        }
+    }
+
+    /// The device the event belongs to (or the recording backend of a placeholder).
+    pub(crate) fn key(&self) -> DeviceKey {
+        self.inner.owner.key()
     }
 
     /// Records the event on `stream`: it completes when the work queued before it has.
     pub fn record(&self, stream: &Stream) -> Result<()> {
+        let raw = self.live()?;
         // SAFETY: both handles are live.
-        unsafe { rt::event_record(self.raw, stream.raw()) }
+        unsafe { rt::event_record(raw, stream.raw()) }
     }
 
     /// Whether the work before the event's last record has completed (`cudaEventQuery`);
     /// `true` for an event never recorded.
     pub fn query(&self) -> Result<bool> {
+        let raw = self.live()?;
         // SAFETY: the event is live.
-        unsafe { rt::event_query(self.raw) }
+        unsafe { rt::event_query(raw) }
     }
 
     /// Waits until the event has completed.
     pub fn synchronize(&self) -> Result<()> {
+        let raw = self.live()?;
         // SAFETY: the event is live.
-        unsafe { rt::event_synchronize(self.raw) }
+        unsafe { rt::event_synchronize(raw) }
     }
 
     /// Milliseconds between `self` and the later event `end` (both recorded and completed).
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
+        let (a, b) = (self.live()?, end.live()?);
         // SAFETY: both events are live; CUDA reports an error if either has not completed.
-        unsafe { rt::event_elapsed_ms(self.raw, end.raw) }
+        unsafe { rt::event_elapsed_ms(a, b) }
     }
 }
 
-impl Drop for Event {
+impl Drop for EventInner {
     fn drop(&mut self) {
-        // SAFETY: the handle is live and owned.
-        if let Err(e) = unsafe { rt::event_destroy(self.raw) } {
-            self.device.defer("an event", e);
+        if let Owner::Cuda(device) = &self.owner {
+            // SAFETY: the handle is live and owned; the last clone is gone, and the graphs
+            // that used it (which hold clones) have been dropped after their launches.
+            if let Err(e) = unsafe { rt::event_destroy(self.raw) } {
+                device.defer("an event", e);
+            }
         }
     }
 }

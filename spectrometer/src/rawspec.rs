@@ -1,5 +1,5 @@
 //! A drop-in for [rawspec](https://github.com/UCBerkeleySETI/rawspec)'s command line: its
-//! options, its defaults and its output file names, mapped onto a [`RunConfig`], so that an
+//! options, its defaults and its output file names, mapped onto a [`RunConfig`](crate::pipeline::RunConfig), so that an
 //! observatory script can switch programs by changing the program name.
 //!
 //! The mapping (rawspec's option → this program):

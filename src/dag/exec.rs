@@ -91,6 +91,7 @@ pub struct Exec {
 #[derive(Clone)]
 enum Retiree {
     Alloc(#[allow(dead_code)] Arc<Allocation>), // reason: held for its Drop only
+    Event(#[allow(dead_code)] crate::stream::Event), // reason: held for its Drop only
     Other(#[allow(dead_code)] Arc<Mutex<dyn Any + Send>>), // reason: held for its Drop only
 }
 
@@ -384,6 +385,12 @@ impl Exec {
                 std::mem::forget(item);
             }
         }
+    }
+
+    /// Keeps an event an update replaced until the launches that may use it have completed
+    /// (no allocation: the event is already shared).
+    pub(super) fn retire_event(&mut self, event: crate::stream::Event) {
+        self.retire(Retiree::Event(event));
     }
 
     pub(super) fn retire_other(&mut self, item: impl Any + Send) {

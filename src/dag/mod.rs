@@ -35,8 +35,9 @@ pub use exec::{Exec, InstantiateFlags, UpdateOutcome};
 pub use lower::{CudaBackend, RecordedCall, RecordingBackend};
 pub use nodes::{
     dst, src, Backend, CaptureFn, CaptureStream, CaptureWork, CapturedNode, ChildNode,
-    CollectiveNode, Copy2d, CopyKind, Dst, EdgeData, EmptyNode, FftNode, FftSpec, HostNode,
-    KernelNode, MemcpyNode, Memset2d, MemsetNode, MemsetValue, NodeKind, NodeParams, Op, Src,
+    CollectiveNode, Copy2d, CopyKind, Dst, EdgeData, EmptyNode, EventRecordNode, EventWaitNode,
+    FftNode, FftSpec, HostNode, KernelNode, MemcpyNode, Memset2d, MemsetNode, MemsetValue,
+    NodeKind, NodeParams, Op, Src,
 };
 
 /// A node of a [`Dag`]: a small copyable id.
@@ -772,6 +773,8 @@ impl Node {
     }
 }
 
+#[cfg(test)]
+mod event_tests;
 #[cfg(test)]
 mod kernel_tests;
 #[cfg(test)]

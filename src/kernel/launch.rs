@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use super::args::KernelArg;
 use super::library::ModuleInner;
+use crate::device::Owner;
 use crate::device::{Device, DeviceKey, DeviceLimits};
 use crate::error::{Error, Result};
-use crate::memory::{Allocation, Owner};
+use crate::memory::Allocation;
 use crate::result::runtime as rt;
 use crate::stream::Stream;
 use crate::sys;

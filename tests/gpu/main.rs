@@ -6,6 +6,7 @@
 
 mod common;
 mod dag;
+mod events;
 mod fft;
 mod foundation;
 mod nccl;
@@ -25,6 +26,7 @@ fn main() {
     let mut trials = Vec::new();
     trials.extend(foundation::tests());
     trials.extend(dag::tests());
+    trials.extend(events::tests());
     trials.extend(fft::tests());
     trials.extend(soundness::tests());
     trials.extend(nccl::tests());

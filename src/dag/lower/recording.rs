@@ -347,6 +347,26 @@ impl RecordingBackend {
         Kernel::recording(name, param_sizes, owner)
     }
 
+    /// A placeholder event of the home device (a made-up handle, never passed to CUDA: for
+    /// event record and wait nodes).
+    pub fn event(&mut self) -> crate::Event {
+        self.event_on(0)
+    }
+
+    /// [`RecordingBackend::event`] of device `index`.
+    ///
+    /// # Panics
+    /// If there is no device `index`.
+    pub fn event_on(&mut self, index: usize) -> crate::Event {
+        let DeviceKey::Recording(owner) = self.device_key(index) else {
+            unreachable!()
+        };
+        // Made-up handles from the placeholder address range, so each is distinct.
+        let raw = self.next_addr as usize;
+        self.next_addr += 256;
+        crate::Event::placeholder(owner, raw)
+    }
+
     /// The calls as text, one per line: `index function name deps params`.
     pub fn transcript(&self) -> String {
         let mut s = String::new();
@@ -480,6 +500,18 @@ fn describe_generic(raw: &sys::cudaGraphNodeParams) -> (&'static str, String) {
             ("memset", s)
         }
         T::cudaGraphNodeTypeHost => ("host", String::new()),
+        T::cudaGraphNodeTypeEventRecord => {
+            // SAFETY: the node type names `eventRecord` as the union member in use (the crate
+            // wrote it so); it is a plain handle.
+            let e = unsafe { u.eventRecord.event };
+            ("event_record", format!("event={:#x}", e as usize))
+        }
+        T::cudaGraphNodeTypeWaitEvent => {
+            // SAFETY: the node type names `eventWait` as the union member in use (the crate
+            // wrote it so); it is a plain handle.
+            let e = unsafe { u.eventWait.event };
+            ("event_wait", format!("event={:#x}", e as usize))
+        }
         T::cudaGraphNodeTypeEmpty => ("empty", String::new()),
         other => ("other", format!("{other:?}")),
     }

@@ -11,6 +11,7 @@ pub(crate) mod backend;
 pub(crate) mod captured;
 pub(crate) mod child;
 pub(crate) mod empty;
+pub(crate) mod event;
 pub(crate) mod fft;
 pub(crate) mod host;
 pub(crate) mod kernel;
@@ -25,6 +26,7 @@ pub use backend::{Backend, CaptureWork, EdgeData, NodeParams};
 pub use captured::{CaptureFn, CaptureStream, CapturedNode};
 pub use child::ChildNode;
 pub use empty::EmptyNode;
+pub use event::{EventRecordNode, EventWaitNode};
 pub use fft::{FftNode, FftSpec};
 pub use host::HostNode;
 pub use kernel::KernelNode;
@@ -261,6 +263,10 @@ node_kinds! {
     Captured(CapturedNode) = "captured",
     /// One rank's part of an NCCL collective or send/receive.
     Collective(Box<CollectiveNode>) = "collective",
+    /// Records an event.
+    EventRecord(EventRecordNode) = "record",
+    /// Waits for an event.
+    EventWait(EventWaitNode) = "wait",
 }
 
 impl Op {
