@@ -27,6 +27,11 @@ pub struct DeviceLimits {
     /// Shared memory a block may use after opting in with
     /// [`Kernel::set_max_dynamic_shared_mem`](crate::Kernel::set_max_dynamic_shared_mem) (bytes).
     pub max_shared_mem_per_block_optin: usize,
+    /// Streaming multiprocessors (how many blocks of a cooperative launch fit at once is this
+    /// times the kernel's resident blocks per multiprocessor).
+    pub multiprocessors: u32,
+    /// The largest L2 access-policy window, bytes (`cudaDevAttrMaxAccessPolicyWindowSize`).
+    pub max_access_policy_window: usize,
 }
 
 impl DeviceLimits {
@@ -39,6 +44,8 @@ impl DeviceLimits {
             max_grid_dim: [i32::MAX as u32, 65535, 65535],
             max_shared_mem_per_block: 48 * 1024,
             max_shared_mem_per_block_optin: 227 * 1024,
+            multiprocessors: 132,
+            max_access_policy_window: 134_213_632,
         }
     }
 }
@@ -190,6 +197,8 @@ impl Device {
             max_shared_mem_per_block: attr(A::cudaDevAttrMaxSharedMemoryPerBlock)? as usize,
             max_shared_mem_per_block_optin: attr(A::cudaDevAttrMaxSharedMemoryPerBlockOptin)?
                 as usize,
+            multiprocessors: attr(A::cudaDevAttrMultiProcessorCount)?,
+            max_access_policy_window: attr(A::cudaDevAttrMaxAccessPolicyWindowSize)? as usize,
         };
         // SAFETY: `ordinal` is valid.
         let raw = unsafe { rt::device_properties(ordinal)? };

@@ -44,7 +44,7 @@
 //!
 //! | DAG node | builder | CUDA runtime call | per-node update on [`Exec`] |
 //! |---|---|---|---|
-//! | kernel | [`Dag::add_kernel`] | `cudaGraphAddKernelNode` (priority with `cudaGraphKernelNodeSetAttribute`) | `cuGraphExecKernelNodeSetParams` (driver API) |
+//! | kernel | [`Dag::add_kernel`] | `cudaGraphAddKernelNode`; [`LaunchAttributes`] ([`Dag::set_launch_attributes`]: priority, cluster dimensions, cooperative, carve-out, L2 access-policy window, memory-sync domain) with `cudaGraphKernelNodeSetAttribute` | `cuGraphExecKernelNodeSetParams` (driver API) |
 //! | copy 1D | [`Dag::add_copy`] | `cudaGraphAddMemcpyNode1D` (no pitch limit) | `cudaGraphExecMemcpyNodeSetParams1D` |
 //! | copy 2D | [`Dag::add_memcpy_2d`] | `cudaGraphAddNode` (memcpy, `cudaMemcpy3DParms`) | whole-graph update |
 //! | memset 1D / 2D | [`Dag::add_memset`], [`Dag::add_memset_2d`] | `cudaGraphAddNode` (memset) | `cudaGraphExecNodeSetParams` |
@@ -160,8 +160,9 @@ pub use fft::{
     FftPlanDesc, FftType, Fusion, FusionDecision, Layout, LoadCallback, StoreCallback, StreamFft,
 };
 pub use kernel::{
-    compile, nvrtc_version, CodeKind, CompileOptions, Compiled, Dim3, Kernel, KernelArg,
-    LaunchConfig, Module, ParamInfo,
+    compile, nvrtc_version, AccessPolicy, AccessProperty, CodeKind, CompileOptions, Compiled, Dim3,
+    Kernel, KernelArg, LaunchAttributes, LaunchConfig, MemSyncDomain, Module, ParamInfo,
+    MAX_PORTABLE_CLUSTER,
 };
 pub use memory::{DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace, Region};
 pub use nccl::{Comm, Communicators, NcclType, ReduceOp};

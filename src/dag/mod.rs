@@ -774,6 +774,8 @@ impl Node {
 }
 
 #[cfg(test)]
+mod attribute_tests;
+#[cfg(test)]
 mod event_tests;
 #[cfg(test)]
 mod kernel_tests;

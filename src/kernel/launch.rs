@@ -141,6 +141,26 @@ impl Kernel {
         Ok(())
     }
 
+    /// How many blocks of `block_threads` threads with `dynamic_smem` bytes of dynamic shared
+    /// memory fit on one multiprocessor at once (`cudaOccupancyMaxActiveBlocksPerMultiprocessor`),
+    /// or `None` for a recording backend's kernel (which has no code to measure).
+    pub fn max_active_blocks_per_multiprocessor(
+        &self,
+        block_threads: u32,
+        dynamic_smem: usize,
+    ) -> Result<Option<u32>> {
+        let (Some(raw), Ok(device)) = (self.inner.raw, self.home()) else {
+            return Ok(None);
+        };
+        device.bind()?;
+        let threads = i32::try_from(block_threads).unwrap_or(i32::MAX);
+        // SAFETY: the kernel is live (its module is held by `self`), of the current device.
+        let n = unsafe {
+            rt::occupancy_max_active_blocks(raw as *const c_void, threads, dynamic_smem)?
+        };
+        Ok(Some(n.max(0) as u32))
+    }
+
     /// The raw handle, or `None` for a recording backend's kernel.
     pub(crate) fn raw(&self) -> Option<sys::cudaKernel_t> {
         self.inner.raw

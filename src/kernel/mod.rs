@@ -7,6 +7,8 @@
 //! - `launch`: [`Kernel`] and its [`ParamInfo`] layout, argument and launch-shape checks,
 //!   stream launches, [`Dim3`], [`LaunchConfig`].
 //! - `args`: [`KernelArg`], [`args!`](crate::args).
+//! - `attributes`: [`LaunchAttributes`] of kernel nodes (priority, clusters, cooperative
+//!   launch, carve-out, L2 access-policy window, memory-sync domain) and their checks.
 //! - `packed`: `PackedArgs` (arguments at the parameter offsets, as nodes keep them),
 //!   `ArgArena`, `ArgScratch`.
 //! - `arena`: `Arena`, the shared chunks a DAG's kernel nodes carve their argument blocks from.
@@ -15,6 +17,7 @@
 
 mod arena;
 mod args;
+mod attributes;
 mod compile;
 mod launch;
 mod library;
@@ -22,6 +25,9 @@ mod module;
 mod packed;
 
 pub use args::KernelArg;
+pub use attributes::{
+    AccessPolicy, AccessProperty, LaunchAttributes, MemSyncDomain, MAX_PORTABLE_CLUSTER,
+};
 pub use compile::{compile, nvrtc_version, CodeKind, CompileOptions, Compiled};
 pub use launch::{Dim3, Kernel, LaunchConfig, ParamInfo};
 pub use module::Module;

@@ -4,6 +4,7 @@
 //! reported as *ignored* with the reason; with `CUDAGRAPH_REQUIRE_GPU=1` it must run, and fails
 //! if it cannot.
 
+mod attributes;
 mod common;
 mod dag;
 mod events;
@@ -27,6 +28,7 @@ fn main() {
     trials.extend(foundation::tests());
     trials.extend(dag::tests());
     trials.extend(events::tests());
+    trials.extend(attributes::tests());
     trials.extend(fft::tests());
     trials.extend(soundness::tests());
     trials.extend(nccl::tests());

@@ -176,9 +176,13 @@ impl sealed::Lower for CudaBackend {
                     // SAFETY: as above; `edges` has one entry per dependency.
                     unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? }
                 };
-                if let Some(prio) = k.priority {
-                    // SAFETY: `node` is the kernel node just added.
-                    unsafe { rt::graph_kernel_node_set_priority(node, prio)? };
+                if let Some(a) = k.attributes() {
+                    for (id, value) in a.raw() {
+                        // SAFETY: `node` is the kernel node just added; `raw` writes the member
+                        // each attribute reads, and the access-policy window's buffer is kept
+                        // alive by the DAG (and any Exec made from it).
+                        unsafe { rt::graph_kernel_node_set_attribute(node, id, &value)? };
+                    }
                 }
                 Ok(node)
             }

@@ -121,7 +121,8 @@ enum Params {
         smem: u32,
         /// The packed argument values, parameter after parameter (sizes from `kernel`).
         args: Range<usize>,
-        priority: Option<i32>,
+        /// The launch attributes in words (` priority=-2 cluster=(2,1,1)` …), if any.
+        attrs: Option<String>,
         /// Words put after the parameters (edge data), usually empty.
         suffix: String,
     },
@@ -247,7 +248,7 @@ impl RecordingBackend {
                 block,
                 smem,
                 args,
-                priority,
+                attrs,
                 suffix,
             } => {
                 let kernel = &self.kernels[*kernel];
@@ -267,8 +268,8 @@ impl RecordingBackend {
                     at += p.size;
                 }
                 s.push(']');
-                if let Some(prio) = priority {
-                    let _ = write!(s, " priority={prio}");
+                if let Some(a) = attrs {
+                    s.push_str(a);
                 }
                 s.push_str(suffix);
                 s
@@ -435,7 +436,7 @@ impl RecordingBackend {
             block: dim(raw.blockDim),
             smem: raw.sharedMemBytes,
             args: a..self.arg_bytes.len(),
-            priority: k.priority,
+            attrs: k.attributes().map(|a| a.recording_words()),
             suffix,
         };
         self.record(function, "kernel", name, deps, params)

@@ -7,32 +7,72 @@ use super::{wrong_device, Label, NodeOp, On};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
+use crate::device::DeviceLimits;
 use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;
-use crate::kernel::{Kernel, KernelArg, LaunchConfig, PackedArgs};
+use crate::kernel::{Kernel, KernelArg, LaunchAttributes, LaunchConfig, PackedArgs};
 use crate::memory::Allocation;
 use crate::result::driver as dr;
 use crate::result::runtime as rt;
 use crate::sys;
 
+/// A kernel node's launch: its shape, and its attributes when it has any (boxed with the
+/// shape, so that a node without attributes is no larger than its shape and the enum's tag
+/// leaves [`Op`] room for its own).
+#[derive(Clone)]
+pub(crate) enum Launch {
+    /// A shape without attributes.
+    Plain(LaunchConfig),
+    /// A shape with attributes.
+    Attributed(Box<(LaunchConfig, LaunchAttributes)>),
+}
+
+impl Launch {
+    /// The launch for `config` with `attrs` (plain when none is set).
+    pub(crate) fn new(config: LaunchConfig, attrs: LaunchAttributes) -> Launch {
+        if attrs.is_empty() {
+            Launch::Plain(config)
+        } else {
+            Launch::Attributed(Box::new((config, attrs)))
+        }
+    }
+}
+
 /// A kernel launch: kernel, launch shape and packed arguments.
 #[derive(Clone)]
 pub struct KernelNode {
-    pub(crate) config: LaunchConfig,
+    /// The shape and launch attributes ([`Dag::set_launch_attributes`], [`Dag::set_priority`]).
+    pub(crate) launch: Launch,
     /// The arguments, packed for the node's kernel (which they hold).
     pub(crate) args: PackedArgs,
-    /// Launch priority (`cudaLaunchAttributePriority`), if set with [`Dag::set_priority`].
-    pub(crate) priority: Option<i32>,
 }
 
 impl KernelNode {
+    /// A node of `config` with `args` and no launch attributes.
+    pub(crate) fn new(config: LaunchConfig, args: PackedArgs) -> KernelNode {
+        KernelNode {
+            launch: Launch::Plain(config),
+            args,
+        }
+    }
     /// The kernel.
     pub fn kernel(&self) -> &Kernel {
         self.args.kernel()
     }
     /// The launch shape.
+    #[inline]
     pub fn config(&self) -> LaunchConfig {
-        self.config
+        match &self.launch {
+            Launch::Plain(c) => *c,
+            Launch::Attributed(b) => b.0,
+        }
+    }
+    /// Replaces the launch shape (the attributes stay).
+    pub(crate) fn set_config(&mut self, config: LaunchConfig) {
+        match &mut self.launch {
+            Launch::Plain(c) => *c = config,
+            Launch::Attributed(b) => b.0 = config,
+        }
     }
     /// The bytes of argument `i`.
     pub fn arg_bytes(&self, i: usize) -> &[u8] {
@@ -44,7 +84,49 @@ impl KernelNode {
     }
     /// The launch priority, if one was set.
     pub fn priority(&self) -> Option<i32> {
-        self.priority
+        self.attributes().and_then(|a| a.priority)
+    }
+    /// The launch attributes, if any are set.
+    pub fn attributes(&self) -> Option<&LaunchAttributes> {
+        match &self.launch {
+            Launch::Plain(_) => None,
+            Launch::Attributed(b) => Some(&b.1),
+        }
+    }
+
+    /// What is wrong with the node's attributes for a launch of shape `config` on the device
+    /// of `limits` (and, for a CUDA kernel, with its occupancy for a cooperative launch), if
+    /// anything.
+    fn attributes_problem(
+        &self,
+        config: &LaunchConfig,
+        limits: &DeviceLimits,
+    ) -> Result<Option<String>> {
+        let Some(a) = self.attributes() else {
+            return Ok(None);
+        };
+        if let Some(p) = a.problem(config).or_else(|| a.device_problem(limits)) {
+            return Ok(Some(p));
+        }
+        if a.cooperative {
+            let (g, b) = (config.grid, config.block);
+            let threads = b.x.saturating_mul(b.y).saturating_mul(b.z);
+            let per_sm = self
+                .kernel()
+                .max_active_blocks_per_multiprocessor(threads, config.shared_mem_bytes as usize)?;
+            if let Some(per_sm) = per_sm {
+                let fit = per_sm as u64 * limits.multiprocessors as u64;
+                let blocks = g.x as u64 * g.y as u64 * g.z as u64;
+                if blocks > fit {
+                    return Ok(Some(format!(
+                        "a cooperative launch of {blocks} blocks does not fit at once: {per_sm} \
+                         per multiprocessor × {} multiprocessors = {fit}",
+                        limits.multiprocessors
+                    )));
+                }
+            }
+        }
+        Ok(None)
     }
 
     /// The kernel parameters CUDA takes (the kernel's address is null for a recording
@@ -55,9 +137,9 @@ impl KernelNode {
                 .kernel()
                 .raw()
                 .map_or(std::ptr::null_mut(), |k| k as *mut c_void),
-            gridDim: self.config.grid.into(),
-            blockDim: self.config.block.into(),
-            sharedMemBytes: self.config.shared_mem_bytes,
+            gridDim: self.config().grid.into(),
+            blockDim: self.config().block.into(),
+            sharedMemBytes: self.config().shared_mem_bytes,
             kernelParams: self.args.kernel_params(),
             extra: std::ptr::null_mut(),
         }
@@ -228,16 +310,28 @@ impl NodeOp for KernelNode {
         let launch = (
             Arc::as_ptr(&self.kernel().inner) as usize,
             self.kernel().max_dynamic_shared_mem(),
-            self.config,
+            self.config(),
         );
-        if on.target.accepted_launch.get() == Some(launch) {
-            return Ok(());
-        }
         let limits = self
             .kernel()
             .home()
             .map_or(on.target.limits, |d| d.limits());
-        if let Some(problem) = self.kernel().launch_problem(limits, &self.config) {
+        if let Some(a) = self.attributes() {
+            if let Some(w) = a.window_allocation() {
+                on.check_reach(name, &"access-policy window's", w)?;
+            }
+            if let Some(problem) = self.attributes_problem(&self.config(), limits)? {
+                return Err(Error::Dag(DagError::LaunchShape {
+                    node: name.to_string(),
+                    kernel: self.kernel().name().to_string(),
+                    problem,
+                }));
+            }
+        }
+        if on.target.accepted_launch.get() == Some(launch) {
+            return Ok(());
+        }
+        if let Some(problem) = self.kernel().launch_problem(limits, &self.config()) {
             return Err(Error::Dag(DagError::LaunchShape {
                 node: name.to_string(),
                 kernel: self.kernel().name().to_string(),
@@ -248,10 +342,13 @@ impl NodeOp for KernelNode {
         Ok(())
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
-        self.args.buffers().iter().flatten().for_each(f)
+        self.args.buffers().iter().flatten().for_each(&mut *f);
+        if let Some(w) = self.attributes().and_then(|a| a.window_allocation()) {
+            f(w);
+        }
     }
     fn label(&self) -> Label {
-        let c = self.config;
+        let c = self.config();
         let mut lines = vec![
             format!("kernel {}", self.kernel().name()),
             format!("grid {} block {}", c.grid, c.block),
@@ -261,6 +358,9 @@ impl NodeOp for KernelNode {
                 "smem {}",
                 super::bytes(c.shared_mem_bytes as usize)
             ));
+        }
+        if let Some(a) = self.attributes() {
+            lines.extend(a.describe());
         }
         Label {
             lines,
@@ -295,18 +395,37 @@ impl Dag {
             }));
         }
         let args = PackedArgs::new_in(&mut self.arg_arena, kernel, args);
-        Ok(self.push(Op::Kernel(KernelNode {
-            config,
-            args,
-            priority: None,
-        })))
+        Ok(self.push(Op::Kernel(KernelNode::new(config, args))))
     }
 
     /// Sets the launch priority of kernel node `id` (`cudaLaunchAttributePriority`; a lower
     /// number is a higher priority, as for stream priorities). CUDA honours it only when the
     /// graph is instantiated with [`InstantiateFlags::use_node_priority`](crate::InstantiateFlags::use_node_priority).
     pub fn set_priority(&mut self, id: NodeId, priority: i32) -> Result<()> {
-        self.node_mut(id)?.kernel_mut()?.priority = Some(priority);
+        let k = self.node_mut(id)?.kernel_mut()?;
+        let mut attrs = k.attributes().cloned().unwrap_or_default();
+        attrs.priority = Some(priority);
+        k.launch = Launch::new(k.config(), attrs);
+        Ok(())
+    }
+
+    /// Sets the launch attributes of kernel node `id` (replacing any set before, the priority
+    /// included): cluster dimensions, cooperative launch, shared-memory carve-out, an L2
+    /// access-policy window, the memory-sync domain. What does not depend on the device is
+    /// checked now against the node's launch shape (an error names the node and the kernel);
+    /// the rest when the DAG is validated. The node keeps the window's buffer alive.
+    pub fn set_launch_attributes(&mut self, id: NodeId, attrs: LaunchAttributes) -> Result<()> {
+        let node = self.node_mut(id)?;
+        let name = node.name().to_string();
+        let k = node.kernel_mut()?;
+        if let Some(problem) = attrs.problem(&k.config()) {
+            return Err(Error::Dag(DagError::LaunchShape {
+                node: name,
+                kernel: k.kernel().name().to_string(),
+                problem,
+            }));
+        }
+        k.launch = Launch::new(k.config(), attrs);
         Ok(())
     }
 
@@ -324,7 +443,7 @@ impl Dag {
     /// Replaces a kernel node's launch shape (checked at validation).
     pub fn set_launch_config(&mut self, id: NodeId, config: LaunchConfig) -> Result<()> {
         let node = self.node_mut(id)?;
-        node.kernel_mut()?.config = config;
+        node.kernel_mut()?.set_config(config);
         Ok(())
     }
 }
@@ -539,7 +658,9 @@ impl Exec {
         Ok(())
     }
 
-    /// Replaces the launch shape of kernel node `id` (checked against the device).
+    /// Replaces the launch shape of kernel node `id` (checked against the device, and against
+    /// the node's launch attributes: a cluster must still divide the grid, a cooperative grid
+    /// still fit).
     pub fn set_launch_config(&mut self, id: NodeId, config: LaunchConfig) -> Result<()> {
         let node = self.dag.node(id)?;
         let k = node.kernel()?;
@@ -548,7 +669,11 @@ impl Exec {
             .kernel()
             .home()
             .map_or(self.device.limits(), |d| d.limits());
-        if let Some(problem) = k.kernel().launch_problem(limits, &config) {
+        let problem = match k.kernel().launch_problem(limits, &config) {
+            Some(p) => Some(p),
+            None => k.attributes_problem(&config, limits)?,
+        };
+        if let Some(problem) = problem {
             return Err(Error::Dag(DagError::LaunchShape {
                 node: node.name().to_string(),
                 kernel: k.kernel().name().to_string(),
@@ -557,7 +682,7 @@ impl Exec {
         }
         let h = self.handle(id)?;
         self.push_kernel_params(id, h, Some(config), std::iter::empty())?;
-        self.dag.node_mut(id)?.kernel_mut()?.config = config;
+        self.dag.node_mut(id)?.kernel_mut()?.set_config(config);
         Ok(())
     }
 }

@@ -210,14 +210,28 @@ pub unsafe fn graph_kernel_node_set_priority(
     node: sys::cudaGraphNode_t,
     priority: i32,
 ) -> Result<()> {
-    // SAFETY of the union write: `priority` is a plain `int` member.
-    let mut v: sys::cudaLaunchAttributeValue = unsafe { std::mem::zeroed() };
-    v.priority = priority;
-    rt!(cudaGraphKernelNodeSetAttribute(
-        node,
-        sys::cudaLaunchAttributeID::cudaLaunchAttributePriority,
-        &v
-    ))
+    let v = sys::cudaLaunchAttributeValue { priority };
+    // SAFETY: as this function's contract; `priority` is the member this attribute reads.
+    unsafe {
+        graph_kernel_node_set_attribute(
+            node,
+            sys::cudaLaunchAttributeID::cudaLaunchAttributePriority,
+            &v,
+        )
+    }
+}
+
+/// `cudaGraphKernelNodeSetAttribute`: sets launch attribute `id` of a kernel node to `value`.
+///
+/// # Safety
+/// `node` is a live kernel node; `value`'s member for `id` is the one written, and any memory
+/// it points to (an access-policy window) stays valid while the graph may run.
+pub unsafe fn graph_kernel_node_set_attribute(
+    node: sys::cudaGraphNode_t,
+    id: sys::cudaLaunchAttributeID,
+    value: &sys::cudaLaunchAttributeValue,
+) -> Result<()> {
+    rt!(cudaGraphKernelNodeSetAttribute(node, id, value))
 }
 
 /// `cudaGraphKernelNodeGetAttribute` with `cudaLaunchAttributePriority`.

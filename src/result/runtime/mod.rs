@@ -220,6 +220,27 @@ pub unsafe fn free_host(ptr: *mut c_void) -> Result<()> {
     rt!(cudaFreeHost(ptr))
 }
 
+/// `cudaOccupancyMaxActiveBlocksPerMultiprocessor`: how many blocks of `block_threads` threads
+/// and `dynamic_smem` bytes of dynamic shared memory of kernel `func` fit on one multiprocessor
+/// at once.
+///
+/// # Safety
+/// `func` is a live kernel handle (a `cudaKernel_t` cast to a pointer).
+pub unsafe fn occupancy_max_active_blocks(
+    func: *const c_void,
+    block_threads: i32,
+    dynamic_smem: usize,
+) -> Result<i32> {
+    let mut n = 0;
+    rt!(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &mut n,
+        func,
+        block_threads,
+        dynamic_smem
+    ))?;
+    Ok(n)
+}
+
 /// `cudaMemGetInfo`: free and total device memory of the current device, bytes.
 ///
 /// # Safety

@@ -513,11 +513,7 @@ fn add_kernel_nodes(
                 f.plan.setter_blob(form, &f.params),
                 f.plan.setter_bytes(form),
             )?;
-            let node = KernelNode {
-                args,
-                config: LaunchConfig::new(1, 32),
-                priority: None,
-            };
+            let node = KernelNode::new(LaunchConfig::new(1, 32), args);
             let h = add_kernel_node(graph, deps, &node)?;
             Some((NodeHandle(h), node))
         }
@@ -527,11 +523,10 @@ fn add_kernel_nodes(
     let convert = match &state.unfused {
         Some(u) => {
             let buffer = state.params.as_ref().map(|p| p.ptr);
-            let node = KernelNode {
-                args: u.packed(f.input.raw_addr(), u.load_arg(buffer, &f.params))?,
-                config: u.config(),
-                priority: None,
-            };
+            let node = KernelNode::new(
+                u.config(),
+                u.packed(f.input.raw_addr(), u.load_arg(buffer, &f.params))?,
+            );
             // A custom conversion reads the parameter buffer: after the setter, which the
             // capture then depends on through it.
             let after: Vec<_> = match (&setter, u.custom) {
