@@ -22,7 +22,7 @@ pub fn tests() -> Vec<Trial> {
     ]
 }
 
-const SOURCE: &str = r#"
+pub(crate) const SOURCE: &str = r#"
 // Each block writes the size of its cluster and its rank in it (PTX special registers).
 extern "C" __global__ void cluster_size(unsigned int* out) {
     unsigned int n, rank;

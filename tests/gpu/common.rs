@@ -106,6 +106,27 @@ pub fn nccl_test(name: &str, f: fn(&Gpu) -> anyhow::Result<()>) -> Trial {
     }
 }
 
+/// A test that needs NVRTC but no GPU (NVRTC compiles on the host): run where NVRTC can be
+/// loaded, *ignored* with the reason elsewhere, and failed without NVRTC when
+/// `CUDAGRAPH_REQUIRE_NVRTC=1` or `CUDAGRAPH_REQUIRE_GPU=1` (`.ci/run` installs NVRTC from its
+/// wheel and sets the former).
+pub fn nvrtc_test(name: &str, f: fn() -> anyhow::Result<()>) -> Trial {
+    Trial::ignorable_test(name, move || match cudagraph::nvrtc_version() {
+        Ok(_) => {
+            f().map_err(|e| format!("{e:#}"))?;
+            Ok(Completion::Completed)
+        }
+        Err(e)
+            if gpu_required()
+                || std::env::var("CUDAGRAPH_REQUIRE_NVRTC").is_ok_and(|v| v == "1") =>
+        {
+            Err(format!("NVRTC is required but cannot be loaded: {e}").into())
+        }
+        Err(e) => Ok(Completion::ignored_with(format!("no NVRTC: {e}"))),
+    })
+    .with_kind("nvrtc")
+}
+
 /// Asserts two float slices agree within `tol` (absolute + relative to the reference).
 pub fn assert_close(got: &[f32], want: &[f32], tol: f32) -> anyhow::Result<()> {
     anyhow::ensure!(

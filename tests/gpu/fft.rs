@@ -1299,7 +1299,7 @@ fn both_forms_stream_fft(gpu: &Gpu) -> anyhow::Result<()> {
 /// Custom int8 load callbacks (a gain and an input override address, read through
 /// `callerInfo`; all-zero parameters read zeros times zero): complex (C2C), real (R2C) and
 /// complex into double precision (Z2Z).
-const CUSTOM_I8: &str = r#"
+pub(crate) const CUSTOM_I8: &str = r#"
 struct i8_params { float gain; unsigned pad; unsigned long long ptr; };
 __device__ float2 i8_load_c(void* dataIn, unsigned long long offset, void* info, void* smem) {
     const i8_params* p = (const i8_params*)info;

@@ -2,7 +2,8 @@
 //!
 //! Every test here needs a GPU and goes through [`common::gpu_test`]: without a usable GPU it is
 //! reported as *ignored* with the reason; with `CUDAGRAPH_REQUIRE_GPU=1` it must run, and fails
-//! if it cannot.
+//! if it cannot. The `sources::` tests need only NVRTC ([`common::nvrtc_test`]): they compile the
+//! suite's CUDA sources on the host.
 
 mod attributes;
 mod common;
@@ -13,6 +14,7 @@ mod foundation;
 mod nccl;
 mod placement;
 mod soundness;
+mod sources;
 
 fn main() {
     // SAFETY: first thing in main: no other thread exists yet (nothing has touched CUDA).
@@ -33,5 +35,6 @@ fn main() {
     trials.extend(soundness::tests());
     trials.extend(nccl::tests());
     trials.extend(placement::tests());
+    trials.extend(sources::tests());
     libtest_mimic::run(&args, trials).exit();
 }

@@ -1,0 +1,44 @@
+//! The suite's CUDA sources compile with NVRTC, on the host (no GPU needed): a broken test
+//! kernel shows up in CI instead of on the GPU machine.
+
+use cudagraph::{compile, CodeKind, CompileOptions};
+use libtest_mimic::Trial;
+
+use crate::common::{nvrtc_test, KERNELS};
+
+pub fn tests() -> Vec<Trial> {
+    vec![nvrtc_test(
+        "sources::compile_with_nvrtc",
+        compile_with_nvrtc,
+    )]
+}
+
+fn compile_with_nvrtc() -> anyhow::Result<()> {
+    let sources = [
+        ("common::KERNELS", KERNELS, CodeKind::Cubin),
+        (
+            "attributes::SOURCE",
+            crate::attributes::SOURCE,
+            CodeKind::Cubin,
+        ),
+        // A custom FFT callback: as cuFFT links it (LTO-IR) and as the unfused form's
+        // conversion kernel compiles it (ordinary device code).
+        ("fft::CUSTOM_I8", crate::fft::CUSTOM_I8, CodeKind::LtoIr),
+        ("fft::CUSTOM_I8", crate::fft::CUSTOM_I8, CodeKind::Cubin),
+    ];
+    let mut failed = Vec::new();
+    for (name, source, kind) in sources {
+        let opts = CompileOptions {
+            name: format!("{name}.cu"),
+            arch: Some((9, 0)),
+            kind,
+            ..CompileOptions::default()
+        };
+        match compile(None, source, &opts) {
+            Ok(c) => anyhow::ensure!(!c.image.is_empty(), "{name}: empty image"),
+            Err(e) => failed.push(format!("{name} ({kind:?}): {e}")),
+        }
+    }
+    anyhow::ensure!(failed.is_empty(), "{}", failed.join("\n"));
+    Ok(())
+}
