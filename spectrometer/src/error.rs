@@ -191,6 +191,14 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// An FBH5 (HDF5 filterbank) file could not be written or read.
+    #[error("{}: FBH5: {reason}", path.display())]
+    Fbh5 {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong (HDF5's message).
+        reason: String,
+    },
     /// Plotting failed.
     #[error("{}: cannot draw the plot: {reason}", path.display())]
     Plot {
@@ -199,6 +207,10 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// Something this build or this program does not do (the message says what, and how to get
+    /// it where there is a way).
+    #[error("not supported: {0}")]
+    Unsupported(String),
     /// An engine reported an error.
     #[error("engine: {0}")]
     Engine(String),

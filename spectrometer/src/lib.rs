@@ -10,6 +10,7 @@
 //! - [`cpu`]: the CPU reference engine;
 //! - [`gpu`]: the GPU engine (one cudagraph DAG, launched once per block);
 //! - [`filterbank`]: the SIGPROC writer and reader;
+//! - `fbh5` (feature `fbh5`): the FBH5 (HDF5 filterbank) writer and reader;
 //! - [`plot`]: the PNG plots;
 //! - [`pipeline`]: a run (reader thread → engine → writer thread);
 //! - [`output`]: outputs written as temporaries and renamed together at the end, removed on an
@@ -26,6 +27,8 @@
 pub mod cpu;
 pub mod engine;
 pub mod error;
+#[cfg(feature = "fbh5")]
+pub mod fbh5;
 pub mod filterbank;
 pub mod generate;
 pub mod gpu;

@@ -10,7 +10,7 @@ use spectrometer::cpu::CpuEngine;
 use spectrometer::filterbank::Filterbank;
 use spectrometer::generate::{generate, GenerateSpec, Tone};
 use spectrometer::gpu::{GpuEngine, GpuMode};
-use spectrometer::pipeline::{run_stem, EngineKind, RunConfig};
+use spectrometer::pipeline::{run_stem, EngineKind, OutputFormat, RunConfig};
 use spectrometer::plan::{AntennaMode, Plan, ProductSpec, Selection, MAX_PRODUCTS};
 use spectrometer::rawspec::{Naming, RawspecOptions};
 use spectrometer::scan::Scan;
@@ -63,6 +63,14 @@ enum AntModeArg {
     Sum,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum FormatArg {
+    /// SIGPROC filterbank (`.fil`).
+    Fil,
+    /// FBH5, HDF5 filterbank (`.h5`; a build with the `fbh5` feature).
+    H5,
+}
+
 #[derive(Args)]
 struct RunArgs {
     /// Stems (`dir/name` for `dir/name.0000.raw`, …) or any one file of each sequence.
@@ -75,6 +83,9 @@ struct RunArgs {
     /// Output directory (created if absent).
     #[arg(short, long, default_value = ".")]
     out_dir: PathBuf,
+    /// Spectra file format.
+    #[arg(long, value_enum, default_value = "fil")]
+    format: FormatArg,
     /// Engine.
     #[arg(long, value_enum, default_value = "cpu")]
     device: DeviceArg,
@@ -415,7 +426,14 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
         machine_id: a.machine_id,
         naming: Naming::Native,
         save_headers: false,
+        format: match a.format {
+            FormatArg::Fil => OutputFormat::Filterbank,
+            FormatArg::H5 => OutputFormat::Fbh5,
+        },
     };
+    if !cfg.format.available() {
+        bail!("--format h5 needs a build with the fbh5 feature: cargo build --release -p cudagraph-spectrometer --features fbh5 (see the README)");
+    }
     for input in &cfg.inputs {
         let scan = Scan::open(input)?;
         for line in scan.report_lines() {
@@ -541,6 +559,11 @@ fn cmd_rawspec(a: RawspecArgs) -> anyhow::Result<()> {
             machine_id: spectrometer::rawspec::MACHINE_ID,
             naming: req.naming,
             save_headers: opts.hdrs,
+            format: if opts.fbh5 {
+                OutputFormat::Fbh5
+            } else {
+                OutputFormat::Filterbank
+            },
         };
         let plan = Plan::new(&scan, &cfg.products, &cfg.selection)?;
         if a.debug {

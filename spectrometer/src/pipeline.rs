@@ -38,6 +38,44 @@ pub enum EngineKind {
     },
 }
 
+/// The format of the spectra files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    /// SIGPROC filterbank, `.fil` ([`crate::filterbank`]).
+    #[default]
+    Filterbank,
+    /// FBH5, Breakthrough Listen's HDF5 filterbank, `.h5` (the `fbh5` module; a build with the
+    /// `fbh5` feature, otherwise [`Error::Unsupported`]).
+    Fbh5,
+}
+
+impl OutputFormat {
+    /// The file extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            OutputFormat::Filterbank => "fil",
+            OutputFormat::Fbh5 => "h5",
+        }
+    }
+
+    /// Whether this build can write the format.
+    pub fn available(self) -> bool {
+        match self {
+            OutputFormat::Filterbank => true,
+            OutputFormat::Fbh5 => cfg!(feature = "fbh5"),
+        }
+    }
+}
+
+/// The error for a format this build cannot write.
+fn unavailable(format: OutputFormat) -> Error {
+    Error::Unsupported(format!(
+        ".{} output needs a build with the fbh5 feature (cargo build --release -p \
+         cudagraph-spectrometer --features fbh5; see the README)",
+        format.extension()
+    ))
+}
+
 /// Options of a run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -65,6 +103,8 @@ pub struct RunConfig {
     pub naming: Naming,
     /// Also write every block's header to one file (rawspec's `-H`).
     pub save_headers: bool,
+    /// The spectra files' format.
+    pub format: OutputFormat,
 }
 
 impl Default for RunConfig {
@@ -82,6 +122,7 @@ impl Default for RunConfig {
             machine_id: 0,
             naming: Naming::Native,
             save_headers: false,
+            format: OutputFormat::Filterbank,
         }
     }
 }
@@ -283,9 +324,41 @@ pub fn run(cfg: &RunConfig) -> Result<Vec<StemReport>> {
     Ok(reports)
 }
 
+/// A spectra file being written.
+enum SpectraFile {
+    Filterbank(BufWriter<File>),
+    #[cfg(feature = "fbh5")]
+    Fbh5(crate::fbh5::Fbh5Writer),
+}
+
+impl SpectraFile {
+    fn write(&mut self, path: &std::path::Path, spectrum: &[f32]) -> Result<()> {
+        match self {
+            SpectraFile::Filterbank(f) => write_f32s(f, spectrum).map_err(|e| Error::io(path, e)),
+            #[cfg(feature = "fbh5")]
+            SpectraFile::Fbh5(w) => w.write_spectrum(spectrum),
+        }
+    }
+
+    /// Writes what is buffered, closes the file and waits for it to reach the disk.
+    fn finish(self, path: &std::path::Path) -> Result<()> {
+        let file = match self {
+            SpectraFile::Filterbank(f) => f
+                .into_inner()
+                .map_err(|e| Error::io(path, e.into_error()))?,
+            #[cfg(feature = "fbh5")]
+            SpectraFile::Fbh5(w) => {
+                w.finish()?;
+                File::open(path).map_err(|e| Error::io(path, e))?
+            }
+        };
+        file.sync_all().map_err(|e| Error::io(path, e))
+    }
+}
+
 /// One output stream being written.
 struct Sink {
-    file: BufWriter<File>,
+    file: SpectraFile,
     path: PathBuf,
     written: u64,
     plot: Option<(PlotData, PathBuf)>,
@@ -313,7 +386,7 @@ fn writer_loop(
                     it.product, it.output, it.index, s.written
                 )));
             }
-            write_f32s(&mut s.file, &it.data).map_err(|e| Error::io(&s.path, e))?;
+            s.file.write(&s.path, &it.data)?;
             if let Some((pd, _)) = &mut s.plot {
                 pd.add(&it.data);
             }
@@ -324,7 +397,7 @@ fn writer_loop(
     let t = Instant::now();
     let mut plots = Vec::new();
     for (p, outs) in sinks.into_iter().enumerate() {
-        for (o, mut s) in outs.into_iter().enumerate() {
+        for (o, s) in outs.into_iter().enumerate() {
             let want = plan.products[p].integrations;
             if s.written != want {
                 return Err(Error::Engine(format!(
@@ -332,11 +405,7 @@ fn writer_loop(
                     s.written
                 )));
             }
-            s.file.flush().map_err(|e| Error::io(&s.path, e))?;
-            s.file
-                .get_ref()
-                .sync_all()
-                .map_err(|e| Error::io(&s.path, e))?;
+            s.file.finish(&s.path)?;
             plots.extend(s.plot);
         }
     }
@@ -452,7 +521,11 @@ pub fn run_stem<E: Engine>(
         .flat_map(|pi| (0..plan.outputs.len()).map(move |oi| (pi, oi)))
         .map(|(pi, oi)| (pi, oi, output_base(cfg.naming, plan, &name, pi, oi)))
         .collect();
-    let mut exts = vec!["fil"];
+    if !cfg.format.available() {
+        return Err(unavailable(cfg.format));
+    }
+    let ext = cfg.format.extension();
+    let mut exts = vec![ext];
     if cfg.png {
         exts.push("png");
     }
@@ -468,10 +541,29 @@ pub fn run_stem<E: Engine>(
     let mut sinks: Vec<Vec<Sink>> = (0..plan.products.len()).map(|_| Vec::new()).collect();
     for ((pi, _, base), header) in bases.iter().zip(&headers) {
         let p = &plan.products[*pi];
-        let (file, tmp) = temps.create(dir, base, "fil")?;
-        let mut file = BufWriter::new(file);
-        file.write_all(&header.to_bytes())
-            .map_err(|e| Error::io(&tmp, e))?;
+        let (file, tmp) = match cfg.format {
+            OutputFormat::Filterbank => {
+                let (file, tmp) = temps.create(dir, base, ext)?;
+                let mut file = BufWriter::new(file);
+                file.write_all(&header.to_bytes())
+                    .map_err(|e| Error::io(&tmp, e))?;
+                (SpectraFile::Filterbank(file), tmp)
+            }
+            #[cfg(feature = "fbh5")]
+            OutputFormat::Fbh5 => {
+                let tmp = temps.reserve(dir, base, ext)?;
+                let nints = usize::try_from(p.integrations).map_err(|_| {
+                    Error::Unsupported(format!("{} integrations on this platform", p.integrations))
+                })?;
+                let w = Temporaries::write_with(&tmp, || {
+                    crate::fbh5::Fbh5Writer::create(&tmp, header, nints)
+                })
+                .map_err(|e| Error::io(&tmp, e))??;
+                (SpectraFile::Fbh5(w), tmp)
+            }
+            #[cfg(not(feature = "fbh5"))]
+            OutputFormat::Fbh5 => return Err(unavailable(cfg.format)),
+        };
         let title = format!(
             "{base}: {}X{} {} ({}), {} INTEGRATION(S) OF {:.4e} S",
             p.nfft,

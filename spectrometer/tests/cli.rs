@@ -95,3 +95,42 @@ fn missing_input_and_too_many_products_are_clear_errors() {
     let r = bin().args(["run", "x", "-p", "8y1"]).output().unwrap();
     assert!(String::from_utf8_lossy(&r.stderr).contains("NFFTxNINT"));
 }
+
+/// Without the `fbh5` feature, `--format h5` is refused at once, saying how to get it, and
+/// nothing is written.
+#[cfg(not(feature = "fbh5"))]
+#[test]
+fn format_h5_without_the_feature_is_refused_with_the_way_to_get_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let g = bin()
+        .args(["generate", "-o"])
+        .arg(d)
+        .args([
+            "--stem",
+            "s",
+            "--nchan",
+            "1",
+            "--ntime",
+            "64",
+            "--blocks-per-file",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
+    let o = bin()
+        .arg("run")
+        .arg(d.join("s"))
+        .args(["-p", "8x2", "--format", "h5", "-o"])
+        .arg(d.join("out"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("fbh5 feature") && e.contains("--features fbh5"),
+        "{e}"
+    );
+    assert!(!d.join("out").join("s.0.h5").exists());
+}
