@@ -157,11 +157,12 @@ impl Dag {
         };
         let log = LaunchLog::new();
         let lowered = lower_to_cuda(&self, device, &mut None)?;
-        let (graph, handles, fft, captured) = (
+        let (graph, handles, fft, captured, disabled) = (
             lowered.graph,
             lowered.handles,
             lowered.fft,
             lowered.captured,
+            lowered.disabled,
         );
         let mut f = 0u64;
         if flags.use_node_priority {
@@ -215,7 +216,48 @@ impl Dag {
             n.op.host_fns("", &n.name(), hosts);
             n.for_each_allocation(&mut |a| hold_in(held, pinned, log, a));
         }
+        // Nodes disabled in the DAG are disabled in the executable graph (CUDA instantiates
+        // every node enabled). On error the Exec is dropped: nothing was launched.
+        for (h, name) in &disabled {
+            // SAFETY: `h` is a node of the graph `exec.raw` was instantiated from, of a kind
+            // CUDA can disable (only `Exec::set_enabled` disables nodes, and it checks).
+            unsafe { switch_node(exec.raw, &exec.captured, *h, name, false)? };
+        }
         Ok(exec)
+    }
+}
+
+/// Enables or disables node `h` of the graph `raw` was instantiated from: the nodes its capture
+/// made when it is a captured (or FFT) node's, else the node itself.
+///
+/// # Safety
+/// `h` is a node of the graph `raw` was instantiated from (one lowering returned), of a kind
+/// CUDA can disable (kernel, memcpy, memset), or a captured node's (in `captured`).
+unsafe fn switch_node(
+    raw: sys::cudaGraphExec_t,
+    captured: &HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+    h: sys::cudaGraphNode_t,
+    name: &str,
+    enabled: bool,
+) -> Result<()> {
+    match captured.get(&(h as NodeKey)) {
+        // SAFETY: the nodes are of the graph `raw` was instantiated from (caller's contract).
+        Some(nodes) => unsafe { set_captured_enabled(raw, name, nodes, enabled) },
+        // SAFETY: caller's contract.
+        None => unsafe { rt::graph_node_set_enabled(raw, h, enabled) },
+    }
+}
+
+/// Gives the nodes of `dag` the enabled flags of the same nodes (same id, same kind) of `from`;
+/// other nodes keep their own.
+pub(super) fn keep_enabled_flags(dag: &mut Dag, from: &Dag) {
+    for i in from.graph.node_indices() {
+        let o = &from.graph[i];
+        if let Some(n) = dag.graph.node_weight_mut(i) {
+            if n.serial == o.serial && n.kind() == o.kind() {
+                n.enabled = o.enabled;
+            }
+        }
     }
 }
 
@@ -225,6 +267,8 @@ struct Lowered {
     handles: Vec<Option<sys::cudaGraphNode_t>>,
     fft: LoweringContext,
     captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+    /// The nodes disabled in the DAG, with their names.
+    disabled: Vec<(sys::cudaGraphNode_t, String)>,
     /// The FFT states of `reuse` that were not reused.
     leftover: Option<LoweringContext>,
 }
@@ -263,6 +307,7 @@ fn lower_to_cuda(
                 handles,
                 fft: built.fft,
                 captured: built.captured,
+                disabled: built.disabled,
                 leftover,
             })
         }
@@ -482,6 +527,12 @@ impl Exec {
     /// canonical order (see [`Dag::topological_order`]), which is how CUDA pairs nodes too, so
     /// per-node updates after a whole-graph update still reach the node with that id. FFT
     /// nodes whose plan did not change keep their cuFFT plans.
+    ///
+    /// Whether a node is enabled is not a parameter: as `cudaGraphExecUpdate` leaves each
+    /// node of the executable graph enabled or disabled as it was, the flags of `dag` are
+    /// ignored, and [`Exec::dag`] (with [`Node::is_enabled`](super::Node::is_enabled)) and
+    /// [`Exec::to_dot`] keep the flags the executable graph has. [`Exec::set_enabled`]
+    /// changes them.
     pub fn update(&mut self, dag: &Dag) -> Result<()> {
         for i in dag.graph.node_indices() {
             let new = &dag.graph[i];
@@ -582,6 +633,8 @@ impl Exec {
             dag.for_each_allocation(&mut |a| hold_in(held, pinned, log, a));
         }
         let old_dag = std::mem::replace(&mut self.dag, dag.clone());
+        // CUDA kept each node's enabled state: so does the DAG the Exec reports.
+        keep_enabled_flags(&mut self.dag, &old_dag);
         let mut old_allocs = Vec::new();
         old_dag.for_each_allocation(&mut |a| old_allocs.push(a.clone()));
         for a in old_allocs {
@@ -593,12 +646,17 @@ impl Exec {
         Ok(())
     }
 
-    /// Updates in place if CUDA can, otherwise instantiates `dag` again.
+    /// Updates in place if CUDA can, otherwise instantiates `dag` again. Either way the nodes
+    /// of the instantiated graph stay enabled or disabled as they were (see [`Exec::update`]):
+    /// a fresh instantiation disables the nodes this `Exec` had disabled (same id, same kind),
+    /// and gives the other nodes the flags of `dag`.
     pub fn update_or_reinstantiate(&mut self, dag: &Dag) -> Result<UpdateOutcome> {
         match self.update(dag) {
             Ok(()) => Ok(UpdateOutcome::Updated),
             Err(Error::UpdateRefused { .. }) => {
-                let fresh = dag.instantiate(&self.device)?;
+                let mut fresh = dag.clone();
+                keep_enabled_flags(&mut fresh, &self.dag);
+                let fresh = fresh.into_exec(&self.device)?;
                 // Dropping the old Exec waits for its launches before releasing anything.
                 drop(std::mem::replace(self, fresh));
                 Ok(UpdateOutcome::Reinstantiated)

@@ -11,6 +11,11 @@
 //! enables peer access once for each `(from, to)` pair the nodes need (a node running on
 //! `from` that uses device memory of `to`), then every node is added with its device current
 //! (the backend is told only when the device changes from one node to the next).
+//!
+//! A node disabled in the DAG ([`Node::is_enabled`](super::Node::is_enabled): a DAG taken from
+//! an [`Exec`](crate::Exec) that disabled it) is handed to the backend's `disable` after every
+//! node was added: CUDA disables nodes in the executable graph, so instantiation does it
+//! (`cudaGraphNodeSetEnabled`); the recording backend records that call.
 
 use petgraph::visit::NodeIndexable;
 
@@ -73,6 +78,9 @@ impl Dag {
         }
         // Each node on its device, switched only when it changes (never, unplaced).
         let mut current = home;
+        // Nodes disabled in the DAG (an `Exec` disabled them): none in most DAGs, so nothing
+        // is allocated.
+        let mut disabled = Vec::new();
         for id in order {
             self.sorted_dependencies(id, &mut dep_idx);
             deps.clear();
@@ -90,9 +98,17 @@ impl Dag {
             let share = shares.get(id.index()).and_then(Option::as_ref);
             let h = node.op.lower(&node.name(), &deps, backend, share)?;
             handles[id.index()] = Some(h);
+            if !node.enabled {
+                disabled.push((id, h));
+            }
         }
         if current != home {
             backend.use_device(home)?;
+        }
+        // The enabled flag is the executable graph's: disabled nodes are disabled after
+        // instantiation (validation refused disabled nodes in child graphs).
+        for (id, h) in disabled {
+            backend.disable(&self.graph[id.idx].name(), h)?;
         }
         Ok(handles)
     }

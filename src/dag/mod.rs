@@ -229,7 +229,10 @@ impl Node {
     pub fn op(&self) -> &Op {
         &self.op
     }
-    /// Whether the node runs (only an [`Exec`] disables nodes).
+    /// Whether the node runs. Only an [`Exec`] disables nodes ([`Exec::set_enabled`]); a DAG
+    /// taken from it keeps the flag, and instantiating that DAG disables the node too (nodes
+    /// of a child graph cannot be disabled: validation refuses them). In [`Exec::dag`] the
+    /// flag is CUDA's: a whole-graph update keeps it ([`Exec::update`]).
     pub fn is_enabled(&self) -> bool {
         self.enabled
     }
@@ -550,6 +553,16 @@ impl Dag {
     pub(crate) fn validate_on(&self, target: &Target<'_>) -> Result<()> {
         for idx in self.graph.node_indices() {
             let node = &self.graph[idx];
+            if !node.enabled && !target.placeable {
+                // CUDA disables nodes of the executable graph itself (`cudaGraphNodeSetEnabled`
+                // names a node of the graph it was instantiated from), not inside a child graph.
+                return Err(Error::Dag(DagError::WrongKind {
+                    node: node.name().to_string(),
+                    problem: "is disabled, but CUDA disables only nodes of the instantiated \
+                              graph itself, not nodes of a child graph"
+                        .into(),
+                }));
+            }
             let key = match node.device {
                 Some(k) if k != target.home => {
                     let problem = if !target.placeable {
@@ -775,6 +788,8 @@ impl Node {
 
 #[cfg(test)]
 mod attribute_tests;
+#[cfg(test)]
+mod enabled_tests;
 #[cfg(test)]
 mod event_tests;
 #[cfg(test)]

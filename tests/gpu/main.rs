@@ -8,6 +8,7 @@
 mod attributes;
 mod common;
 mod dag;
+mod enabled;
 mod events;
 mod fft;
 mod foundation;
@@ -29,6 +30,7 @@ fn main() {
     let mut trials = Vec::new();
     trials.extend(foundation::tests());
     trials.extend(dag::tests());
+    trials.extend(enabled::tests());
     trials.extend(events::tests());
     trials.extend(attributes::tests());
     trials.extend(fft::tests());

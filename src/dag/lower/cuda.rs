@@ -21,6 +21,8 @@ pub(crate) struct Built {
     pub(crate) fft: crate::dag::nodes::fft::LoweringContext,
     /// The nodes each captured node made, by the node it returned.
     pub(crate) captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+    /// The nodes disabled in the DAG, with their names: instantiation disables them.
+    pub(crate) disabled: Vec<(sys::cudaGraphNode_t, String)>,
 }
 
 /// The CUDA devices as validation sees them: every device of the machine, peer access as
@@ -58,6 +60,8 @@ pub struct CudaBackend {
     pub(crate) fft: crate::dag::nodes::fft::LoweringContext,
     /// The nodes each captured node (FFT or other) made, by the node it returned.
     pub(crate) captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+    /// The nodes disabled in the DAG, with their names (see `Lower::disable`).
+    disabled: Vec<(sys::cudaGraphNode_t, String)>,
 }
 
 /// A CUDA node handle as a map key.
@@ -75,6 +79,7 @@ impl CudaBackend {
             devices: CudaDevices::default(),
             fft: crate::dag::nodes::fft::LoweringContext::default(),
             captured: HashMap::new(),
+            disabled: Vec::new(),
         })
     }
 
@@ -95,6 +100,7 @@ impl CudaBackend {
             graph: std::mem::replace(&mut self.graph, std::ptr::null_mut()),
             fft: std::mem::take(&mut self.fft),
             captured: std::mem::take(&mut self.captured),
+            disabled: std::mem::take(&mut self.disabled),
         }
     }
 }
@@ -139,6 +145,11 @@ impl sealed::Lower for CudaBackend {
         } else {
             crate::device::bind_ordinal(ordinal(key))
         }
+    }
+    fn disable(&mut self, name: &NodeName<'_>, node: Self::Node) -> Result<()> {
+        // CUDA disables nodes of an executable graph only: `Exec` does it after instantiating.
+        self.disabled.push((node, name.to_string()));
+        Ok(())
     }
     fn key(&self) -> DeviceKey {
         self.device.key()
@@ -222,6 +233,10 @@ impl sealed::Lower for CudaBackend {
                 // The child's captured nodes are not enabled or disabled one by one (nor are
                 // any of a child's nodes): only its FFT state is kept.
                 let built = sub.into_graph();
+                debug_assert!(
+                    built.disabled.is_empty(),
+                    "validation refuses disabled nodes in a child graph"
+                );
                 // SAFETY: the clone lives in the parent; the original is ours to destroy.
                 unsafe { rt::graph_destroy(built.graph)? };
                 self.fft.absorb(built.fft);

@@ -21,14 +21,17 @@ use crate::sys;
 /// One call a [`RecordingBackend`] received.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordedCall {
-    /// The CUDA function the CUDA backend would call, e.g. `cudaGraphAddNode`.
+    /// The CUDA function the CUDA backend would call, e.g. `cudaGraphAddNode`; for a node
+    /// disabled in the DAG, `cudaGraphNodeSetEnabled` (made on the executable graph right
+    /// after instantiation; these calls come after every node's, with params `enabled=0`).
     pub function: &'static str,
     /// The node type it adds (`kernel`, `memcpy`, `memset`, `host`, `empty`, `graph`, or
-    /// `captured` for work captured from a stream).
+    /// `captured` for work captured from a stream), or disables.
     pub kind: &'static str,
     /// The node's name.
     pub name: String,
-    /// Indexes (into the recording) of the calls this one depends on.
+    /// Indexes (into the recording) of the calls this one depends on (for
+    /// `cudaGraphNodeSetEnabled`: the call that added the node).
     pub deps: Vec<usize>,
     /// The parameters, in words (deterministic).
     pub params: String,
@@ -539,6 +542,13 @@ impl sealed::Lower for RecordingBackend {
     }
     fn use_device(&mut self, key: DeviceKey) -> Result<()> {
         self.current = self.index_known(key);
+        Ok(())
+    }
+    fn disable(&mut self, name: &NodeName<'_>, node: usize) -> Result<()> {
+        // The call instantiation makes on the executable graph, naming the node's call.
+        let kind = self.entries[node].kind;
+        let p = Params::Words("enabled=0".into());
+        self.record("cudaGraphNodeSetEnabled", kind, name, &[node], p);
         Ok(())
     }
     fn key(&self) -> DeviceKey {

@@ -131,6 +131,12 @@ pub(crate) mod sealed {
         /// Lowering calls it only when the device changes from one node to the next, starting
         /// from the home device ([`Lower::key`]), and returns to the home device at the end.
         fn use_device(&mut self, key: DeviceKey) -> Result<()>;
+        /// Notes that `node` (added by this backend: a kernel, memcpy, memset, FFT or
+        /// captured node of the top-level graph) is disabled in the DAG. CUDA disables nodes
+        /// only in an executable graph (`cudaGraphNodeSetEnabled`), so the CUDA backend keeps
+        /// the node for instantiation to disable; the recording backend records the call.
+        /// Called after every node was added, in canonical order, with the home device current.
+        fn disable(&mut self, name: &NodeName<'_>, node: Self::Node) -> Result<()>;
         /// Called once before the nodes of `dag` are added, with the work-area share of each
         /// FFT node (by node index), when the DAG has FFT nodes. The CUDA backend makes the
         /// cuFFT plans here, so that shared work areas are sized for the plans actually made.
