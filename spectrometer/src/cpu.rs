@@ -17,7 +17,7 @@ use num_complex::Complex32;
 use rayon::prelude::*;
 use rustfft::{Fft, FftPlanner};
 
-use crate::engine::{BlockView, Engine, Integration};
+use crate::engine::{BlockView, Engine, Integration, SpectraPool};
 use crate::error::Result;
 use crate::plan::{AntennaMode, Detection, Plan, ProductPlan};
 
@@ -26,6 +26,7 @@ pub struct CpuEngine {
     plan: Plan,
     products: Vec<ProductState>,
     compute: Duration,
+    pool: SpectraPool,
 }
 
 struct ProductState {
@@ -76,6 +77,7 @@ impl CpuEngine {
             plan: plan.clone(),
             products,
             compute: Duration::ZERO,
+            pool: SpectraPool::new(),
         })
     }
 }
@@ -104,7 +106,7 @@ impl Engine for CpuEngine {
                 ps.fill += m;
                 t0 += m;
                 if ps.fill == cap {
-                    ps.flush(&self.plan, ps.batch, out);
+                    ps.flush(&self.plan, ps.batch, &self.pool, out);
                     ps.fill = 0;
                 }
             }
@@ -118,7 +120,7 @@ impl Engine for CpuEngine {
         for ps in &mut self.products {
             let nspec = ps.fill / ps.p.nfft;
             if nspec > 0 {
-                ps.flush(&self.plan, nspec, out);
+                ps.flush(&self.plan, nspec, &self.pool, out);
             }
             ps.fill = 0;
         }
@@ -128,6 +130,10 @@ impl Engine for CpuEngine {
 
     fn timings(&self) -> Vec<(&'static str, Duration)> {
         vec![("compute", self.compute)]
+    }
+
+    fn spectra_pool(&self) -> &SpectraPool {
+        &self.pool
     }
 }
 
@@ -154,7 +160,7 @@ impl ProductState {
 
     /// FFTs the first `nspec` spectra of every stream, detects and accumulates them, and emits
     /// the integrations that complete.
-    fn flush(&mut self, plan: &Plan, nspec: usize, out: &mut Vec<Integration>) {
+    fn flush(&mut self, plan: &Plan, nspec: usize, pool: &SpectraPool, out: &mut Vec<Integration>) {
         let g = &plan.geometry;
         let (nfft, nint, nifs) = (self.p.nfft, self.p.nint, self.p.nifs);
         let nant = plan.antennas.len();
@@ -212,7 +218,8 @@ impl ProductState {
         let nchans = self.p.nchans;
         for i in 0..ndone {
             for o in 0..nout {
-                let mut data = vec![0.0f32; nifs * nchans];
+                let mut data = pool.take(nifs * nchans);
+                data.resize(nifs * nchans, 0.0);
                 for c in 0..plan.nchan {
                     for ifx in 0..nifs {
                         let src = c * per_chan_done + i * per_chan_acc + (o * nifs + ifx) * nfft;

@@ -19,6 +19,7 @@
 //! - For each (product, output), integrations come in increasing `index`; the interleaving of
 //!   different products and outputs is free. Partial integrations at the end are dropped.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::Result;
@@ -55,6 +56,82 @@ pub struct Integration {
     pub data: Vec<f32>,
 }
 
+/// Spectrum buffers handed back by the writer for the engine to fill again: one integration of
+/// full polarisation over 64K channels is 1 MiB, and a fresh vector of that size per integration
+/// costs its pages' faults (measured: three to six times a plain copy), which limited the full
+/// polarisation and IQUV rates. Clones share one pool. It keeps at most
+/// [`SpectraPool::MAX_BYTES`] of buffers; what does not fit is freed.
+#[derive(Debug, Clone, Default)]
+pub struct SpectraPool(Arc<Mutex<PoolInner>>);
+
+#[derive(Debug, Default)]
+struct PoolInner {
+    free: Vec<Vec<f32>>,
+    bytes: usize,
+}
+
+impl SpectraPool {
+    /// The most bytes of buffers the pool keeps.
+    pub const MAX_BYTES: usize = 256 << 20;
+
+    /// A new, empty pool.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty vector with room for `len` values: a returned buffer when one is large enough
+    /// (the smallest such), else a new one.
+    pub fn take(&self, len: usize) -> Vec<f32> {
+        let mut inner = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let best = inner
+            .free
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= len)
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => {
+                let mut v = inner.free.swap_remove(i);
+                inner.bytes -= v.capacity() * 4;
+                v.clear();
+                v
+            }
+            None => Vec::with_capacity(len),
+        }
+    }
+
+    /// A copy of `values` in a pooled buffer.
+    pub fn copy_of(&self, values: &[f32]) -> Vec<f32> {
+        let mut v = self.take(values.len());
+        v.extend_from_slice(values);
+        v
+    }
+
+    /// Hands `buffer` back for reuse (freed if the pool is full).
+    pub fn give(&self, buffer: Vec<f32>) {
+        let size = buffer.capacity() * 4;
+        if size == 0 {
+            return;
+        }
+        let mut inner = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.bytes + size <= Self::MAX_BYTES {
+            inner.bytes += size;
+            inner.free.push(buffer);
+        }
+    }
+
+    /// Buffers held now.
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).free.len()
+    }
+
+    /// Whether no buffer is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A compute engine. The pipeline calls [`Engine::alloc_buffer`] to build the reader's ring,
 /// then [`Engine::process_block`] once per block in time order, then [`Engine::finish`].
 pub trait Engine {
@@ -81,6 +158,10 @@ pub trait Engine {
     /// `"stage (host copy to pinned)"`, `"submit (H2D, GPU, D2H queued)"` and
     /// `"wait + collect"`.
     fn timings(&self) -> Vec<(&'static str, Duration)>;
+
+    /// The pool the engine takes its [`Integration::data`] buffers from; the pipeline's writer
+    /// hands each buffer back to it once written.
+    fn spectra_pool(&self) -> &SpectraPool;
 
     /// Device memory the engine allocated for its buffers, bytes (0 for the CPU engine).
     fn device_bytes(&self) -> usize {
@@ -125,4 +206,35 @@ pub fn check_integration(plan: &Plan, it: &Integration) -> std::result::Result<(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod pool_tests {
+    use super::SpectraPool;
+
+    #[test]
+    fn buffers_come_back_and_the_pool_is_bounded() {
+        let pool = SpectraPool::new();
+        let v = pool.copy_of(&[1.0, 2.0, 3.0]);
+        let at = v.as_ptr();
+        pool.give(v);
+        assert_eq!(pool.len(), 1);
+        // The same allocation, emptied, for anything that fits.
+        let w = pool.take(2);
+        assert_eq!((w.as_ptr(), w.len()), (at, 0));
+        pool.give(w);
+        // A larger request gets a new buffer and leaves the small one.
+        let big = pool.take(1000);
+        assert!(big.capacity() >= 1000);
+        assert_eq!(pool.len(), 1);
+        // The smallest buffer that fits is chosen.
+        pool.give(big);
+        assert!(pool.take(3).capacity() < 1000);
+        // Beyond MAX_BYTES buffers are freed, not kept.
+        let pool = SpectraPool::new();
+        let n = SpectraPool::MAX_BYTES / 4 / 2 + 1;
+        pool.give(Vec::with_capacity(n));
+        pool.give(Vec::with_capacity(n));
+        assert_eq!(pool.len(), 1);
+    }
 }

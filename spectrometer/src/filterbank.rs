@@ -245,6 +245,10 @@ impl Filterbank {
 
 /// Writes `values` as little-endian `f32`.
 pub fn write_f32s(w: &mut impl Write, values: &[f32]) -> std::io::Result<()> {
+    if cfg!(target_endian = "little") {
+        // The values' own bytes: no copy, no allocation per spectrum.
+        return w.write_all(bytemuck::cast_slice(values));
+    }
     let mut buf = Vec::with_capacity(values.len() * 4);
     for v in values {
         buf.extend_from_slice(&v.to_le_bytes());

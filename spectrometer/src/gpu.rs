@@ -51,7 +51,7 @@ use cudagraph::{
 use num_complex::Complex32;
 use rayon::prelude::*;
 
-use crate::engine::{BlockView, Engine, Integration};
+use crate::engine::{BlockView, Engine, Integration, SpectraPool};
 use crate::error::{Error, Result};
 use crate::plan::{AntennaMode, Detection, Plan, ProductPlan};
 
@@ -161,6 +161,8 @@ pub struct GpuEngine {
     stage_time: Duration,
     submit_time: Duration,
     collect_time: Duration,
+    /// Where the integrations' buffers come from (the writer hands them back).
+    pool: SpectraPool,
 }
 
 impl GpuEngine {
@@ -342,6 +344,7 @@ impl GpuEngine {
             stage_time: Duration::ZERO,
             submit_time: Duration::ZERO,
             collect_time: Duration::ZERO,
+            pool: SpectraPool::new(),
         };
         match mode {
             GpuMode::Graph => engine.build_graph()?,
@@ -629,7 +632,10 @@ impl GpuEngine {
             self.submit(j)?;
             if self.launched >= 2 {
                 self.collect(self.launched - 2, 1 - j, &mut sink)?;
-                sink.clear();
+                // As the writer does: the buffers go back for the next integrations.
+                for it in sink.drain(..) {
+                    self.pool.give(it.data);
+                }
             }
         }
         self.finish(&mut sink)?;
@@ -649,19 +655,32 @@ impl GpuEngine {
             let per_out = gp.p.nifs * gp.p.nchans;
             let (emitted, nslots, slot_len, product) =
                 (gp.emitted, gp.nslots as u64, gp.slot_len, gp.p.index);
+            let first = out.len();
+            for index in emitted..done {
+                for output in 0..nout {
+                    out.push(Integration {
+                        product,
+                        output,
+                        index,
+                        data: self.pool.take(per_out),
+                    });
+                }
+            }
+            let fill = |host: &[f32], it: &mut Integration| {
+                let slot = (it.index % nslots) as usize;
+                let at = slot * slot_len + it.output * per_out;
+                it.data.extend_from_slice(&host[at..at + per_out]);
+            };
+            let fresh = &mut out[first..];
+            // Large integrations (full polarisation: 1 MiB each) are copied out of pinned
+            // memory on every core; small ones on this thread.
+            let parallel = fresh.len() > 1 && per_out >= 1 << 16;
             gp.out[j]
                 .read_with(|host| {
-                    for idx in emitted..done {
-                        let slot = (idx % nslots) as usize;
-                        for o in 0..nout {
-                            let at = slot * slot_len + o * per_out;
-                            out.push(Integration {
-                                product,
-                                output: o,
-                                index: idx,
-                                data: host[at..at + per_out].to_vec(),
-                            });
-                        }
+                    if parallel {
+                        fresh.par_iter_mut().for_each(|it| fill(host, it));
+                    } else {
+                        fresh.iter_mut().for_each(|it| fill(host, it));
                     }
                 })
                 .map_err(|x| gpu_err("reading integrations", x))?;
@@ -729,6 +748,10 @@ impl Engine for GpuEngine {
 
     fn device_bytes(&self) -> usize {
         GpuEngine::device_bytes(self)
+    }
+
+    fn spectra_pool(&self) -> &SpectraPool {
+        &self.pool
     }
 
     fn timings(&self) -> Vec<(&'static str, Duration)> {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cpu::CpuEngine;
-use crate::engine::{check_integration, BlockView, Engine, Integration};
+use crate::engine::{check_integration, BlockView, Engine, Integration, SpectraPool};
 use crate::error::{Error, Result};
 use crate::filterbank::{pack_sexagesimal, telescope_id, write_f32s, FilterbankHeader};
 use crate::output::{remove_stale, Stale, Temporaries};
@@ -373,6 +373,7 @@ fn writer_loop(
     rx: Receiver<Vec<Integration>>,
     mut sinks: Vec<Vec<Sink>>,
     plan: Plan,
+    pool: SpectraPool,
 ) -> Result<WriterDone> {
     let mut write_time = Duration::ZERO;
     for batch in rx {
@@ -391,6 +392,7 @@ fn writer_loop(
                 pd.add(&it.data);
             }
             s.written += 1;
+            pool.give(it.data);
         }
         write_time += t.elapsed();
     }
@@ -606,9 +608,10 @@ pub fn run_stem<E: Engine>(
     let reader = BlockReader::spawn(scan, plan.first_slot, buffers);
     let (tx, rx) = sync_channel::<Vec<Integration>>(8);
     let wplan = plan.clone();
+    let pool = engine.spectra_pool().clone();
     let writer = std::thread::Builder::new()
         .name("fil-writer".into())
-        .spawn(move || writer_loop(rx, sinks, wplan))
+        .spawn(move || writer_loop(rx, sinks, wplan, pool))
         .map_err(|e| Error::Engine(format!("cannot start the writer thread: {e}")))?;
 
     let pb = if cfg.progress {

@@ -75,6 +75,11 @@ pub struct Exec {
     captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
     /// Host closures of the DAG and its children, with their names (for panic reports).
     pub(super) hosts: Vec<(String, Arc<HostFn>)>,
+    /// How many entries of `retired` are host closures an update replaced (whose panics are
+    /// still reported): the panic check looks at `retired` only when there are some.
+    retired_hosts: usize,
+    /// Panics of replaced host closures, found when they were released, not yet reported.
+    unreported: VecDeque<(String, String)>,
     pub(super) fft: LoweringContext,
     /// The launches (and a marker of the latest); allocations the graph refers to point here.
     log: Arc<LaunchLog>,
@@ -93,6 +98,22 @@ enum Retiree {
     Alloc(#[allow(dead_code)] Arc<Allocation>), // reason: held for its Drop only
     Event(#[allow(dead_code)] crate::stream::Event), // reason: held for its Drop only
     Other(#[allow(dead_code)] Arc<Mutex<dyn Any + Send>>), // reason: held for its Drop only
+    /// Host closures an update replaced, with their names: a launch still queued may call
+    /// them, and their panics are reported like the current closures' (`Exec::check_host_panics`).
+    Hosts(Vec<(String, Arc<HostFn>)>),
+}
+
+impl Retiree {
+    /// Moves the panics of replaced host closures, released now, to `out`.
+    fn release_into(self, out: &mut VecDeque<(String, String)>) {
+        if let Retiree::Hosts(hosts) = self {
+            for (name, h) in hosts {
+                if let Some(message) = h.take_panic() {
+                    out.push_back((name, message));
+                }
+            }
+        }
+    }
 }
 
 /// Above this many retired entries, an update waits for the oldest launch holding them.
@@ -194,6 +215,8 @@ impl Dag {
             handles,
             captured,
             hosts: Vec::new(),
+            retired_hosts: 0,
+            unreported: VecDeque::new(),
             fft,
             log,
             held: HashMap::default(),
@@ -337,8 +360,19 @@ impl Exec {
         &self.device
     }
 
-    fn check_host_panics(&self) -> Result<()> {
-        for (name, h) in &self.hosts {
+    /// Reports one host-closure panic: one kept from a replaced closure already released,
+    /// else one of the current closures, else one of the replaced closures still kept (a
+    /// launch queued before the update may have called it).
+    fn check_host_panics(&mut self) -> Result<()> {
+        if let Some((node, message)) = self.unreported.pop_front() {
+            return Err(Error::HostNodePanicked { node, message });
+        }
+        let replaced = self.retired.iter().filter_map(|(_, r)| match r {
+            Retiree::Hosts(hosts) => Some(hosts),
+            _ => None,
+        });
+        let replaced = replaced.take(self.retired_hosts).flatten();
+        for (name, h) in self.hosts.iter().chain(replaced) {
             if let Some(message) = h.take_panic() {
                 return Err(Error::HostNodePanicked {
                     node: name.clone(),
@@ -389,7 +423,10 @@ impl Exec {
     /// replaced.
     pub fn synchronize(&mut self) -> Result<()> {
         self.log.wait()?;
-        self.retired.clear();
+        for (_, r) in self.retired.drain(..) {
+            r.release_into(&mut self.unreported);
+        }
+        self.retired_hosts = 0;
         self.check_host_panics()?;
         self.device.take_deferred()
     }
@@ -400,7 +437,7 @@ impl Exec {
             if !m.done()? {
                 break;
             }
-            self.retired.pop_front();
+            self.pop_retired();
         }
         if self.retired.len() > MAX_RETIRED {
             if let Some((m, _)) = self.retired.front() {
@@ -409,6 +446,17 @@ impl Exec {
             return self.collect();
         }
         Ok(())
+    }
+
+    /// Releases the oldest retired entry (its launches completed), keeping the panics of the
+    /// host closures it held for the next report.
+    fn pop_retired(&mut self) {
+        if let Some((_, r)) = self.retired.pop_front() {
+            if matches!(r, Retiree::Hosts(_)) {
+                self.retired_hosts -= 1;
+            }
+            r.release_into(&mut self.unreported);
+        }
     }
 
     /// A marker that completes when the launches issued so far have, and not later; `None`
@@ -423,7 +471,12 @@ impl Exec {
     fn retire(&mut self, item: Retiree) {
         match self.launches_so_far() {
             Ok(None) => drop(item),
-            Ok(Some(m)) => self.retired.push_back((m, item)),
+            Ok(Some(m)) => {
+                if matches!(item, Retiree::Hosts(_)) {
+                    self.retired_hosts += 1;
+                }
+                self.retired.push_back((m, item))
+            }
             Err(e) => {
                 self.device
                     .defer("an executable graph (keeping what an update replaced)", e);
@@ -440,6 +493,15 @@ impl Exec {
 
     pub(super) fn retire_other(&mut self, item: impl Any + Send) {
         self.retire(Retiree::Other(Arc::new(Mutex::new(item))));
+    }
+
+    /// Keeps host closures an update replaced, with their names, until the launches that may
+    /// call them have completed; a panic of theirs is reported by the next launch or
+    /// synchronize meanwhile, or once they are released.
+    pub(super) fn retire_hosts(&mut self, hosts: Vec<(String, Arc<HostFn>)>) {
+        if !hosts.is_empty() {
+            self.retire(Retiree::Hosts(hosts));
+        }
     }
 
     /// Notes one more reference of the DAG to `a`.
@@ -641,8 +703,16 @@ impl Exec {
             self.release(a);
         }
         self.retire_other(old_dag);
-        self.hosts.clear();
+        let mut old_hosts = std::mem::take(&mut self.hosts);
         self.dag.host_fns("", &mut self.hosts);
+        // The closures the new DAG no longer has: launches still queued may call them, and
+        // their panics must still be reported.
+        if !old_hosts.is_empty() {
+            let kept: std::collections::HashSet<*const HostFn> =
+                self.hosts.iter().map(|(_, h)| Arc::as_ptr(h)).collect();
+            old_hosts.retain(|(_, h)| !kept.contains(&Arc::as_ptr(h)));
+            self.retire_hosts(old_hosts);
+        }
         Ok(())
     }
 
@@ -657,12 +727,35 @@ impl Exec {
                 let mut fresh = dag.clone();
                 keep_enabled_flags(&mut fresh, &self.dag);
                 let fresh = fresh.into_exec(&self.device)?;
+                let mut old = std::mem::replace(self, fresh);
+                // The old graph's launches may still call its host closures: once they have
+                // completed, their panics are reported by this Exec. (Should the wait fail,
+                // dropping the old Exec keeps the error for the next synchronising call.)
+                if old.log.wait().is_ok() {
+                    let panics = old.take_all_panics();
+                    self.unreported.extend(panics);
+                }
                 // Dropping the old Exec waits for its launches before releasing anything.
-                drop(std::mem::replace(self, fresh));
+                drop(old);
                 Ok(UpdateOutcome::Reinstantiated)
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Every host-closure panic not yet reported (the launches have completed).
+    fn take_all_panics(&mut self) -> VecDeque<(String, String)> {
+        for (_, r) in self.retired.drain(..) {
+            r.release_into(&mut self.unreported);
+        }
+        self.retired_hosts = 0;
+        let mut all = std::mem::take(&mut self.unreported);
+        for (name, h) in &self.hosts {
+            if let Some(message) = h.take_panic() {
+                all.push_back((name.clone(), message));
+            }
+        }
+        all
     }
 
     /// The DOT text of the DAG as instantiated, with current parameters and disabled nodes,

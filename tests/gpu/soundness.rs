@@ -8,7 +8,7 @@
 use anyhow::ensure;
 use cudagraph::{
     args, dst, src, Dag, DeviceBuffer, Error, Event, HostBuffer, InstantiateFlags, LaunchConfig,
-    Stream,
+    Stream, UpdateOutcome,
 };
 use libtest_mimic::Trial;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -40,6 +40,10 @@ pub fn tests() -> Vec<Trial> {
             replaced_buffers_released,
         ),
         gpu_test("soundness::child_host_panic_is_reported", child_host_panic),
+        gpu_test(
+            "soundness::a_replaced_closures_panic_in_a_queued_launch_is_reported",
+            replaced_closure_panic,
+        ),
         gpu_test(
             "soundness::device_helpers_wait_for_queued_work",
             device_helpers_wait,
@@ -274,6 +278,71 @@ fn child_host_panic(gpu: &Gpu) -> anyhow::Result<()> {
             ensure!(message.contains("inner failure"), "{message}");
         }
         other => anyhow::bail!("expected the child's panic, got {other:?}"),
+    }
+    Ok(())
+}
+
+/// A host closure blocked (on a gate the test opens) in a launch while an update replaces it,
+/// then panicking: the panic is reported, once, by the next `synchronize` or `launch` (issue
+/// 26, defect 4), whether the closure was replaced by `Exec::update`, `Exec::set_host_fn` or a
+/// re-instantiation (`update_or_reinstantiate`, which waits for the old graph's launches, so
+/// the gate opens first there).
+fn replaced_closure_panic(gpu: &Gpu) -> anyhow::Result<()> {
+    use std::sync::{Condvar, Mutex};
+    for how in [
+        "update",
+        "set_host_fn",
+        "set_host_fn, reported by launch",
+        "reinstantiate",
+    ] {
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let g = gate.clone();
+        let mut dag = Dag::new();
+        let h = dag.add_host(move || {
+            let (open, cv) = &*g;
+            // A bound, so that a wrong wait elsewhere fails the test instead of hanging it.
+            let (_open, _) = cv
+                .wait_timeout_while(open.lock().unwrap(), Duration::from_secs(60), |o| !*o)
+                .unwrap();
+            panic!("old closure failed");
+        });
+        dag.set_name(h, "stage");
+        let mut next = dag.clone();
+        next.set_host_fn(h, || {})?;
+        let open = || {
+            *gate.0.lock().unwrap() = true;
+            gate.1.notify_all();
+        };
+        let mut exec = dag.instantiate(&gpu.device)?;
+        exec.launch(&gpu.stream)?; // the host node waits for the gate
+        match how {
+            "update" => exec.update(&next)?,
+            "reinstantiate" => {
+                open();
+                next.add_empty(); // one more node: the update is refused
+                ensure!(
+                    exec.update_or_reinstantiate(&next)? == UpdateOutcome::Reinstantiated,
+                    "expected a re-instantiation"
+                );
+            }
+            _ => exec.set_host_fn(h, || {})?,
+        }
+        open();
+        let reported = if how.ends_with("by launch") {
+            gpu.stream.synchronize()?;
+            exec.launch(&gpu.stream)
+        } else {
+            exec.synchronize()
+        };
+        match reported {
+            Err(Error::HostNodePanicked { node, message }) => {
+                ensure!(node == "stage", "{how}: {node}");
+                ensure!(message.contains("old closure failed"), "{how}: {message}");
+            }
+            other => anyhow::bail!("{how}: expected the old closure's panic, got {other:?}"),
+        }
+        gpu.launch_and_wait(&mut exec)
+            .map_err(|e| e.context(format!("{how}: reported twice, or the new closure failed")))?;
     }
     Ok(())
 }

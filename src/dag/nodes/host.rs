@@ -120,7 +120,8 @@ impl Dag {
 
 impl Exec {
     /// Replaces the closure of host node `id`. The old closure stays alive until the launches
-    /// that may call it have completed.
+    /// that may call it have completed; a panic of it in one of them is reported by the next
+    /// [`Exec::launch`] or [`Exec::synchronize`], as the current closure's would be.
     pub fn set_host_fn(&mut self, id: NodeId, f: impl Fn() + Send + Sync + 'static) -> Result<()> {
         let h = self.handle(id)?;
         let node = self.dag.node(id)?;
@@ -142,7 +143,8 @@ impl Exec {
                 *entry = (name.clone(), new.f.clone());
             }
         }
-        self.retire_other(old);
+        // Kept with its name: a launch still queued may call it, and its panic is reported.
+        self.retire_hosts(vec![(name, old)]);
         Ok(())
     }
 }
