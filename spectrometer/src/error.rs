@@ -126,7 +126,57 @@ pub enum Error {
         /// The per-block step (0 when the first two blocks already disagree).
         step: i64,
     },
-    /// No `stem.NNNN.raw` file exists for a stem.
+    /// `PKTIDX` jumped over more dropped blocks than the scan's limit
+    /// ([`crate::scan::ScanOptions::max_gap_blocks`], `--max-gap-blocks`): far more likely a
+    /// corrupt `PKTIDX` than a real loss, and each dropped block would be processed as zeros.
+    #[error("{}: block {block}: header key PKTIDX = {now} after {previous} means {missing} dropped blocks (step {step}), more than the limit of {max} (--max-gap-blocks); a corrupt PKTIDX?", file.display())]
+    PktidxGapTooLong {
+        /// The RAW file.
+        file: PathBuf,
+        /// Block index inside the file.
+        block: usize,
+        /// `PKTIDX` of the previous block.
+        previous: i64,
+        /// `PKTIDX` here.
+        now: i64,
+        /// The per-block step.
+        step: i64,
+        /// Blocks the jump implies were dropped.
+        missing: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A header key the program reads has no value (a FITS blank card, `KEY     =` or
+    /// `KEY     =   / comment`). Blank keys the program does not read are kept and ignored.
+    #[error("{}: block {block}: header key {key} has no value (a blank card) but is needed", file.display())]
+    BlankValue {
+        /// The RAW file.
+        file: PathBuf,
+        /// Block index inside the file.
+        block: usize,
+        /// The keyword.
+        key: String,
+    },
+    /// A RAW file is empty, and no file of the scan holds a whole block.
+    #[error("{}: the file is empty (0 bytes): no GUPPI RAW block to read", file.display())]
+    EmptyFile {
+        /// The RAW file.
+        file: PathBuf,
+    },
+    /// A RAW file ends inside the data of a block, and no file of the scan holds a whole block.
+    #[error("{}: block {block}: truncated: the file ends after {bytes} of the block's {blocsize} data bytes (BLOCSIZE); the scan has no whole block", file.display())]
+    TruncatedData {
+        /// The RAW file.
+        file: PathBuf,
+        /// Block index inside the file.
+        block: usize,
+        /// Data bytes present.
+        bytes: u64,
+        /// `BLOCSIZE`.
+        blocsize: u64,
+    },
+    /// No `stem.NNNN.raw` file exists for a stem (a path that names a file is read as that file,
+    /// see [`crate::scan::resolve_input`]).
     #[error("no RAW files for stem {}: expected {}.0000.raw, {}.0001.raw, …", stem.display(), stem.display(), stem.display())]
     NoFiles {
         /// The stem as given.

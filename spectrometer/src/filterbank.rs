@@ -51,8 +51,20 @@ pub struct FilterbankHeader {
     pub nbeams: i32,
 }
 
+/// The longest string value (and keyword) [`FilterbankHeader::parse`] accepts, in bytes;
+/// [`FilterbankHeader::to_bytes`] cuts longer strings to it.
+pub const MAX_STRING_LEN: usize = 4096;
+
+/// A length prefix: `bytes.len()` as a little-endian `i32` (callers keep it within
+/// [`MAX_STRING_LEN`], so the conversion is exact).
+fn put_len(out: &mut Vec<u8>, bytes: &[u8]) {
+    debug_assert!(bytes.len() <= MAX_STRING_LEN);
+    let n = i32::try_from(bytes.len()).unwrap_or(i32::MAX);
+    out.extend_from_slice(&n.to_le_bytes());
+}
+
 fn put_key(out: &mut Vec<u8>, key: &str) {
-    out.extend_from_slice(&(key.len() as i32).to_le_bytes());
+    put_len(out, key.as_bytes());
     out.extend_from_slice(key.as_bytes());
 }
 
@@ -68,17 +80,20 @@ fn put_f64(out: &mut Vec<u8>, key: &str, v: f64) {
 
 fn put_str(out: &mut Vec<u8>, key: &str, v: &str) {
     put_key(out, key);
-    // Readers decode strings as ASCII: replace anything else.
+    // Readers decode strings as ASCII: replace anything else; and they refuse (this one) or
+    // misread (a negative i32) longer strings than MAX_STRING_LEN: cut them.
     let ascii: String = v
         .chars()
         .map(|c| if c.is_ascii() { c } else { '?' })
+        .take(MAX_STRING_LEN)
         .collect();
-    out.extend_from_slice(&(ascii.len() as i32).to_le_bytes());
+    put_len(out, ascii.as_bytes());
     out.extend_from_slice(ascii.as_bytes());
 }
 
 impl FilterbankHeader {
-    /// The serialised header, `HEADER_START` to `HEADER_END`.
+    /// The serialised header, `HEADER_START` to `HEADER_END`. Non-ASCII characters of strings
+    /// are written as `?`, and strings are cut to [`MAX_STRING_LEN`] bytes (what readers accept).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut o = Vec::with_capacity(512);
         put_key(&mut o, "HEADER_START");
@@ -127,7 +142,7 @@ impl FilterbankHeader {
         };
         let read_string = |pos: &mut usize| -> std::result::Result<String, String> {
             let n = read_i32(pos)?;
-            if !(0..=4096).contains(&n) {
+            if !(0..=MAX_STRING_LEN as i32).contains(&n) {
                 return Err(format!("string length {n} at byte {}", *pos - 4));
             }
             Ok(String::from_utf8_lossy(take(pos, n as usize)?).into_owned())

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::guppi::{encode_complex, pad_directio, Header};
+use crate::guppi::{encode_complex, pad_directio, Header, MAX_STRING_CHARS};
 
 /// A tone.
 #[derive(Debug, Clone, PartialEq)]
@@ -193,9 +193,20 @@ impl GenerateSpec {
         self.obsfreq - self.obsbw / 2.0 + (c as f64 + 0.5) * self.chan_bw()
     }
 
-    /// `BLOCSIZE`.
+    /// `BLOCSIZE` (the generator checks that it fits; see [`GenerateSpec::try_blocsize`]).
     pub fn blocsize(&self) -> usize {
         self.nants * self.nchan * self.ntime * self.complex_pols() * 2 * self.nbits / 8
+    }
+
+    /// `BLOCSIZE`, or `None` when it does not fit a 64-bit header integer.
+    pub fn try_blocsize(&self) -> Option<usize> {
+        let bytes_per_complex = 2 * self.nbits / 8;
+        let b = self
+            .nants
+            .checked_mul(self.nchan)?
+            .checked_mul(self.ntime)?
+            .checked_mul(self.complex_pols() * bytes_per_complex)?;
+        i64::try_from(b).is_ok().then_some(b)
     }
 
     /// The unquantised sample of antenna `a`, channel `c` (per antenna), polarisation `pol` at
@@ -333,6 +344,30 @@ impl GenerateSpec {
         }
         if self.obsbw == 0.0 {
             return bad("bandwidth must not be 0".into());
+        }
+        if self.try_blocsize().is_none() {
+            return bad(format!(
+                "BLOCSIZE = {} antennas × {} channels × {} samples × {} pol × {} bytes does not fit a 64-bit integer",
+                self.nants,
+                self.nchan,
+                self.ntime,
+                self.complex_pols(),
+                2 * self.nbits / 8
+            ));
+        }
+        for (key, v) in [
+            ("SRC_NAME", &self.src_name),
+            ("RA_STR", &self.ra_str),
+            ("DEC_STR", &self.dec_str),
+            ("TELESCOP", &self.telescop),
+        ] {
+            // As written: each quote doubled.
+            let len = v.chars().count() + v.matches('\'').count();
+            if len > MAX_STRING_CHARS {
+                return bad(format!(
+                    "{key} {v:?} is {len} characters as written (quotes count twice); a header card holds at most {MAX_STRING_CHARS}"
+                ));
+            }
         }
         Ok(())
     }

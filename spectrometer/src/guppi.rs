@@ -19,6 +19,10 @@ pub const CARD_LEN: usize = 80;
 pub const DIRECTIO_ALIGN: u64 = 512;
 /// A header without `END` within this many cards is rejected ([`Error::NoEndCard`]).
 pub const MAX_CARDS: usize = 16384;
+/// The longest string value a card holds, in characters as written (a quote counts twice):
+/// `KEY     = '` takes 11 characters and the closing quote one. [`Header::to_bytes`] cuts longer
+/// strings to this length, keeping the closing quote.
+pub const MAX_STRING_CHARS: usize = CARD_LEN - 12;
 
 /// Rounds `n` up to a multiple of [`DIRECTIO_ALIGN`] when `directio` is set.
 pub fn pad_directio(n: u64, directio: bool) -> u64 {
@@ -55,6 +59,9 @@ pub enum Value {
     Str(String),
     /// Anything else (a number or a logical), trimmed, comment removed.
     Raw(String),
+    /// No value: a FITS blank card (`KEY     =`, or `KEY     =   / comment`). Reading a blank
+    /// key as a number is an [`Error::BlankValue`]; as a string it is absent.
+    Blank,
 }
 
 impl Value {
@@ -62,6 +69,7 @@ impl Value {
     pub fn text(&self) -> &str {
         match self {
             Value::Str(s) | Value::Raw(s) => s,
+            Value::Blank => "",
         }
     }
 }
@@ -111,12 +119,13 @@ impl Header {
         self.opt_int(key, loc)?.ok_or_else(|| missing(key, loc))
     }
 
-    /// An optional integer (a value like `8192.0` is accepted when it is whole).
+    /// An optional integer (a value like `8192.0` is accepted when it is whole); a blank value
+    /// is an [`Error::BlankValue`].
     pub fn opt_int(&self, key: &str, loc: &Loc) -> Result<Option<i64>> {
         let Some(v) = self.get(key) else {
             return Ok(None);
         };
-        let t = v.text().trim();
+        let t = not_blank(v, key, loc)?.trim();
         if let Ok(i) = t.parse::<i64>() {
             return Ok(Some(i));
         }
@@ -131,42 +140,43 @@ impl Header {
         self.opt_float(key, loc)?.ok_or_else(|| missing(key, loc))
     }
 
-    /// An optional float (FORTRAN `D` exponents accepted).
+    /// An optional float (FORTRAN `D` exponents accepted); a blank value is an
+    /// [`Error::BlankValue`].
     pub fn opt_float(&self, key: &str, loc: &Loc) -> Result<Option<f64>> {
         let Some(v) = self.get(key) else {
             return Ok(None);
         };
-        let t = v.text().trim();
+        let t = not_blank(v, key, loc)?.trim();
         match t.replace(['D', 'd'], "E").parse::<f64>() {
             Ok(f) if f.is_finite() => Ok(Some(f)),
             _ => Err(bad(key, t, "a finite number", loc)),
         }
     }
 
-    /// An optional string (an unquoted value is taken as it is).
+    /// An optional string (an unquoted value is taken as it is; a blank value is absent).
     pub fn opt_str(&self, key: &str) -> Option<String> {
-        self.get(key).map(|v| v.text().trim().to_string())
+        match self.get(key) {
+            None | Some(Value::Blank) => None,
+            Some(v) => Some(v.text().trim().to_string()),
+        }
     }
 
     /// The header as bytes: the cards, `END`, and zero padding to 512 bytes when `directio`.
+    ///
+    /// Cards are ASCII: any other character is written as `?`. A string longer than
+    /// [`MAX_STRING_CHARS`] (quotes counting twice) is cut to that length, so the card keeps its
+    /// closing quote and reads back as the string's beginning.
     pub fn to_bytes(&self, directio: bool) -> Vec<u8> {
         let mut out = Vec::with_capacity((self.cards.len() + 1) * CARD_LEN);
         for (k, v) in &self.cards {
-            let value = match v {
-                Value::Str(s) => format!("'{:<8}'", s.replace('\'', "''")),
-                Value::Raw(s) => format!("{s:>20}"),
-            };
-            // Cards are ASCII: anything else becomes '?' (and truncation stays on a char boundary).
-            let mut card: String = format!("{k:<8}= {value}")
-                .chars()
-                .map(|c| {
-                    if c.is_ascii() && !c.is_ascii_control() {
-                        c
-                    } else {
-                        '?'
-                    }
-                })
-                .collect();
+            let mut card: String = match v {
+                Value::Str(s) => format!("{k:<8}= '{:<8}'", quoted_body(s)),
+                Value::Raw(s) => format!("{k:<8}= {s:>20}"),
+                Value::Blank => format!("{k:<8}="),
+            }
+            .chars()
+            .map(card_char)
+            .collect();
             card.truncate(CARD_LEN);
             out.extend_from_slice(format!("{card:<80}").as_bytes());
         }
@@ -174,6 +184,41 @@ impl Header {
         let padded = pad_directio(out.len() as u64, directio) as usize;
         out.resize(padded, 0);
         out
+    }
+}
+
+/// `c` as a header card holds it: printable ASCII, anything else `?`.
+fn card_char(c: char) -> char {
+    if c.is_ascii() && !c.is_ascii_control() {
+        c
+    } else {
+        '?'
+    }
+}
+
+/// A string's text between its quotes: ASCII, quotes doubled, at most [`MAX_STRING_CHARS`]
+/// characters (never half of a doubled quote).
+fn quoted_body(s: &str) -> String {
+    let mut body = String::new();
+    for c in s.chars().map(card_char) {
+        let piece: &[char] = if c == '\'' { &['\'', '\''] } else { &[c] };
+        if body.len() + piece.len() > MAX_STRING_CHARS {
+            break;
+        }
+        body.extend(piece);
+    }
+    body
+}
+
+/// The text of `v`, or [`Error::BlankValue`] for a blank card.
+fn not_blank<'a>(v: &'a Value, key: &str, loc: &Loc) -> Result<&'a str> {
+    match v {
+        Value::Blank => Err(Error::BlankValue {
+            file: loc.file.clone(),
+            block: loc.block,
+            key: key.to_string(),
+        }),
+        v => Ok(v.text()),
     }
 }
 
@@ -253,9 +298,11 @@ fn parse_card(card: &[u8], index: usize, loc: &Loc) -> Result<Option<(String, Op
     } else {
         let token = rest.split('/').next().unwrap_or("").trim();
         if token.is_empty() {
-            return Err(malformed());
+            // A FITS blank (undefined) value: fine unless the key is read.
+            Value::Blank
+        } else {
+            Value::Raw(token.to_string())
         }
-        Value::Raw(token.to_string())
     };
     Ok(Some((key.to_string(), Some(value))))
 }
@@ -431,7 +478,18 @@ impl Geometry {
             ));
         }
         let (blocsize, obsnchan, nbits) = (blocsize as usize, obsnchan as usize, nbits as usize);
-        let per_time_all_chans = obsnchan * npol * 2 * nbits / 8;
+        // 2 × NBITS / 8 is a whole number of bytes (4, 8 or 16 bits); an absurd OBSNCHAN must
+        // not wrap the product (to 0 in release builds, and then divide by it).
+        let Some(per_time_all_chans) = obsnchan.checked_mul(npol * 2 * nbits / 8) else {
+            return Err(bad(
+                "OBSNCHAN",
+                &text("OBSNCHAN"),
+                &format!(
+                    "a channel count whose bytes per time sample (OBSNCHAN × {npol} pol × 2 × {nbits} bits / 8) fit in 64 bits"
+                ),
+                loc,
+            ));
+        };
         if blocsize % per_time_all_chans != 0 {
             return Err(Error::BlocsizeMismatch {
                 file: loc.file.clone(),

@@ -13,7 +13,7 @@ use spectrometer::gpu::{GpuEngine, GpuMode};
 use spectrometer::pipeline::{run_stem, EngineKind, OutputFormat, RunConfig};
 use spectrometer::plan::{AntennaMode, Plan, ProductSpec, Selection, MAX_PRODUCTS};
 use spectrometer::rawspec::{Naming, RawspecOptions};
-use spectrometer::scan::Scan;
+use spectrometer::scan::{Scan, ScanOptions};
 use spectrometer::Error;
 
 #[derive(Parser)]
@@ -73,7 +73,8 @@ enum FormatArg {
 
 #[derive(Args)]
 struct RunArgs {
-    /// Stems (`dir/name` for `dir/name.0000.raw`, …) or any one file of each sequence.
+    /// Stems (`dir/name` for `dir/name.0000.raw`, …), any one file `NAME.NNNN.raw` of a
+    /// sequence, or any other RAW file (read alone).
     #[arg(required = true)]
     inputs: Vec<PathBuf>,
     /// A product `NFFTxNINT[:MODE]` (MODE i, full or iquv; default i), e.g. `2^20x51`,
@@ -114,6 +115,10 @@ struct RunArgs {
     /// Skip this many blocks at the start (tstart moves accordingly).
     #[arg(long, default_value_t = 0)]
     skip_blocks: usize,
+    /// The most blocks one PKTIDX jump may mean were dropped (zero-filled); a larger jump is an
+    /// error (a corrupt PKTIDX, most likely).
+    #[arg(long, default_value_t = spectrometer::scan::DEFAULT_MAX_GAP_BLOCKS)]
+    max_gap_blocks: u64,
     /// Also write a PNG (mean spectrum and waterfall) per product and output.
     #[arg(long)]
     png: bool,
@@ -430,12 +435,15 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
             FormatArg::Fil => OutputFormat::Filterbank,
             FormatArg::H5 => OutputFormat::Fbh5,
         },
+        scan: ScanOptions {
+            max_gap_blocks: a.max_gap_blocks,
+        },
     };
     if !cfg.format.available() {
         bail!("--format h5 needs a build with the fbh5 feature: cargo build --release -p cudagraph-spectrometer --features fbh5 (see the README)");
     }
     for input in &cfg.inputs {
-        let scan = Scan::open(input)?;
+        let scan = Scan::open_with(input, &cfg.scan)?;
         for line in scan.report_lines() {
             eprintln!("{line}");
         }
@@ -564,6 +572,7 @@ fn cmd_rawspec(a: RawspecArgs) -> anyhow::Result<()> {
             } else {
                 OutputFormat::Filterbank
             },
+            scan: ScanOptions::default(),
         };
         let plan = Plan::new(&scan, &cfg.products, &cfg.selection)?;
         if a.debug {

@@ -20,7 +20,7 @@ use crate::output::{remove_stale, Stale, Temporaries};
 use crate::plan::{OutputId, Plan, ProductSpec, Selection};
 use crate::plot::PlotData;
 use crate::rawspec::{headers_base, output_base, write_headers, Naming};
-use crate::scan::{BlockBuffer, BlockReader, Scan, SlotKind};
+use crate::scan::{BlockBuffer, BlockReader, Scan, ScanOptions, SlotKind};
 
 /// Which engine computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -105,6 +105,8 @@ pub struct RunConfig {
     pub save_headers: bool,
     /// The spectra files' format.
     pub format: OutputFormat,
+    /// How each input is indexed (the gap limit).
+    pub scan: ScanOptions,
 }
 
 impl Default for RunConfig {
@@ -123,6 +125,7 @@ impl Default for RunConfig {
             naming: Naming::Native,
             save_headers: false,
             format: OutputFormat::Filterbank,
+            scan: ScanOptions::default(),
         }
     }
 }
@@ -308,7 +311,7 @@ pub fn run(cfg: &RunConfig) -> Result<Vec<StemReport>> {
     }
     let mut reports = Vec::new();
     for input in &cfg.inputs {
-        let scan = Scan::open(input)?;
+        let scan = Scan::open_with(input, &cfg.scan)?;
         let plan = Plan::new(&scan, &cfg.products, &cfg.selection)?;
         let report = match cfg.engine {
             EngineKind::Cpu => run_stem(&scan, &plan, &mut CpuEngine::new(&plan)?, cfg)?,

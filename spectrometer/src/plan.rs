@@ -245,12 +245,10 @@ impl Plan {
             )));
         }
         let nchan = sel.nchan.unwrap_or(g.nchan_per_ant - sel.chan_start);
-        if nchan == 0 || sel.chan_start + nchan > g.nchan_per_ant {
+        if nchan == 0 || nchan > g.nchan_per_ant - sel.chan_start {
             return Err(Error::Selection(format!(
-                "channels {}..{} do not fit the {} coarse channels per antenna",
-                sel.chan_start,
-                sel.chan_start + nchan,
-                g.nchan_per_ant
+                "{nchan} channel(s) from channel {} do not fit the {} coarse channels per antenna",
+                sel.chan_start, g.nchan_per_ant
             )));
         }
         let antennas: Vec<usize> = match sel.antenna {
@@ -303,7 +301,20 @@ impl Plan {
                         .into(),
                 });
             }
-            let needed = s.nfft as u64 * s.nint as u64;
+            let spec = || format!("{}x{}", s.nfft, s.nint);
+            // Checked: a wrapped product could be 0 (and then divide by it).
+            let needed = (s.nfft as u64).checked_mul(s.nint as u64).ok_or_else(|| {
+                Error::InvalidProduct {
+                    spec: spec(),
+                    reason: "Nfft × Nint does not fit in 64 bits".into(),
+                }
+            })?;
+            let nchans = nchan
+                .checked_mul(s.nfft)
+                .ok_or_else(|| Error::InvalidProduct {
+                    spec: spec(),
+                    reason: format!("{nchan} channels × Nfft does not fit in 64 bits"),
+                })?;
             if samples < needed {
                 return Err(Error::NotEnoughSamples {
                     product: index,
@@ -321,7 +332,7 @@ impl Plan {
                 nint: s.nint,
                 detection: s.detection,
                 nifs: s.detection.nifs(),
-                nchans: nchan * s.nfft,
+                nchans,
                 fch1: info.coarse_centre(sel.chan_start) - (s.nfft / 2) as f64 * foff,
                 foff,
                 tsamp: info.tbin * needed as f64,

@@ -6,7 +6,7 @@
 //!
 //! | rawspec | here |
 //! | --- | --- |
-//! | `STEM ...` | the stems, each processed in turn (any one file `STEM.NNNN.raw` is accepted too) |
+//! | `STEM ...` | the stems, each processed in turn (any one file `STEM.NNNN.raw`, or any other RAW file read alone, is accepted too) |
 //! | `-f`, `--ffts N1[,N2...]` and `-t`, `--ints N1[,N2...]` | products `N1xT1`, …; the same number of each; at most 4; default `1048576,8,1024` × `51,128,3072` |
 //! | `-p`, `--pols P1[,P2...]` | per product: `1` total power, `4` cross pols (`full`: XX, YY, Re XY\*, Im XY\*), `-4` Stokes (`iquv`); a missing entry repeats the previous one; 4 and -4 fall back to 1 for single-pol input, as in rawspec |
 //! | `-d`, `--dest DIR` | output directory (default: the stem's own directory) |

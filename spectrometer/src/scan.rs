@@ -13,10 +13,16 @@
 //!   [`SlotKind::Gap`] slots, read as zero bytes (which decode to zero samples), and are reported
 //!   in [`Scan::gaps`]. Any other jump is an [`Error::PktidxIrregular`]. A gap between the first
 //!   two blocks cannot be told from the step. Without `PKTIDX` no gaps are detected.
+//!   A jump of more than [`ScanOptions::max_gap_blocks`] blocks is an
+//!   [`Error::PktidxGapTooLong`] (a corrupt `PKTIDX` would otherwise make a huge time axis).
 //! - **Truncation.** A file that ends inside a block (its header or its data) is read up to its
 //!   last whole block, with a warning in [`Scan::truncations`]; the next file of the sequence, if
 //!   any, is still read (a gap shows up through `PKTIDX`). A header cut short before any whole
-//!   block of the scan is an [`Error::TruncatedHeader`].
+//!   block of the scan is an [`Error::TruncatedHeader`]; a scan with no whole block at all is an
+//!   [`Error::TruncatedData`] or [`Error::EmptyFile`] naming the first file that fell short.
+//! - **Inputs.** A path `NAME.NNNN.raw` stands for its whole sequence; any other path that names
+//!   a file (or ends in `.raw`) is that one file; anything else is a stem (see
+//!   [`resolve_input`]).
 
 use std::fs::File;
 use std::io::{BufReader, Seek, SeekFrom};
@@ -74,12 +80,34 @@ pub struct Truncation {
     pub in_header: bool,
     /// Bytes after the last whole block, ignored.
     pub bytes_ignored: u64,
+    /// Data bytes of the incomplete block present in the file (0 when it ends in the header).
+    pub data_bytes: u64,
+}
+
+/// How [`Scan::open_with`] indexes a scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanOptions {
+    /// The most blocks one `PKTIDX` jump may imply were dropped ([`Error::PktidxGapTooLong`]
+    /// beyond). Each dropped block becomes a zero block on the time axis, so a corrupt `PKTIDX`
+    /// must not be taken for a loss of millions of blocks.
+    pub max_gap_blocks: u64,
+}
+
+/// The default [`ScanOptions::max_gap_blocks`].
+pub const DEFAULT_MAX_GAP_BLOCKS: u64 = 1024;
+
+impl Default for ScanOptions {
+    fn default() -> Self {
+        ScanOptions {
+            max_gap_blocks: DEFAULT_MAX_GAP_BLOCKS,
+        }
+    }
 }
 
 /// An indexed scan.
 #[derive(Debug, Clone)]
 pub struct Scan {
-    /// The stem (path without `.NNNN.raw`).
+    /// The stem that names the outputs: the path without `.NNNN.raw` (or `.raw` for a single file).
     pub stem: PathBuf,
     /// The RAW files in sequence order.
     pub files: Vec<PathBuf>,
@@ -101,18 +129,42 @@ pub struct Scan {
     pub pktidx_step: Option<i64>,
 }
 
-/// Splits an input path into a stem: `dir/name.0003.raw` → `dir/name`; anything else is taken
-/// as the stem itself.
+/// `dir/name.0003.raw` (four digits or more) → `Some(dir/name)`; any other path → `None`.
+fn sequence_stem(input: &Path) -> Option<PathBuf> {
+    let s = input.to_str()?;
+    let (stem, num) = s.strip_suffix(".raw")?.rsplit_once('.')?;
+    let is_seq = num.len() >= 4 && num.bytes().all(|b| b.is_ascii_digit());
+    (is_seq && !stem.is_empty() && !stem.ends_with('/')).then(|| PathBuf::from(stem))
+}
+
+/// The stem that names an input's outputs: `dir/name.0003.raw` → `dir/name`, `dir/name.raw` →
+/// `dir/name`, anything else itself.
 pub fn stem_of(input: &Path) -> PathBuf {
-    let s = input.to_string_lossy();
-    if let Some(base) = s.strip_suffix(".raw") {
-        if let Some((stem, num)) = base.rsplit_once('.') {
-            if !num.is_empty() && num.bytes().all(|b| b.is_ascii_digit()) {
-                return PathBuf::from(stem);
-            }
-        }
+    if let Some(stem) = sequence_stem(input) {
+        return stem;
     }
-    input.to_path_buf()
+    match input.to_str().and_then(|s| s.strip_suffix(".raw")) {
+        Some(base) if !base.is_empty() && !base.ends_with('/') => PathBuf::from(base),
+        _ => input.to_path_buf(),
+    }
+}
+
+/// The stem and the files of an input, in sequence order:
+/// - `NAME.NNNN.raw` (four digits or more): every file `NAME.NNNN.raw` that exists;
+/// - any other path naming a file, or ending in `.raw`: that file alone (an [`Error::Io`] if it
+///   cannot be read), its stem the path without `.raw`;
+/// - anything else: a stem, whose files are `STEM.NNNN.raw` ([`Error::NoFiles`] if none).
+pub fn resolve_input(input: &Path) -> Result<(PathBuf, Vec<PathBuf>)> {
+    if let Some(stem) = sequence_stem(input) {
+        let files = find_files(&stem)?;
+        return Ok((stem, files));
+    }
+    let ends_raw = input.to_str().is_some_and(|s| s.ends_with(".raw"));
+    if input.is_file() || ends_raw {
+        std::fs::metadata(input).map_err(|e| Error::io(input, e))?;
+        return Ok((stem_of(input), vec![input.to_path_buf()]));
+    }
+    Ok((input.to_path_buf(), find_files(input)?))
 }
 
 /// The files `stem.NNNN.raw` that exist, in numeric order.
@@ -170,11 +222,17 @@ fn fixed_keys(g: &Geometry, i: &ObsInfo) -> [(&'static str, String); 9] {
 }
 
 impl Scan {
-    /// Finds the files of `stem` (a stem, or any one file `stem.NNNN.raw` of the sequence) and
-    /// indexes every block.
-    pub fn open(stem: &Path) -> Result<Scan> {
-        let stem = stem_of(stem);
-        let files = find_files(&stem)?;
+    /// Finds the files of `input` (a stem, a file `stem.NNNN.raw` of a sequence, or any one RAW
+    /// file: see [`resolve_input`]) and indexes every block, with the default [`ScanOptions`].
+    pub fn open(input: &Path) -> Result<Scan> {
+        Scan::open_with(input, &ScanOptions::default())
+    }
+
+    /// [`Scan::open`] with `options`.
+    pub fn open_with(input: &Path, options: &ScanOptions) -> Result<Scan> {
+        let (stem, files) = resolve_input(input)?;
+        // Why the scan has no whole block yet, if it has none at the end.
+        let mut short: Option<Error> = None;
         let mut first: Option<(Header, Geometry, ObsInfo)> = None;
         let mut slots = Vec::new();
         let mut gaps = Vec::new();
@@ -191,6 +249,10 @@ impl Scan {
             let mut r = BufReader::with_capacity(64 * 1024, file);
             let mut pos = 0u64;
             let mut block = 0usize;
+            if len == 0 {
+                warnings.push(format!("{}: empty file (0 bytes)", path.display()));
+                short.get_or_insert_with(|| Error::EmptyFile { file: path.clone() });
+            }
             loop {
                 if pos >= len {
                     break;
@@ -214,6 +276,7 @@ impl Scan {
                             block,
                             in_header: true,
                             bytes_ignored: len - pos,
+                            data_bytes: 0,
                         });
                         break;
                     }
@@ -244,11 +307,21 @@ impl Scan {
                 }
                 let data_off = pos + hlen;
                 if data_off + g.blocsize as u64 > len {
+                    let data_bytes = len.saturating_sub(data_off);
+                    if data_blocks == 0 {
+                        short.get_or_insert_with(|| Error::TruncatedData {
+                            file: path.clone(),
+                            block,
+                            bytes: data_bytes,
+                            blocsize: g.blocsize as u64,
+                        });
+                    }
                     truncations.push(Truncation {
                         file: path.clone(),
                         block,
                         in_header: false,
                         bytes_ignored: len - pos,
+                        data_bytes,
                     });
                     break;
                 }
@@ -265,7 +338,16 @@ impl Scan {
                     }
                     Some(p) if pktidx_ok => {
                         if let Some(prev) = prev_pktidx {
-                            let d = p - prev;
+                            let irregular = |step| Error::PktidxIrregular {
+                                file: path.clone(),
+                                block,
+                                previous: prev,
+                                now: p,
+                                step,
+                            };
+                            let d = p
+                                .checked_sub(prev)
+                                .ok_or_else(|| irregular(step.unwrap_or(0)))?;
                             match step {
                                 None => {
                                     if d <= 0 {
@@ -282,13 +364,25 @@ impl Scan {
                                 Some(s) if d == s => {}
                                 Some(s) if d > s && d % s == 0 => {
                                     let missing = (d / s - 1) as u64;
+                                    if missing > options.max_gap_blocks {
+                                        return Err(Error::PktidxGapTooLong {
+                                            file: path.clone(),
+                                            block,
+                                            previous: prev,
+                                            now: p,
+                                            step: s,
+                                            missing,
+                                            max: options.max_gap_blocks,
+                                        });
+                                    }
                                     gaps.push(GapReport {
                                         file: path.clone(),
                                         block,
                                         pktidx_before: prev,
                                         pktidx_after: p,
                                         missing_blocks: missing,
-                                        zero_samples: missing * g.new_samples() as u64,
+                                        zero_samples: missing
+                                            .saturating_mul(g.new_samples() as u64),
                                     });
                                     slots.extend((0..missing).map(|_| SlotKind::Gap));
                                 }
@@ -317,12 +411,10 @@ impl Scan {
                 block += 1;
             }
         }
-        let Some((header, geometry, info)) = first else {
-            return Err(Error::NoFiles { stem });
-        };
         if data_blocks == 0 {
-            return Err(Error::NoFiles { stem });
+            return Err(short.unwrap_or(Error::NoFiles { stem }));
         }
+        let (header, geometry, info) = first.expect("a whole block was read");
         Ok(Scan {
             stem,
             files,
@@ -347,7 +439,8 @@ impl Scan {
 
     /// Samples per channel on the time axis from slot `first` on (gaps included).
     pub fn samples_from(&self, first: usize) -> u64 {
-        (self.slots.len().saturating_sub(first) * self.geometry.new_samples()) as u64
+        (self.slots.len().saturating_sub(first) as u64)
+            .saturating_mul(self.geometry.new_samples() as u64)
     }
 
     /// Human-readable lines for the gaps and truncations found.
@@ -369,11 +462,18 @@ impl Scan {
             ));
         }
         for t in &self.truncations {
+            let inside = if t.in_header {
+                "header".to_string()
+            } else {
+                format!(
+                    "data: truncated, {} of BLOCSIZE {} bytes",
+                    t.data_bytes, self.geometry.blocsize
+                )
+            };
             out.push(format!(
-                "warning: {} ends inside block {} ({}): stopped at the last whole block, {} byte(s) ignored",
+                "warning: {} ends inside block {} ({inside}): stopped at the last whole block, {} byte(s) ignored",
                 t.file.display(),
                 t.block,
-                if t.in_header { "header" } else { "data" },
                 t.bytes_ignored
             ));
         }
