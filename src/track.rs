@@ -5,7 +5,10 @@
 //!   it completes when that work has.
 //! - Every allocation and module has a [`Uses`] list: the markers of stream operations that used
 //!   it (at most one per stream: a newer marker on a stream implies the older ones), and the
-//!   [`LaunchLog`] of every executable graph that refers to it now.
+//!   [`LaunchLog`] of every executable graph that refers to it now. When a marker of a stream
+//!   not in the list is added, markers whose work has completed are dropped first (one event
+//!   query each, no allocation), so the list holds only streams whose work may still run: a
+//!   long-lived buffer used from a new stream per iteration does not gather markers.
 //! - Waiting for an object ([`Uses::wait`], [`wait_locked`]) waits for those markers and for
 //!   the launches of those graphs (a marker recorded right after the latest launch, see
 //!   `crate::queue`). `Drop` of an allocation or module waits before freeing; host reads and
@@ -21,10 +24,28 @@ use crate::error::Result;
 use crate::marker::Marker;
 use crate::queue::LaunchLog;
 
+/// What a use list needs of a marker: the stream it marks work on and whether that work has
+/// completed. (A trait so that the list's bookkeeping is tested without a GPU.)
+pub(crate) trait Mark: Clone {
+    /// The stream's process-unique id.
+    fn stream(&self) -> u64;
+    /// Whether the marked work has completed (an event query).
+    fn done(&self) -> Result<bool>;
+}
+
+impl Mark for Arc<Marker> {
+    fn stream(&self) -> u64 {
+        Marker::stream(self)
+    }
+    fn done(&self) -> Result<bool> {
+        Marker::done(self)
+    }
+}
+
 /// Something queued GPU work uses an object through.
-pub(crate) enum User {
+pub(crate) enum User<M = Arc<Marker>> {
     /// A stream operation (or the last launches of a graph that no longer refers to it).
-    Marker(Arc<Marker>),
+    Marker(M),
     /// An executable graph that refers to the object now: every launch of it may use it.
     Graph(Weak<LaunchLog>),
 }
@@ -43,7 +64,8 @@ impl Uses {
         self.list.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Notes a stream operation's marker (replacing an older marker of the same stream).
+    /// Notes a stream operation's marker (replacing an older marker of the same stream; a new
+    /// stream first drops the markers whose work has completed).
     pub(crate) fn add_marker(&self, marker: &Arc<Marker>) {
         add_marker_locked(&mut self.lock(), marker);
     }
@@ -77,7 +99,7 @@ impl Uses {
     }
 }
 
-fn add_marker_locked(list: &mut Vec<User>, marker: &Arc<Marker>) {
+fn add_marker_locked<M: Mark>(list: &mut Vec<User<M>>, marker: &M) {
     for u in list.iter_mut() {
         if let User::Marker(m) = u {
             if m.stream() == marker.stream() {
@@ -86,6 +108,14 @@ fn add_marker_locked(list: &mut Vec<User>, marker: &Arc<Marker>) {
             }
         }
     }
+    // A stream the list does not have: drop the markers whose work has completed (and graphs
+    // that are gone) before adding it, so the list holds only streams whose work may still
+    // run (one event query per entry, only when a new stream comes; `retain` allocates
+    // nothing). A marker CUDA cannot answer for is kept.
+    list.retain(|u| match u {
+        User::Marker(m) => !m.done().unwrap_or(false),
+        User::Graph(w) => w.strong_count() > 0,
+    });
     list.push(User::Marker(marker.clone()));
 }
 
@@ -127,4 +157,100 @@ pub(crate) fn as_host_node(f: impl FnOnce()) {
 /// Whether the calling thread is running a host node.
 pub(crate) fn in_host_node() -> bool {
     IN_HOST_NODE.try_with(|c| c.get()).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A marker stand-in: its stream and a completion flag the test sets.
+    #[derive(Clone)]
+    struct Fake {
+        stream: u64,
+        done: Arc<AtomicBool>,
+    }
+
+    impl Mark for Fake {
+        fn stream(&self) -> u64 {
+            self.stream
+        }
+        fn done(&self) -> Result<bool> {
+            Ok(self.done.load(Ordering::Relaxed))
+        }
+    }
+
+    fn fake(stream: u64) -> Fake {
+        Fake {
+            stream,
+            done: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn streams(list: &[User<Fake>]) -> Vec<u64> {
+        list.iter()
+            .filter_map(|u| match u {
+                User::Marker(m) => Some(m.stream),
+                User::Graph(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_stream_per_iteration_does_not_grow_the_list() {
+        let log = LaunchLog::new();
+        let mut list: Vec<User<Fake>> = vec![User::Graph(Arc::downgrade(&log))];
+        let mut previous: Option<Fake> = None;
+        for stream in 1..=1000 {
+            // The previous iteration's work has completed; this one's has not.
+            if let Some(p) = previous.take() {
+                p.done.store(true, Ordering::Relaxed);
+            }
+            let m = fake(stream);
+            add_marker_locked(&mut list, &m);
+            previous = Some(m);
+            assert!(
+                list.len() <= 2,
+                "iteration {stream}: {} entries",
+                list.len()
+            );
+        }
+        assert_eq!(streams(&list), [1000]);
+        assert!(
+            matches!(list[0], User::Graph(_)),
+            "a live graph stays listed"
+        );
+    }
+
+    #[test]
+    fn markers_of_work_that_may_run_are_kept_and_one_stream_has_one() {
+        let mut list: Vec<User<Fake>> = Vec::new();
+        let (a, b) = (fake(1), fake(2));
+        add_marker_locked(&mut list, &a);
+        add_marker_locked(&mut list, &b);
+        let a2 = fake(1);
+        add_marker_locked(&mut list, &a2);
+        assert_eq!(
+            streams(&list),
+            [1, 2],
+            "a newer marker of a stream replaces its older one"
+        );
+        assert!(Arc::ptr_eq(
+            &a2.done,
+            match &list[0] {
+                User::Marker(m) => &m.done,
+                User::Graph(_) => unreachable!(),
+            }
+        ));
+        // Stream 2's work completed; stream 1's has not: a new stream drops only stream 2's.
+        b.done.store(true, Ordering::Relaxed);
+        add_marker_locked(&mut list, &fake(3));
+        assert_eq!(streams(&list), [1, 3]);
+        // A graph that is gone goes too.
+        let log = LaunchLog::new();
+        list.push(User::Graph(Arc::downgrade(&log)));
+        drop(log);
+        add_marker_locked(&mut list, &fake(4));
+        assert_eq!(list.len(), 3);
+    }
 }

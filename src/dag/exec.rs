@@ -511,20 +511,11 @@ impl Exec {
 
     /// Notes one reference fewer; the last one hands `a` to the launches so far.
     pub(super) fn release(&mut self, a: Arc<Allocation>) {
-        let key = Arc::as_ptr(&a) as usize;
-        let n = self
-            .held
-            .get_mut(&key)
-            .expect("released allocations were held");
-        *n -= 1;
-        if *n == 0 {
+        if release_in(&mut self.held, &mut self.pinned, &a) {
             // Should CUDA fail to give a marker, the graph entry stays in the use list: host
             // access then waits for all of this graph's launches (while it lives), never less.
             if let Ok(so_far) = self.launches_so_far() {
                 a.uses.end_graph(&self.log, so_far.as_ref());
-            }
-            if a.space == MemorySpace::PinnedHost {
-                self.pinned.retain(|p| !Arc::ptr_eq(p, &a));
             }
             self.retire(Retiree::Alloc(a));
         }
@@ -803,6 +794,28 @@ fn hold_in(
     }
 }
 
+/// Notes one reference fewer to `a` in an `Exec`'s reference counts (`held`); the last one
+/// removes its entry (and `a` from the pinned list) and returns `true`.
+fn release_in(
+    held: &mut HashMap<usize, u32, BuildHasherDefault<AddrHasher>>,
+    pinned: &mut Vec<Arc<Allocation>>,
+    a: &Arc<Allocation>,
+) -> bool {
+    let key = Arc::as_ptr(a) as usize;
+    let n = held.get_mut(&key).expect("released allocations were held");
+    *n -= 1;
+    if *n > 0 {
+        return false;
+    }
+    // No entry stays behind for an allocation the DAG no longer refers to: a long run of
+    // updates that swap buffers would otherwise grow the map without bound.
+    held.remove(&key);
+    if a.space == MemorySpace::PinnedHost {
+        pinned.retain(|p| !Arc::ptr_eq(p, a));
+    }
+    true
+}
+
 /// A hasher for allocation addresses (distinct, 256-byte-aligned-ish `Arc` pointers): one
 /// multiplication instead of SipHash, which `hold` would run once per node at instantiation.
 #[derive(Default)]
@@ -864,5 +877,36 @@ impl Drop for Exec {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DeviceLimits, RecordingBackend};
+
+    #[test]
+    fn released_allocations_leave_no_count_behind() {
+        let mut r = RecordingBackend::new(DeviceLimits::hopper());
+        let (x, h) = (r.device_buffer::<f32>(64), r.host_buffer::<f32>(64));
+        let log = LaunchLog::new();
+        let mut held = HashMap::default();
+        let mut pinned = Vec::new();
+        for a in [&x.alloc, &x.alloc, &h.alloc] {
+            hold_in(&mut held, &mut pinned, &log, a);
+        }
+        assert_eq!((held.len(), pinned.len()), (2, 1));
+        assert!(
+            !release_in(&mut held, &mut pinned, &x.alloc),
+            "one reference left"
+        );
+        assert!(release_in(&mut held, &mut pinned, &x.alloc));
+        assert!(release_in(&mut held, &mut pinned, &h.alloc));
+        assert!(held.is_empty(), "{} counts left", held.len());
+        assert!(pinned.is_empty());
+        // Held again: counted from one.
+        hold_in(&mut held, &mut pinned, &log, &x.alloc);
+        assert!(release_in(&mut held, &mut pinned, &x.alloc));
+        assert!(held.is_empty());
     }
 }
