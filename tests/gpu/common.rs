@@ -54,23 +54,85 @@ fn gpu_required() -> bool {
     std::env::var("CUDAGRAPH_REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
+/// How many GPUs the multi-GPU tests must find (`CUDAGRAPH_REQUIRE_GPUS=<n>`; 0 when unset):
+/// a test needing at most that many fails, rather than being ignored, where fewer GPUs are
+/// visible or they lack what it needs (peer access).
+fn gpus_required() -> usize {
+    std::env::var("CUDAGRAPH_REQUIRE_GPUS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What a multi-GPU test returns (as its error) when the GPUs it found cannot run it, such as
+/// two GPUs without peer access: [`gpus_test`] reports the test *ignored* with this reason,
+/// or failed under `CUDAGRAPH_REQUIRE_GPUS`.
+#[derive(Debug)]
+pub struct Unsupported(pub String);
+
+impl std::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
 /// A test that needs a GPU: run when there is one, *ignored* (with the reason) when there is
 /// none, and failed when there is none but `CUDAGRAPH_REQUIRE_GPU=1`.
 pub fn gpu_test(name: &str, f: fn(&Gpu) -> anyhow::Result<()>) -> Trial {
-    Trial::ignorable_test(name, move || match device() {
-        Ok(device) => {
-            let stream = Stream::new(device).map_err(|e| e.to_string())?;
-            let gpu = Gpu {
-                device: device.clone(),
-                stream,
-            };
-            f(&gpu).map_err(|e| format!("{e:#}"))?;
-            Ok(Completion::Completed)
+    gpus_test(name, 1, f)
+}
+
+/// A test that needs `needs` GPUs (its [`Gpu`] is device 0; it opens the others itself): run
+/// when that many are visible. With no usable GPU, as [`gpu_test`]. With fewer GPUs than it
+/// needs, or GPUs that cannot run it (it returns [`Unsupported`]), *ignored* with the reason —
+/// also under `CUDAGRAPH_REQUIRE_GPU=1`, which asks for one GPU — and failed when
+/// `CUDAGRAPH_REQUIRE_GPUS` (a number) is at least `needs`: set `CUDAGRAPH_REQUIRE_GPUS=2` on a
+/// machine with two GPUs so that the two-GPU tests cannot pass without running.
+pub fn gpus_test(name: &str, needs: usize, f: fn(&Gpu) -> anyhow::Result<()>) -> Trial {
+    Trial::ignorable_test(name, move || {
+        let device = match device() {
+            Ok(device) => device,
+            Err(reason) if gpu_required() || gpus_required() >= needs => {
+                let by = if gpu_required() {
+                    "CUDAGRAPH_REQUIRE_GPU=1".to_string()
+                } else {
+                    format!("CUDAGRAPH_REQUIRE_GPUS={}", gpus_required())
+                };
+                return Err(format!("{by} but the GPU cannot be used: {reason}").into());
+            }
+            Err(reason) => return Ok(Completion::ignored_with(format!("no GPU: {reason}"))),
+        };
+        // Fewer GPUs than needed, or GPUs that cannot run the test: ignored, unless required.
+        let cannot = |reason: String| {
+            if gpus_required() >= needs {
+                Err(format!("CUDAGRAPH_REQUIRE_GPUS={} but {reason}", gpus_required()).into())
+            } else {
+                Ok(Completion::ignored_with(format!(
+                    "{reason} (CUDAGRAPH_REQUIRE_GPUS={needs} makes this a failure)"
+                )))
+            }
+        };
+        if needs > 1 {
+            let count = Device::count().map_err(|e| e.to_string())?;
+            if count < needs {
+                return cannot(format!("it needs {needs} GPUs; {count} visible"));
+            }
         }
-        Err(reason) if gpu_required() => {
-            Err(format!("CUDAGRAPH_REQUIRE_GPU=1 but the GPU cannot be used: {reason}").into())
+        let stream = Stream::new(device).map_err(|e| e.to_string())?;
+        let gpu = Gpu {
+            device: device.clone(),
+            stream,
+        };
+        match f(&gpu) {
+            Ok(()) => Ok(Completion::Completed),
+            Err(e) => match e.downcast::<Unsupported>() {
+                Ok(Unsupported(reason)) if needs > 1 => cannot(reason),
+                Ok(Unsupported(reason)) => Err(format!("unsupported: {reason}").into()),
+                Err(e) => Err(format!("{e:#}").into()),
+            },
         }
-        Err(reason) => Ok(Completion::ignored_with(format!("no GPU: {reason}"))),
     })
     .with_kind("gpu")
 }

@@ -1,12 +1,14 @@
 //! GPU tests of node placement: a DAG whose nodes are all placed on device 0 computes what the
 //! unplaced DAG does; with two GPUs, a DAG with kernels on both and a copy between them
-//! (checked against the CPU). With one GPU, the two-device part says it was skipped.
+//! (checked against the CPU). The two-GPU test goes through [`gpus_test`]: with one GPU (or two
+//! without peer access) it is ignored with the reason, and `CUDAGRAPH_REQUIRE_GPUS=2` makes
+//! that a failure.
 
 use anyhow::ensure;
 use cudagraph::{args, dst, src, Dag, Device, DeviceBuffer, HostBuffer, LaunchConfig, Module};
 use libtest_mimic::Trial;
 
-use crate::common::{assert_close, gpu_test, Gpu, KERNELS};
+use crate::common::{assert_close, gpu_test, gpus_test, Gpu, Unsupported, KERNELS};
 
 pub fn tests() -> Vec<Trial> {
     vec![
@@ -14,7 +16,7 @@ pub fn tests() -> Vec<Trial> {
             "placement::placed_on_device_0_as_unplaced",
             placed_on_device_0_as_unplaced,
         ),
-        gpu_test("placement::two_devices", two_devices),
+        gpus_test("placement::two_devices", 2, two_devices),
     ]
 }
 
@@ -66,21 +68,11 @@ fn placed_on_device_0_as_unplaced(gpu: &Gpu) -> anyhow::Result<()> {
 /// CPU, over two launches.
 fn two_devices(gpu: &Gpu) -> anyhow::Result<()> {
     let count = Device::count()?;
-    if count < 2 {
-        println!(
-            "placement::two_devices: SKIPPED the two-device part: {count} GPU visible, it needs 2"
-        );
-        return Ok(());
-    }
     let d0 = &gpu.device;
     let d1 = Device::get(1)?;
     let (from1, from0) = (d1.can_access_peer(d0)?, d0.can_access_peer(&d1)?);
     if !from1 && !from0 {
-        println!(
-            "placement::two_devices: SKIPPED the two-device part: devices 0 and 1 cannot access \
-             each other by peer"
-        );
-        return Ok(());
+        return Err(Unsupported("devices 0 and 1 cannot access each other by peer".into()).into());
     }
     let scale = gpu.kernel("scale")?;
     let axpy = Module::from_source(&d1, KERNELS)?.kernel("axpy")?;

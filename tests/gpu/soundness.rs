@@ -171,21 +171,33 @@ fn host_reads_wait_for_graph_launches(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The same fork/join DAG built with the fan-out edges in the other order: the whole-graph
-/// update pairs the nodes by id, and per-node updates afterwards reach the right node.
+/// The same fork/join DAG (memset `r`, kernels `a` and `b` writing slots 0 and 1, join `j`)
+/// built in two orders: the whole-graph update pairs the nodes by id, and per-node updates
+/// afterwards reach the right node. Both add the nodes join first, then `b`, `r`, `a` (so that
+/// the ids match, which the update requires, and the order nodes were added in is not one
+/// lowering could create them in); the first adds every node, then the edges, fan-out first;
+/// the second adds each edge as soon as both its nodes exist, in another order. Only an order
+/// that depends on neither (the canonical one) makes CUDA pair `a` with `a` and `b` with `b`.
 fn swapped_fan_out_update(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let write = gpu.kernel("write_slot")?;
     let out = DeviceBuffer::<u32>::zeros(d, 2)?;
-    let build = |swap: bool, va: u32, vb: u32| -> anyhow::Result<(Dag, [cudagraph::NodeId; 4])> {
+    let build = |second: bool, va: u32, vb: u32| -> anyhow::Result<(Dag, [cudagraph::NodeId; 4])> {
         let mut dag = Dag::new();
-        let r = dag.add_memset(&out, 0u32)?;
-        let a = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 0u32, va])?;
-        let b = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&out, 1u32, vb])?;
+        let one = LaunchConfig::new(1, 1);
         let j = dag.add_empty();
-        if swap {
-            dag.fan_out(r, &[b, a])?;
-            dag.fan_in(&[b, a], j)?;
+        let b = dag.add_kernel(&write, one, &args![&out, 1u32, vb])?;
+        if second {
+            dag.add_dependency(b, j)?;
+        }
+        let r = dag.add_memset(&out, 0u32)?;
+        if second {
+            dag.add_dependency(r, b)?;
+        }
+        let a = dag.add_kernel(&write, one, &args![&out, 0u32, va])?;
+        if second {
+            dag.add_dependency(a, j)?;
+            dag.add_dependency(r, a)?;
         } else {
             dag.fan_out(r, &[a, b])?;
             dag.fan_in(&[a, b], j)?;
