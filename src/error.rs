@@ -346,4 +346,14 @@ pub enum DagError {
         /// What is wrong.
         problem: String,
     },
+    /// CUDA refused to instantiate the graph and blamed this node
+    /// (`cudaGraphInstantiateWithParams`' error node; a node a captured or FFT node made is
+    /// named by that node).
+    #[error("node `{node}`: CUDA cannot instantiate the graph: {problem}")]
+    Instantiate {
+        /// The node.
+        node: String,
+        /// CUDA's instantiation result in words, and its error.
+        problem: String,
+    },
 }

@@ -189,16 +189,18 @@ impl Dag {
         if flags.use_node_priority {
             f |= sys::cudaGraphInstantiateFlagUseNodePriority as u64;
         }
-        let raw = match upload {
+        let instantiated = match upload {
             // SAFETY: `graph` is live and complete.
-            None => unsafe { rt::graph_instantiate(graph, f) },
+            None => unsafe { rt::graph_instantiate_with_params(graph, f, None) }
+                .map_err(|r| blamed(&self, &handles, &captured, r)),
             Some(s) => s.queue().and_then(|tail| {
                 // SAFETY: `graph` is live and complete; the upload stream is live and of this
                 // device, its tail held.
-                unsafe { rt::graph_instantiate_upload(graph, f, tail.raw()) }
+                unsafe { rt::graph_instantiate_with_params(graph, f, Some(tail.raw())) }
+                    .map_err(|r| blamed(&self, &handles, &captured, r))
             }),
         };
-        let raw = match raw {
+        let raw = match instantiated {
             Ok(r) => r,
             Err(e) => {
                 // SAFETY: the graph is ours and unused.
@@ -248,6 +250,44 @@ impl Dag {
         }
         Ok(exec)
     }
+}
+
+/// The error for a refused instantiation: [`DagError::Instantiate`] naming the node CUDA blames
+/// (the DAG node that made it, for a node a capture made), else CUDA's error as it is.
+fn blamed(
+    dag: &Dag,
+    handles: &[Option<sys::cudaGraphNode_t>],
+    captured: &HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+    refusal: rt::InstantiateRefusal,
+) -> Error {
+    let problem = || format!("{} ({})", refusal.result_words(), refusal.error);
+    if refusal.node.is_null() {
+        return refusal.error;
+    }
+    // The CUDA node a DAG node returned, or the node whose capture made `refusal.node`.
+    let made = |h: sys::cudaGraphNode_t| {
+        h == refusal.node
+            || captured
+                .get(&(h as NodeKey))
+                .is_some_and(|nodes| nodes.contains(&refusal.node))
+    };
+    for id in dag.node_ids() {
+        if let Some(Some(h)) = handles.get(id.index()) {
+            if made(*h) {
+                if let Ok(n) = dag.node(id) {
+                    return Error::Dag(DagError::Instantiate {
+                        node: n.name().to_string(),
+                        problem: problem(),
+                    });
+                }
+            }
+        }
+    }
+    // A node inside a child graph (CUDA's clone: not one of ours) or one CUDA added.
+    Error::Dag(DagError::Instantiate {
+        node: "(a node inside a child graph)".to_string(),
+        problem: problem(),
+    })
 }
 
 /// Enables or disables node `h` of the graph `raw` was instantiated from: the nodes its capture
@@ -908,5 +948,48 @@ mod tests {
         hold_in(&mut held, &mut pinned, &log, &x.alloc);
         assert!(release_in(&mut held, &mut pinned, &x.alloc));
         assert!(held.is_empty());
+    }
+
+    #[test]
+    fn a_refused_instantiation_names_the_node_cuda_blames() {
+        let mut dag = Dag::new();
+        let a = dag.add_empty();
+        let b = dag.add_empty();
+        dag.set_name(b, "the culprit");
+        let c = dag.add_empty();
+        dag.set_name(c, "captured work");
+        // Stand-ins for CUDA's node handles (never dereferenced).
+        let h = |n: usize| n as sys::cudaGraphNode_t;
+        let mut handles = vec![None; 3];
+        handles[a.index()] = Some(h(0x10));
+        handles[b.index()] = Some(h(0x20));
+        handles[c.index()] = Some(h(0x30));
+        // `c` was captured: CUDA made nodes 0x31 and 0x32, the last is the one it returned.
+        let mut captured = HashMap::new();
+        captured.insert(0x30 as NodeKey, vec![h(0x31), h(0x32)]);
+        let refusal = |node: usize| rt::InstantiateRefusal {
+            error: Error::Invalid("cudaErrorInvalidValue".into()),
+            result: 3,
+            node: h(node),
+        };
+        let named = |node: usize| match blamed(&dag, &handles, &captured, refusal(node)) {
+            Error::Dag(DagError::Instantiate { node, problem }) => (node, problem),
+            other => panic!("{other}"),
+        };
+        let (node, problem) = named(0x20);
+        assert_eq!(node, "the culprit");
+        assert!(
+            problem.contains("not supported") && problem.contains("cudaErrorInvalidValue"),
+            "{problem}"
+        );
+        // A node a capture made is named by the captured node.
+        assert_eq!(named(0x31).0, "captured work");
+        // A node that is none of ours lies inside a child graph.
+        assert!(named(0x99).0.contains("child graph"));
+        // No node blamed: CUDA's error as it is.
+        assert!(matches!(
+            blamed(&dag, &handles, &captured, refusal(0)),
+            Error::Invalid(_)
+        ));
     }
 }

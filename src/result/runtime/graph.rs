@@ -250,19 +250,44 @@ pub unsafe fn graph_kernel_node_priority(node: sys::cudaGraphNode_t) -> Result<i
     Ok(unsafe { v.priority })
 }
 
-/// `cudaGraphInstantiateWithParams` with `cudaGraphInstantiateFlagUpload` and `flags`, uploading
-/// on `upload_stream`.
+/// Why `cudaGraphInstantiateWithParams` refused a graph: the error, CUDA's
+/// `cudaGraphInstantiateResult` (read as an integer: a value a newer CUDA adds must not become
+/// an invalid Rust enum) and the node CUDA blames, if it names one.
+pub struct InstantiateRefusal {
+    /// The call's error.
+    pub error: crate::error::Error,
+    /// `cudaGraphInstantiateResult` as CUDA wrote it.
+    pub result: u32,
+    /// The node CUDA blames (null when it names none).
+    pub node: sys::cudaGraphNode_t,
+}
+
+impl InstantiateRefusal {
+    /// What `result` means, in words (CUDA 13.0's values).
+    pub fn result_words(&self) -> &'static str {
+        match self.result {
+            1 => "instantiation failed",
+            2 => "invalid graph structure",
+            3 => "a node operation is not supported (for this instantiation)",
+            4 => "nodes on several devices are not supported here",
+            5 => "a conditional handle is not used by any conditional node",
+            _ => "refused",
+        }
+    }
+}
+
+/// `cudaGraphInstantiateWithParams` with `flags`, uploading on `upload_stream` when given
+/// (`cudaGraphInstantiateFlagUpload` is then added); a refusal keeps the node CUDA blames.
 ///
 /// # Safety
 /// `graph` and `upload_stream` are live; the result must be destroyed with
 /// [`graph_exec_destroy`].
-pub unsafe fn graph_instantiate_upload(
+pub unsafe fn graph_instantiate_with_params(
     graph: sys::cudaGraph_t,
     flags: u64,
-    upload_stream: sys::cudaStream_t,
-) -> Result<sys::cudaGraphExec_t> {
-    // `cudaGraphInstantiateParams` with the result CUDA writes back read as an integer: a value
-    // a newer CUDA adds must not become an invalid Rust enum.
+    upload_stream: Option<sys::cudaStream_t>,
+) -> std::result::Result<sys::cudaGraphExec_t, InstantiateRefusal> {
+    // `cudaGraphInstantiateParams` with the result CUDA writes back read as an integer.
     #[repr(C)]
     struct Params {
         flags: u64,
@@ -274,18 +299,30 @@ pub unsafe fn graph_instantiate_upload(
         std::mem::size_of::<Params>() == std::mem::size_of::<sys::cudaGraphInstantiateParams>()
     );
     let mut params = Params {
-        flags: flags | sys::cudaGraphInstantiateFlagUpload as u64,
-        upload_stream,
+        flags: match upload_stream {
+            Some(_) => flags | sys::cudaGraphInstantiateFlagUpload as u64,
+            None => flags,
+        },
+        upload_stream: upload_stream.unwrap_or(ptr::null_mut()),
         err_node: ptr::null_mut(),
         result: 0,
     };
     let mut e = ptr::null_mut();
-    rt!(cudaGraphInstantiateWithParams(
-        &mut e,
-        graph,
-        (&mut params as *mut Params).cast::<sys::cudaGraphInstantiateParams>()
-    ))?;
-    Ok(e)
+    let mut call = || -> Result<()> {
+        rt!(cudaGraphInstantiateWithParams(
+            &mut e,
+            graph,
+            (&mut params as *mut Params).cast::<sys::cudaGraphInstantiateParams>()
+        ))
+    };
+    match call() {
+        Ok(()) => Ok(e),
+        Err(error) => Err(InstantiateRefusal {
+            error,
+            result: params.result,
+            node: params.err_node,
+        }),
+    }
 }
 
 /// `cudaGraphExecDestroy`.
