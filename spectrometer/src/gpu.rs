@@ -96,8 +96,9 @@ const G0_ARG: usize = 12;
 /// Argument index of `col` in `sp_gather`.
 const COL_ARG: usize = 5;
 
-/// The long buffer of a product whose FFT spans `blocks` blocks.
-struct Long {
+/// Where the samples of a product whose FFT spans `blocks` blocks are gathered (one row per
+/// stream, `blocks` blocks' worth of new samples long).
+struct GatherBuffer {
     blocks: usize,
     buf: DeviceBuffer<u8>,
     /// Launch shape and the first five arguments' values of `sp_gather` (all but `col`).
@@ -130,7 +131,7 @@ struct GpuProduct {
     /// Stream mode: the plan on a stream.
     stream_fft: Option<StreamFft>,
     /// For an FFT longer than a block: where its samples are gathered.
-    long: Option<Long>,
+    gather: Option<GatherBuffer>,
     /// Integrations emitted so far.
     emitted: u64,
 }
@@ -229,7 +230,7 @@ impl GpuEngine {
                 let bpt = g.bytes_per_time();
                 let row_bytes = (new * bpt) as u64;
                 let out_pitch = (p.nfft * bpt) as u64;
-                Some(Long {
+                Some(GatherBuffer {
                     blocks,
                     buf: DeviceBuffer::zeros(&device, g.obsnchan * p.nfft * bpt)
                         .map_err(|e| alloc("long-FFT buffer", e))?,
@@ -318,7 +319,7 @@ impl GpuEngine {
                 ),
                 nodes: None,
                 stream_fft: None,
-                long,
+                gather: long,
                 emitted: 0,
                 p: p.clone(),
             });
@@ -349,9 +350,9 @@ impl GpuEngine {
         match mode {
             GpuMode::Graph => engine.build_graph()?,
             GpuMode::Stream => {
-                for gp in &mut engine.products {
-                    gp.stream_fft = Some(
-                        StreamFft::new(&engine.device, &gp.plan)
+                for product in &mut engine.products {
+                    product.stream_fft = Some(
+                        StreamFft::new(&engine.device, &product.plan)
                             .map_err(|e| gpu_err("FFT plan on a stream", e))?,
                     );
                 }
@@ -362,34 +363,34 @@ impl GpuEngine {
 
     /// The load callback's parameters. The callback reads the block through `dataIn`, the
     /// FFT's input region, which is the whole device input buffer (its `ptr` stays 0).
-    fn load_params(&self, gp: &GpuProduct) -> FftParams {
+    fn load_params(&self, product: &GpuProduct) -> FftParams {
         FftParams {
-            load: Some(CallbackParams::custom(gp.params)),
+            load: Some(CallbackParams::custom(product.params)),
             store: None,
         }
     }
 
-    fn fft_spec(&self, gp: &GpuProduct) -> FftSpec {
-        let in_bytes = gp.plan.input_bytes();
-        let input = match &gp.long {
+    fn fft_spec(&self, product: &GpuProduct) -> FftSpec {
+        let in_bytes = product.plan.input_bytes();
+        let input = match &product.gather {
             None => self.d_in.region(..in_bytes),
             Some(l) => l.buf.region(..in_bytes),
         };
         FftSpec {
-            plan: gp.plan.clone(),
+            plan: product.plan.clone(),
             direction: Direction::Forward,
             input,
-            output: (&gp.spectra).into(),
-            params: self.load_params(gp),
+            output: (&product.spectra).into(),
+            params: self.load_params(product),
         }
     }
 
-    fn detect_args<'a>(&self, gp: &'a GpuProduct, g0: u64) -> [cudagraph::KernelArg<'a>; 13] {
-        let a = gp.detect_args.1;
+    fn detect_args<'a>(&self, product: &'a GpuProduct, g0: u64) -> [cudagraph::KernelArg<'a>; 13] {
+        let a = product.detect_args.1;
         args![
-            &gp.spectra,
-            &gp.acc,
-            &gp.weights,
+            &product.spectra,
+            &product.acc,
+            &product.weights,
             a[0],
             a[1],
             a[2],
@@ -403,7 +404,7 @@ impl GpuEngine {
         ]
     }
 
-    fn gather_args<'a>(&'a self, l: &'a Long, block: u64) -> [cudagraph::KernelArg<'a>; 6] {
+    fn gather_args<'a>(&'a self, l: &'a GatherBuffer, block: u64) -> [cudagraph::KernelArg<'a>; 6] {
         let col = (block % l.blocks as u64) * l.row_bytes;
         args![
             &self.d_in,
@@ -415,33 +416,33 @@ impl GpuEngine {
         ]
     }
 
-    /// Whether block `k` completes a spectrum of `gp`, and the global index of the block's
+    /// Whether block `k` completes a spectrum of `product`, and the global index of the block's
     /// first (or only) spectrum.
-    fn block_spectra(gp: &GpuProduct, k: u64) -> (bool, u64) {
-        match &gp.long {
-            None => (true, k * gp.spb as u64),
+    fn block_spectra(product: &GpuProduct, k: u64) -> (bool, u64) {
+        match &product.gather {
+            None => (true, k * product.spb as u64),
             Some(l) => ((k + 1).is_multiple_of(l.blocks as u64), k / l.blocks as u64),
         }
     }
 
-    /// Integrations of `gp` complete after block `k` (capped at the plan's count).
-    fn done_after(gp: &GpuProduct, k: u64) -> u64 {
-        let end_g = match &gp.long {
-            None => (k + 1) * gp.spb as u64,
+    /// Integrations of `product` complete after block `k` (capped at the plan's count).
+    fn done_after(product: &GpuProduct, k: u64) -> u64 {
+        let end_g = match &product.gather {
+            None => (k + 1) * product.spb as u64,
             Some(l) => (k + 1) / l.blocks as u64,
         };
-        (end_g / gp.p.nint as u64).min(gp.p.integrations)
+        (end_g / product.p.nint as u64).min(product.p.integrations)
     }
 
-    /// Whether block `k` completes an integration of `gp` (only then are the integrations
+    /// Whether block `k` completes an integration of `product` (only then are the integrations
     /// copied back).
-    fn completes_integration(gp: &GpuProduct, k: u64) -> bool {
+    fn completes_integration(product: &GpuProduct, k: u64) -> bool {
         let before = if k == 0 {
             0
         } else {
-            Self::done_after(gp, k - 1)
+            Self::done_after(product, k - 1)
         };
-        Self::done_after(gp, k) > before
+        Self::done_after(product, k) > before
     }
 
     fn build_graph(&mut self) -> Result<()> {
@@ -453,8 +454,8 @@ impl GpuEngine {
         dag.set_name(h2d, "D2D block");
         let mut nodes = Vec::new();
         let mut gathers = Vec::new();
-        for (i, gp) in self.products.iter().enumerate() {
-            let gather = match &gp.long {
+        for (i, product) in self.products.iter().enumerate() {
+            let gather = match &product.gather {
                 None => None,
                 Some(l) => {
                     let n = dag
@@ -467,24 +468,31 @@ impl GpuEngine {
             };
             gathers.push(gather);
             let f = dag
-                .add_fft(self.fft_spec(gp))
+                .add_fft(self.fft_spec(product))
                 .map_err(|x| e("FFT node", x))?;
-            dag.set_name(f, format!("FFT {} x{} (product {i})", gp.p.nfft, gp.spb));
+            dag.set_name(
+                f,
+                format!("FFT {} x{} (product {i})", product.p.nfft, product.spb),
+            );
             let d = dag
-                .add_kernel(&self.detect, gp.detect_args.0, &self.detect_args(gp, 0))
+                .add_kernel(
+                    &self.detect,
+                    product.detect_args.0,
+                    &self.detect_args(product, 0),
+                )
                 .map_err(|x| e("detect node", x))?;
             dag.set_name(d, format!("detect+integrate (product {i})"));
             let c = dag
-                .add_copy(dst(&gp.out[0]), src(&gp.acc))
+                .add_copy(dst(&product.out[0]), src(&product.acc))
                 .map_err(|x| e("D2H node", x))?;
             dag.set_name(c, format!("D2H integrations (product {i})"));
             dag.chain(&[gather.unwrap_or(h2d), f, d, c])
                 .map_err(|x| e("edges", x))?;
             nodes.push((f, d, c));
         }
-        for ((gp, n), gather) in self.products.iter_mut().zip(nodes).zip(gathers) {
-            gp.nodes = Some(n);
-            if let Some(l) = &mut gp.long {
+        for ((product, n), gather) in self.products.iter_mut().zip(nodes).zip(gathers) {
+            product.nodes = Some(n);
+            if let Some(l) = &mut product.gather {
                 l.node = gather;
             }
         }
@@ -512,7 +520,7 @@ impl GpuEngine {
                     p.spectra.size_bytes()
                         + p.acc.size_bytes()
                         + p.weights.size_bytes()
-                        + p.long.as_ref().map_or(0, |l| l.buf.size_bytes())
+                        + p.gather.as_ref().map_or(0, |l| l.buf.size_bytes())
                 })
                 .sum::<usize>()
     }
@@ -546,10 +554,10 @@ impl GpuEngine {
                     src(&self.d_stage[j]),
                 )
                 .map_err(|x| e("switching the staging buffer", x))?;
-                for gp in &self.products {
-                    let (f, d, c) = gp.nodes.expect("built");
-                    let (complete, g0) = Self::block_spectra(gp, k);
-                    if let Some(l) = &gp.long {
+                for product in &self.products {
+                    let (f, d, c) = product.nodes.expect("built");
+                    let (complete, g0) = Self::block_spectra(product, k);
+                    if let Some(l) = &product.gather {
                         let col = (k % l.blocks as u64) * l.row_bytes;
                         exec.set_kernel_arg(l.node.expect("built"), COL_ARG, col)
                             .map_err(|x| e("gather column", x))?;
@@ -563,11 +571,11 @@ impl GpuEngine {
                     exec.set_kernel_arg(d, G0_ARG, g0)
                         .map_err(|x| e("block index", x))?;
                     // The integrations go back only from a block that completes one.
-                    let copy = Self::completes_integration(gp, k);
+                    let copy = Self::completes_integration(product, k);
                     exec.set_enabled(c, copy)
                         .map_err(|x| e("enabling the D2H", x))?;
                     if copy {
-                        exec.set_copy(c, dst(&gp.out[j]), src(&gp.acc))
+                        exec.set_copy(c, dst(&product.out[j]), src(&product.acc))
                             .map_err(|x| e("switching the output buffer", x))?;
                     }
                 }
@@ -579,7 +587,7 @@ impl GpuEngine {
                     .map_err(|x| e("D2D", x))?;
                 for i in 0..self.products.len() {
                     let (complete, g0) = Self::block_spectra(&self.products[i], k);
-                    if let Some(l) = &self.products[i].long {
+                    if let Some(l) = &self.products[i].gather {
                         let args = self.gather_args(l, k);
                         self.gather
                             .launch(&self.stream, l.cfg, &args)
@@ -601,14 +609,19 @@ impl GpuEngine {
                             &spec.params,
                         )
                         .map_err(|x| e("FFT", x))?;
-                    let gp = &self.products[i];
+                    let product = &self.products[i];
                     self.detect
-                        .launch(&self.stream, gp.detect_args.0, &self.detect_args(gp, g0))
+                        .launch(
+                            &self.stream,
+                            product.detect_args.0,
+                            &self.detect_args(product, g0),
+                        )
                         .map_err(|x| e("detect", x))?;
-                    let gp = &mut self.products[i];
-                    if Self::completes_integration(gp, k) {
-                        gp.acc
-                            .copy_to_host_async(&mut gp.out[j], &self.stream)
+                    let product = &mut self.products[i];
+                    if Self::completes_integration(product, k) {
+                        product
+                            .acc
+                            .copy_to_host_async(&mut product.out[j], &self.stream)
                             .map_err(|x| e("D2H", x))?;
                     }
                 }
@@ -644,22 +657,26 @@ impl GpuEngine {
 
     /// Emits the integrations block `k` (copied into output buffer `j`) completed.
     fn collect(&mut self, k: u64, j: usize, out: &mut Vec<Integration>) -> Result<()> {
-        for gp in &mut self.products {
-            let done = Self::done_after(gp, k);
-            if done <= gp.emitted {
+        for product in &mut self.products {
+            let done = Self::done_after(product, k);
+            if done <= product.emitted {
                 continue;
             }
             // Waits for the launch (or stream work) that wrote it, and no later one; reads the
             // completed integrations in place (no copy of the whole slot ring).
             let nout = self.plan.outputs.len();
-            let per_out = gp.p.nifs * gp.p.nchans;
-            let (emitted, nslots, slot_len, product) =
-                (gp.emitted, gp.nslots as u64, gp.slot_len, gp.p.index);
+            let per_out = product.p.nifs * product.p.nchans;
+            let (emitted, nslots, slot_len, product_index) = (
+                product.emitted,
+                product.nslots as u64,
+                product.slot_len,
+                product.p.index,
+            );
             let first = out.len();
             for index in emitted..done {
                 for output in 0..nout {
                     out.push(Integration {
-                        product,
+                        product: product_index,
                         output,
                         index,
                         data: self.pool.take(per_out),
@@ -675,7 +692,7 @@ impl GpuEngine {
             // Large integrations (full polarisation: 1 MiB each) are copied out of pinned
             // memory on every core; small ones on this thread.
             let parallel = fresh.len() > 1 && per_out >= 1 << 16;
-            gp.out[j]
+            product.out[j]
                 .read_with(|host| {
                     if parallel {
                         fresh.par_iter_mut().for_each(|it| fill(host, it));
@@ -684,7 +701,7 @@ impl GpuEngine {
                     }
                 })
                 .map_err(|x| gpu_err("reading integrations", x))?;
-            gp.emitted = done;
+            product.emitted = done;
         }
         Ok(())
     }
