@@ -194,6 +194,23 @@ pub enum Error {
         /// What CUDA said.
         reason: String,
     },
+    /// A cubin's description of a kernel's parameters (its `.nv.info` section) and CUDA's
+    /// (`cudaFuncGetParamInfo`) differ: the module's layout cannot be trusted.
+    #[error(
+        "kernel `{kernel}`: parameter {index} is (offset, size) {cubin:?} in the cubin but \
+         {cuda:?} for CUDA (None: no such parameter)"
+    )]
+    ParamLayoutMismatch {
+        /// The kernel name asked for.
+        kernel: String,
+        /// The parameter's position.
+        index: usize,
+        /// Its offset and size in the cubin's `.nv.info` section.
+        cubin: (usize, usize),
+        /// Its offset and size from `cudaFuncGetParamInfo`; `None` where CUDA has no such
+        /// parameter.
+        cuda: Option<(usize, usize)>,
+    },
     /// Kernel arguments do not match the kernel's parameters.
     #[error("kernel `{kernel}`: {problem}")]
     KernelArgs {

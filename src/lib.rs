@@ -162,7 +162,7 @@ pub use fft::{
 pub use kernel::{
     compile, nvrtc_version, AccessPolicy, AccessProperty, CodeKind, CompileOptions, Compiled, Dim3,
     Kernel, KernelArg, LaunchAttributes, LaunchConfig, MemSyncDomain, Module, ParamInfo,
-    MAX_PORTABLE_CLUSTER,
+    ParamSource, MAX_PORTABLE_CLUSTER,
 };
 pub use memory::{DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace, Region};
 pub use nccl::{Comm, Communicators, NcclType, ReduceOp};

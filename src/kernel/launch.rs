@@ -15,13 +15,30 @@ use crate::result::runtime as rt;
 use crate::stream::Stream;
 use crate::sys;
 
-/// Where one kernel parameter lies in the parameter buffer, from `cudaFuncGetParamInfo`.
+/// Where one kernel parameter lies in the parameter buffer, as `cudaFuncGetParamInfo` gives it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParamInfo {
     /// Byte offset.
     pub offset: usize,
     /// Size in bytes.
     pub size: usize,
+}
+
+/// How a kernel's parameter layout was learned ([`Kernel::param_source`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ParamSource {
+    /// From the cubin's `.nv.info` section (the parameter count and layout), each parameter
+    /// confirmed by `cudaFuncGetParamInfo`: no CUDA call failed.
+    Cubin,
+    /// From `cudaFuncGetParamInfo` alone, asked for parameter 0, 1, … until CUDA refused the
+    /// index past the last (`cudaErrorInvalidValue`, cleared from the thread's last error, but
+    /// listed by `compute-sanitizer` as an API error): modules loaded from PTX or a fatbin,
+    /// and cubins that do not describe the kernel's parameters (more than about 4 KiB of
+    /// parameters).
+    Probed,
+    /// Given by the caller: a [`RecordingBackend`](crate::dag::RecordingBackend)'s kernel.
+    Given,
 }
 
 /// The 8-byte words that hold the argument values of a kernel with parameters `params` (the
@@ -44,6 +61,7 @@ pub(crate) struct KernelInner {
     pub(super) name: String,
     pub(super) raw: Option<sys::cudaKernel_t>,
     pub(super) params: Vec<ParamInfo>,
+    pub(super) param_source: ParamSource,
     /// 8-byte words the argument values take (at least one): see [`value_words`].
     pub(super) value_words: usize,
     pub(super) max_threads_per_block: u32,
@@ -94,6 +112,7 @@ impl Kernel {
                 raw: None,
                 value_words: value_words(&params),
                 params,
+                param_source: ParamSource::Given,
                 max_threads_per_block: 1024,
                 static_shared_mem: 0,
                 max_dynamic_shared_mem: AtomicUsize::new(48 * 1024),
@@ -110,6 +129,12 @@ impl Kernel {
     /// The parameter layout.
     pub fn params(&self) -> &[ParamInfo] {
         &self.inner.params
+    }
+
+    /// How the parameter layout was learned: from the cubin (confirmed by CUDA), or by asking
+    /// CUDA past the last parameter.
+    pub fn param_source(&self) -> ParamSource {
+        self.inner.param_source
     }
 
     /// The most threads per block this kernel can be launched with (registers permitting).

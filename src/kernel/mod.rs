@@ -4,6 +4,8 @@
 //! - `compile`: NVRTC [`compile`](fn@compile), [`CompileOptions`], [`CodeKind`], [`Compiled`], the
 //!   architecture picked, the toolkit's include directory, the on-disk cache (`crate::cache`).
 //! - `module`: [`Module`] (`cudaLibrary_t`).
+//! - `cubin`: a kernel's parameter layout read from a cubin's `.nv.info` section, so that
+//!   [`Module::kernel`] counts parameters without a refused CUDA call.
 //! - `launch`: [`Kernel`] and its [`ParamInfo`] layout, argument and launch-shape checks,
 //!   stream launches, [`Dim3`], [`LaunchConfig`].
 //! - `args`: [`KernelArg`], [`args!`](crate::args).
@@ -19,6 +21,7 @@ mod arena;
 mod args;
 mod attributes;
 mod compile;
+mod cubin;
 mod launch;
 mod library;
 mod module;
@@ -29,6 +32,6 @@ pub use attributes::{
     AccessPolicy, AccessProperty, LaunchAttributes, MemSyncDomain, MAX_PORTABLE_CLUSTER,
 };
 pub use compile::{compile, nvrtc_version, CodeKind, CompileOptions, Compiled};
-pub use launch::{Dim3, Kernel, LaunchConfig, ParamInfo};
+pub use launch::{Dim3, Kernel, LaunchConfig, ParamInfo, ParamSource};
 pub use module::Module;
 pub(crate) use packed::{ArgArena, ArgScratch, PackedArgs};

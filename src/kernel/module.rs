@@ -6,7 +6,8 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use super::compile::{compile, CodeKind, CompileOptions};
-use super::launch::{value_words, Kernel, KernelInner, KernelOrigin, ParamInfo};
+use super::cubin;
+use super::launch::{value_words, Kernel, KernelInner, KernelOrigin, ParamInfo, ParamSource};
 use super::library::ModuleInner;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -17,12 +18,15 @@ use crate::track::Uses;
 #[derive(Clone)]
 pub struct Module {
     inner: Arc<ModuleInner>,
+    /// The image, when it is an ELF cubin: where [`Module::kernel`] reads parameter layouts.
+    cubin: Option<Arc<[u8]>>,
 }
 
 impl std::fmt::Debug for Module {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Module")
             .field("raw", &self.inner.raw)
+            .field("cubin_bytes", &self.cubin.as_ref().map(|c| c.len()))
             .finish()
     }
 }
@@ -49,6 +53,9 @@ impl Module {
     }
 
     /// Loads a cubin, PTX or fatbin image (`lowered_names` maps C++ names to mangled ones).
+    ///
+    /// A cubin (an ELF image, as [`compile`](fn@compile) makes) is also kept, copied, for
+    /// [`Module::kernel`] to read parameter layouts from.
     pub fn load(
         device: &Device,
         image: &[u8],
@@ -64,11 +71,20 @@ impl Module {
                 lowered_names,
                 uses: Uses::default(),
             }),
+            cubin: image.starts_with(b"\x7fELF").then(|| Arc::from(image)),
         })
     }
 
     /// The kernel `name` (an `extern "C"` name, or a name expression given at compile time),
     /// with its parameter layout and attributes read from CUDA.
+    ///
+    /// The layout comes from the cubin when the module was loaded from one that describes the
+    /// kernel's parameters ([`ParamSource::Cubin`]): the count and layout are read from its
+    /// `.nv.info` section, then each parameter is confirmed with `cudaFuncGetParamInfo`, and a
+    /// difference is [`Error::ParamLayoutMismatch`]. Otherwise (PTX, a fatbin, more than about
+    /// 4 KiB of parameters) CUDA is asked for parameter 0, 1, … until it refuses the index
+    /// past the last ([`ParamSource::Probed`]); that refusal is not an error here, but
+    /// `compute-sanitizer` lists it as a failed API call.
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
         let symbol = self
             .inner
@@ -86,11 +102,16 @@ impl Module {
             }
         })?;
         let func = raw as *const c_void;
-        let mut params = Vec::new();
-        // SAFETY: `func` is a live kernel; indexes past the last parameter answer `None`.
-        while let Some((offset, size)) = unsafe { rt::func_param_info(func, params.len())? } {
-            params.push(ParamInfo { offset, size });
-        }
+        let described = self
+            .cubin
+            .as_deref()
+            .and_then(|image| cubin::kernel_params(image, symbol));
+        let (params, param_source) = match described {
+            // SAFETY: `func` is a live kernel, taken from the loaded library above.
+            Some(d) => (unsafe { confirmed(func, name, &d)? }, ParamSource::Cubin),
+            // SAFETY: as above.
+            None => (unsafe { probed(func)? }, ParamSource::Probed),
+        };
         // SAFETY: `func` is a live kernel.
         let attrs = unsafe { rt::func_attributes(func)? };
         Ok(Kernel {
@@ -99,6 +120,7 @@ impl Module {
                 raw: Some(raw),
                 value_words: value_words(&params),
                 params,
+                param_source,
                 max_threads_per_block: attrs.maxThreadsPerBlock.max(0) as u32,
                 static_shared_mem: attrs.sharedSizeBytes,
                 max_dynamic_shared_mem: AtomicUsize::new(
@@ -110,4 +132,49 @@ impl Module {
             }),
         })
     }
+}
+
+/// The layout the cubin describes, each parameter confirmed by `cudaFuncGetParamInfo` (asked
+/// only for indexes below the count, which CUDA answers).
+///
+/// # Safety
+/// `func` is a live kernel.
+unsafe fn confirmed(
+    func: *const c_void,
+    kernel: &str,
+    described: &[cubin::CubinParam],
+) -> Result<Vec<ParamInfo>> {
+    let mut params = Vec::with_capacity(described.len());
+    for (index, p) in described.iter().enumerate() {
+        let cubin = (usize::from(p.offset), usize::from(p.size));
+        // SAFETY: `func` is a live kernel (this function's contract).
+        let cuda = unsafe { rt::func_param_info(func, index)? };
+        if cuda != Some(cubin) {
+            return Err(Error::ParamLayoutMismatch {
+                kernel: kernel.to_string(),
+                index,
+                cubin,
+                cuda,
+            });
+        }
+        params.push(ParamInfo {
+            offset: cubin.0,
+            size: cubin.1,
+        });
+    }
+    Ok(params)
+}
+
+/// The layout from `cudaFuncGetParamInfo` alone, asked for indexes until CUDA refuses one.
+///
+/// # Safety
+/// `func` is a live kernel.
+unsafe fn probed(func: *const c_void) -> Result<Vec<ParamInfo>> {
+    let mut params = Vec::new();
+    // SAFETY: `func` is a live kernel (this function's contract); indexes past the last
+    // parameter answer `None`.
+    while let Some((offset, size)) = unsafe { rt::func_param_info(func, params.len())? } {
+        params.push(ParamInfo { offset, size });
+    }
+    Ok(params)
 }

@@ -1,9 +1,10 @@
 //! GPU tests of the foundation: loading, devices, memory, NVRTC, stream launches.
 
 use anyhow::{ensure, Context};
+use cudagraph::result::runtime as rt;
 use cudagraph::{
-    args, CompileOptions, Device, DeviceBuffer, Error, HostBuffer, KernelArg, LaunchConfig, Module,
-    Stream,
+    args, compile, CompileOptions, Device, DeviceBuffer, Error, HostBuffer, KernelArg,
+    LaunchConfig, Module, ParamInfo, ParamSource, Stream,
 };
 use libtest_mimic::Trial;
 
@@ -22,6 +23,10 @@ pub fn tests() -> Vec<Trial> {
         gpu_test("foundation::memory_round_trips", memory_round_trips),
         gpu_test("foundation::compile_and_launch", compile_and_launch),
         gpu_test("foundation::parameter_layout", parameter_layout),
+        gpu_test(
+            "foundation::parameter_layout_from_the_cubin",
+            parameter_layout_from_the_cubin,
+        ),
         gpu_test("foundation::compile_error_has_log", compile_error_has_log),
         gpu_test(
             "foundation::wrong_arguments_rejected",
@@ -134,13 +139,111 @@ fn parameter_layout(gpu: &Gpu) -> anyhow::Result<()> {
     ensure!(sizes == [8, 4, 4, 8, 1], "sizes {sizes:?}");
     ensure!(offsets == [0, 8, 12, 16, 24], "offsets {offsets:?}");
     ensure!(k.max_threads_per_block() >= 512);
-    // Counting the parameters asks CUDA for one past the last, which it refuses: that refusal
-    // must not stay behind as the thread's last error for the caller's own error checks.
+    // No refused call stays behind as the thread's last error for the caller's own error
+    // checks (the layout is read from the cubin here; probed layouts clear CUDA's refusal:
+    // `parameter_layout_from_the_cubin`).
     // SAFETY: `cudaGetLastError` takes no arguments; the runtime is loaded (a module is).
     let last = unsafe { cudagraph::result::runtime::get_last_error() };
     ensure!(last.is_ok(), "loading a kernel left a last error: {last:?}");
     let e = m.kernel("nope").unwrap_err();
     ensure!(matches!(e, Error::KernelNotFound { .. }), "{e}");
+    Ok(())
+}
+
+/// Kernels of [`parameter_layout_from_the_cubin`]: `big`'s parameters (over 4 KiB) are not
+/// described in the cubin.
+const LAYOUTS: &str = r#"
+struct S12 { int a, b, c; };
+struct alignas(16) S16 { float x, y, z, w; int n; };
+struct Big { char c[8000]; };
+extern "C" __global__ void mixed(float* p, unsigned char a, unsigned short b,
+                                 unsigned long long d, double e, S12 s, S16 u) {}
+extern "C" __global__ void grid(const __grid_constant__ S12 t, int* o) { o[0] = t.a; }
+extern "C" __global__ void none() {}
+extern "C" __global__ void big(Big b, int* o) { o[0] = b.c[5]; }
+"#;
+
+/// A PTX module (the layout is then probed).
+const PTX: &str = ".version 8.0\n.target sm_75\n.address_size 64\n\
+    .visible .entry ptx_kernel(.param .u64 p, .param .u32 n) { ret; }\n\0";
+
+fn parameter_layout_from_the_cubin(gpu: &Gpu) -> anyhow::Result<()> {
+    let layout = |v: &[(usize, usize)]| -> Vec<ParamInfo> {
+        v.iter()
+            .map(|&(offset, size)| ParamInfo { offset, size })
+            .collect()
+    };
+    let want = [
+        (
+            "mixed",
+            layout(&[
+                (0, 8),
+                (8, 1),
+                (10, 2),
+                (16, 8),
+                (24, 8),
+                (32, 12),
+                (48, 32),
+            ]),
+            ParamSource::Cubin,
+        ),
+        ("grid", layout(&[(0, 12), (16, 8)]), ParamSource::Cubin),
+        ("none", layout(&[]), ParamSource::Cubin),
+        ("big", layout(&[(0, 8000), (8000, 8)]), ParamSource::Probed),
+    ];
+    let m = gpu.module(LAYOUTS)?;
+    // SAFETY: `cudaGetLastError` takes no arguments; the runtime is loaded (a module is).
+    let _ = unsafe { rt::get_last_error() };
+    let mut kernels = Vec::new();
+    for (name, params, source) in &want {
+        let k = m.kernel(name)?;
+        ensure!(
+            k.param_source() == *source,
+            "{name}: {:?}",
+            k.param_source()
+        );
+        ensure!(k.params() == &params[..], "{name}: {:?}", k.params());
+        // Read from the cubin, the layout cost no refused call; probed, the refusal was
+        // cleared.
+        // SAFETY: as above.
+        let last = unsafe { rt::get_last_error() };
+        ensure!(last.is_ok(), "{name}: loading left a last error: {last:?}");
+        kernels.push(k);
+    }
+    // CUDA's own answers for the same image, parameter by parameter, and one past the last.
+    let image = compile(Some(&gpu.device), LAYOUTS, &CompileOptions::default())?.image;
+    // SAFETY: the image is a cubin for this device (its module loaded above, which also made
+    // the device current on this thread); the library is unloaded below, and nothing else
+    // uses it.
+    let library = unsafe { rt::library_load_data(&image)? };
+    let check = || -> anyhow::Result<()> {
+        for k in &kernels {
+            let name = std::ffi::CString::new(k.name())?;
+            // SAFETY: the library is loaded.
+            let func = unsafe { rt::library_get_kernel(library, &name)? } as *const _;
+            for i in 0..=k.params().len() {
+                let want = k.params().get(i).map(|p| (p.offset, p.size));
+                // SAFETY: `func` is a live kernel of the loaded library.
+                let got = unsafe { rt::func_param_info(func, i)? };
+                ensure!(got == want, "{}: parameter {i}: CUDA {got:?}", k.name());
+            }
+        }
+        Ok(())
+    };
+    let checked = check();
+    // SAFETY: loaded above; no work of it was queued.
+    unsafe { rt::library_unload(library)? };
+    checked?;
+
+    // A PTX module: probed, with the same answer.
+    let ptx = Module::load(&gpu.device, PTX.as_bytes(), Default::default())?;
+    let k = ptx.kernel("ptx_kernel")?;
+    ensure!(k.param_source() == ParamSource::Probed);
+    ensure!(
+        k.params() == &layout(&[(0, 8), (8, 4)])[..],
+        "{:?}",
+        k.params()
+    );
     Ok(())
 }
 
