@@ -21,8 +21,49 @@ use petgraph::visit::NodeIndexable;
 
 use super::nodes::backend::Backend;
 use super::nodes::Target;
-use super::Dag;
+use super::{Dag, NodeId, Op, SerialOrder};
+use crate::device::DeviceKey;
 use crate::error::Result;
+use crate::memory::MemorySpace;
+
+impl Dag {
+    /// What lowering needs to know about the whole DAG before it makes the first node, found
+    /// in one pass over the nodes (lowering large DAGs is bound by passes over memory).
+    pub(crate) fn lowering_plan(&self, home: DeviceKey) -> LoweringPlan {
+        let mut serial = SerialOrder::new(self);
+        let mut has_ffts = false;
+        let mut peer_pairs = Vec::new();
+        for i in self.graph.node_indices() {
+            let n = &self.graph[i];
+            serial.push(i, n.serial);
+            has_ffts |= matches!(n.op, Op::Fft(_));
+            let from = n.device.unwrap_or(home);
+            n.for_each_allocation(&mut |a| {
+                let to = a.owner.key();
+                if to != from && a.space == MemorySpace::Device && !peer_pairs.contains(&(from, to))
+                {
+                    peer_pairs.push((from, to));
+                }
+            });
+        }
+        LoweringPlan {
+            order: serial.finish().unwrap_or_else(|| self.ready_order()),
+            has_ffts,
+            peer_pairs,
+        }
+    }
+}
+
+/// What [`Dag::lowering_plan`] found.
+pub(crate) struct LoweringPlan {
+    /// The canonical order (see [`Dag::topological_order`]).
+    pub(crate) order: Vec<NodeId>,
+    /// Whether there are FFT nodes (whose work shares lowering then works out).
+    pub(crate) has_ffts: bool,
+    /// The `(from, to)` device pairs whose peer access the nodes need: a node running on
+    /// `from` uses device memory of `to`. Each pair once, in the order first needed.
+    pub(crate) peer_pairs: Vec<(DeviceKey, DeviceKey)>,
+}
 
 mod cuda;
 mod recording;

@@ -24,7 +24,6 @@ use petgraph::Direction;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::memory::MemorySpace;
 use lower::CudaDevices;
 use nodes::host::HostFn;
 use nodes::{On, Target};
@@ -595,32 +594,6 @@ impl Dag {
         Ok(())
     }
 
-    /// What lowering needs to know about the whole DAG before it makes the first node, found
-    /// in one pass over the nodes (lowering large DAGs is bound by passes over memory).
-    pub(crate) fn lowering_plan(&self, home: DeviceKey) -> LoweringPlan {
-        let mut serial = SerialOrder::new(self);
-        let mut has_ffts = false;
-        let mut peer_pairs = Vec::new();
-        for i in self.graph.node_indices() {
-            let n = &self.graph[i];
-            serial.push(i, n.serial);
-            has_ffts |= matches!(n.op, Op::Fft(_));
-            let from = n.device.unwrap_or(home);
-            n.for_each_allocation(&mut |a| {
-                let to = a.owner.key();
-                if to != from && a.space == MemorySpace::Device && !peer_pairs.contains(&(from, to))
-                {
-                    peer_pairs.push((from, to));
-                }
-            });
-        }
-        LoweringPlan {
-            order: serial.finish().unwrap_or_else(|| self.ready_order()),
-            has_ffts,
-            peer_pairs,
-        }
-    }
-
     /// The nodes in an order where every node comes after its dependencies: the canonical
     /// order, which depends only on the nodes and edges, not on the order edges were added in
     /// (among the nodes whose dependencies are all placed, the one added first comes first).
@@ -718,17 +691,6 @@ impl Dag {
             n.op.host_fns(prefix, &n.name(), out);
         }
     }
-}
-
-/// What [`Dag::lowering_plan`] found.
-pub(crate) struct LoweringPlan {
-    /// The canonical order (see [`Dag::topological_order`]).
-    pub(crate) order: Vec<NodeId>,
-    /// Whether there are FFT nodes (whose work shares lowering then works out).
-    pub(crate) has_ffts: bool,
-    /// The `(from, to)` device pairs whose peer access the nodes need: a node running on
-    /// `from` uses device memory of `to`. Each pair once, in the order first needed.
-    pub(crate) peer_pairs: Vec<(DeviceKey, DeviceKey)>,
 }
 
 /// The nodes by serial, collected in index order while that is the canonical order (see

@@ -35,6 +35,9 @@
 //!   lowering through the kinds, so at file granularity they form one tangle by design. What
 //!   the architecture promises inside it is checked as a direction instead
 //!   ([`FORBIDDEN`]: the node kinds never import `dag/lower.rs` or `dag/lower/`).
+//!   The kinds share their checks through `dag/nodes/mod.rs` (`check_owner`, `wrong_device`,
+//!   `out_of_bounds`), not through each other's files: what ties the unit together is only
+//!   `exec.rs` ↔ the kinds (their `impl Exec` updates) and `lower.rs` → the kinds.
 //! - **Directions.** Besides having no circle, the files in [`FORBIDDEN`] never name the files
 //!   listed with them (`error` names nothing of the crate; `fft` never names `dag`).
 

@@ -13,8 +13,7 @@ use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use super::memcpy::check_owner;
-use super::{Label, NodeOp, On};
+use super::{check_owner, Label, NodeOp, On};
 use crate::dag::nodes::backend::{CaptureWork, NodeParams};
 use crate::dag::{Dag, NodeId, NodeName, Op};
 use crate::error::{Error, Result};
@@ -105,7 +104,11 @@ impl NodeOp for CapturedNode {
             "#e2d9f3",
             vec![
                 format!("captured: {}", self.what),
-                format!("uses {} buffers, {}", self.uses.len(), super::bytes(bytes)),
+                format!(
+                    "uses {} buffers, {}",
+                    self.uses.len(),
+                    super::byte_count(bytes)
+                ),
             ],
         )
     }

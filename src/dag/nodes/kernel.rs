@@ -356,7 +356,7 @@ impl NodeOp for KernelNode {
         if c.shared_mem_bytes > 0 {
             lines.push(format!(
                 "smem {}",
-                super::bytes(c.shared_mem_bytes as usize)
+                super::byte_count(c.shared_mem_bytes as usize)
             ));
         }
         if let Some(a) = self.attributes() {

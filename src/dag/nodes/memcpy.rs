@@ -6,11 +6,10 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::{oob, span, wrong_device, Label, NodeOp, On};
+use super::{out_of_bounds, pitched_extent, wrong_device, Label, NodeOp, On};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
-use crate::device::DeviceKey;
 use crate::error::Result;
 use crate::fft::WorkShare;
 use crate::memory::{Allocation, MemorySpace, Region};
@@ -181,7 +180,11 @@ impl NodeOp for MemcpyNode {
         f(&self.src.alloc);
     }
     fn label(&self) -> Label {
-        let mut l = format!("memcpy {:?} {}", self.kind(), super::bytes(self.bytes()));
+        let mut l = format!(
+            "memcpy {:?} {}",
+            self.kind(),
+            super::byte_count(self.bytes())
+        );
         if self.height > 1 {
             l.push_str(&format!(" ({} rows)", self.height));
         }
@@ -190,25 +193,6 @@ impl NodeOp for MemcpyNode {
     fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
         self.node_params()
     }
-}
-
-/// Checks that `r` belongs to `key`.
-pub(crate) fn check_owner(
-    name: &(impl std::fmt::Display + ?Sized),
-    r: &Region,
-    what: &str,
-    key: DeviceKey,
-) -> Result<()> {
-    if r.alloc.owner.key() != key {
-        return Err(wrong_device(
-            name,
-            format!(
-                "the {what} buffer belongs to {}, but the graph is for {key}",
-                r.alloc.owner.key()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// A 2D copy between pitched regions, for [`Dag::add_memcpy_2d`]. Pitches and width are in
@@ -251,7 +235,10 @@ impl Dag {
     pub fn add_memcpy_2d(&mut self, copy: Copy2d) -> Result<NodeId> {
         let name = format!("memcpy#{}", self.next_serial);
         if copy.dst.elem != copy.src.elem {
-            return Err(oob(&name, "source and destination element sizes differ"));
+            return Err(out_of_bounds(
+                &name,
+                "source and destination element sizes differ",
+            ));
         }
         let e = copy.dst.elem;
         let node = MemcpyNode {
@@ -294,12 +281,15 @@ impl Node {
         };
         let name = &self.name();
         if m.height != 1 {
-            return Err(oob(name, "set_memcpy replaces 1D copies; this one is 2D"));
+            return Err(out_of_bounds(
+                name,
+                "set_memcpy replaces 1D copies; this one is 2D",
+            ));
         }
         let new = MemcpyNode::linear(dst, src);
         check_memcpy(name, &new)?;
         if new.kind() != m.kind() {
-            return Err(oob(
+            return Err(out_of_bounds(
                 name,
                 format!(
                     "the copy is {} and cannot become {}",
@@ -379,7 +369,7 @@ impl Exec {
 fn check_memcpy(name: &(impl std::fmt::Display + ?Sized), m: &MemcpyNode) -> Result<()> {
     if m.height <= 1 {
         if m.dst.len != m.src.len {
-            return Err(oob(
+            return Err(out_of_bounds(
                 name,
                 format!(
                     "copies {} bytes into a {}-byte destination (sizes must match)",
@@ -388,7 +378,7 @@ fn check_memcpy(name: &(impl std::fmt::Display + ?Sized), m: &MemcpyNode) -> Res
             ));
         }
     } else if m.dst_pitch < m.width || m.src_pitch < m.width {
-        return Err(oob(
+        return Err(out_of_bounds(
             name,
             format!(
                 "a row of {} bytes is wider than the pitch (dst {}, src {})",
@@ -397,7 +387,7 @@ fn check_memcpy(name: &(impl std::fmt::Display + ?Sized), m: &MemcpyNode) -> Res
         ));
     }
     if rows_overlap(m) {
-        return Err(oob(
+        return Err(out_of_bounds(
             name,
             format!(
                 "the source (bytes {}..) and the destination (bytes {}..) overlap in one buffer; \
@@ -410,10 +400,10 @@ fn check_memcpy(name: &(impl std::fmt::Display + ?Sized), m: &MemcpyNode) -> Res
         (&m.dst, m.dst_pitch, "destination"),
         (&m.src, m.src_pitch, "source"),
     ] {
-        let span = span(pitch, m.width, m.height);
-        let end = r.offset.saturating_add(span);
+        let extent = pitched_extent(pitch, m.width, m.height);
+        let end = r.offset.saturating_add(extent);
         if end > r.alloc.bytes {
-            return Err(oob(
+            return Err(out_of_bounds(
                 name,
                 format!(
                     "the {what} range, bytes {}..{end}, is outside its {}-byte buffer",
@@ -438,8 +428,8 @@ fn rows_overlap(m: &MemcpyNode) -> bool {
     };
     let (d0, s0) = (m.dst.offset, m.src.offset);
     let (d_end, s_end) = (
-        d0.saturating_add(span(m.dst_pitch, m.width, m.height)),
-        s0.saturating_add(span(m.src_pitch, m.width, m.height)),
+        d0.saturating_add(pitched_extent(m.dst_pitch, m.width, m.height)),
+        s0.saturating_add(pitched_extent(m.src_pitch, m.width, m.height)),
     );
     if d0 >= s_end || s0 >= d_end {
         return false;

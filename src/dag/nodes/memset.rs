@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{oob, span, Label, NodeOp, On};
+use super::{out_of_bounds, pitched_extent, Label, NodeOp, On};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
@@ -111,7 +111,7 @@ impl NodeOp for MemsetNode {
             "#fff3cd",
             vec![format!(
                 "memset {} of {:#x} ({}-byte)",
-                super::bytes(self.bytes()),
+                super::byte_count(self.bytes()),
                 self.value.bits(),
                 self.value.size()
             )],
@@ -154,7 +154,7 @@ impl Dag {
         };
         let name = format!("memset#{}", self.next_serial);
         if !node.dst.len.is_multiple_of(value.size()) {
-            return Err(oob(
+            return Err(out_of_bounds(
                 &name,
                 format!(
                     "{} bytes is not a whole number of {}-byte values",
@@ -173,7 +173,7 @@ impl Dag {
         let e = m.dst.elem;
         let row = m.width * e;
         if !row.is_multiple_of(m.value.size()) {
-            return Err(oob(
+            return Err(out_of_bounds(
                 &name,
                 format!("a {row}-byte row is not a whole number of values"),
             ));
@@ -205,7 +205,7 @@ impl Node {
             return Err(self.wrong_kind("a memset node"));
         };
         if value.size() != m.value.size() {
-            return Err(oob(
+            return Err(out_of_bounds(
                 &self.name(),
                 format!(
                     "the node writes {}-byte values; a {}-byte value cannot replace them",
@@ -234,14 +234,14 @@ impl Exec {
 
 fn check_memset(name: &(impl std::fmt::Display + ?Sized), m: &MemsetNode) -> Result<()> {
     if m.dst.space() != MemorySpace::Device {
-        return Err(oob(
+        return Err(out_of_bounds(
             name,
             "memset nodes write device memory, not host memory",
         ));
     }
     let row = m.width * m.value.size();
     if m.height > 1 && m.pitch < row {
-        return Err(oob(
+        return Err(out_of_bounds(
             name,
             format!(
                 "a row of {row} bytes is wider than the {}-byte pitch",
@@ -249,9 +249,12 @@ fn check_memset(name: &(impl std::fmt::Display + ?Sized), m: &MemsetNode) -> Res
             ),
         ));
     }
-    let end = m.dst.offset.saturating_add(span(m.pitch, row, m.height));
+    let end = m
+        .dst
+        .offset
+        .saturating_add(pitched_extent(m.pitch, row, m.height));
     if end > m.dst.alloc.bytes {
-        return Err(oob(
+        return Err(out_of_bounds(
             name,
             format!(
                 "writes bytes {}..{end} of a {}-byte buffer",

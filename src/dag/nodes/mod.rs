@@ -38,7 +38,7 @@ use crate::dag::NodeName;
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
 use crate::fft::WorkShare;
-use crate::memory::{Allocation, MemorySpace};
+use crate::memory::{Allocation, MemorySpace, Region};
 
 /// What a DAG is validated for: the device unplaced nodes run on (home), its launch limits,
 /// and the backend's devices (which exist, which reach which by peer access).
@@ -319,7 +319,10 @@ impl Label {
 }
 
 /// An [`Error::Dag`] for a copy or memset out of bounds.
-pub(crate) fn oob(node: &(impl std::fmt::Display + ?Sized), problem: impl Into<String>) -> Error {
+pub(crate) fn out_of_bounds(
+    node: &(impl std::fmt::Display + ?Sized),
+    problem: impl Into<String>,
+) -> Error {
     Error::Dag(DagError::OutOfBounds {
         node: node.to_string(),
         problem: problem.into(),
@@ -334,8 +337,27 @@ pub(crate) fn wrong_device(node: &(impl std::fmt::Display + ?Sized), problem: St
     })
 }
 
+/// An error unless region `r` (the node's `what` buffer) belongs to device `key`.
+pub(crate) fn check_owner(
+    name: &(impl std::fmt::Display + ?Sized),
+    r: &Region,
+    what: &str,
+    key: DeviceKey,
+) -> Result<()> {
+    if r.alloc.owner.key() != key {
+        return Err(wrong_device(
+            name,
+            format!(
+                "the {what} buffer belongs to {}, but the graph is for {key}",
+                r.alloc.owner.key()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Bytes from the first row's start to the last row's end.
-pub(crate) fn span(pitch: usize, width: usize, height: usize) -> usize {
+pub(crate) fn pitched_extent(pitch: usize, width: usize, height: usize) -> usize {
     if height == 0 {
         0
     } else {
@@ -344,7 +366,7 @@ pub(crate) fn span(pitch: usize, width: usize, height: usize) -> usize {
 }
 
 /// Human-readable byte counts for DOT labels.
-pub(crate) fn bytes(n: usize) -> String {
+pub(crate) fn byte_count(n: usize) -> String {
     if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
     } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
