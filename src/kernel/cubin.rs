@@ -11,17 +11,20 @@
 //!
 //! - `EIATTR_KPARAM_INFO` (0x17, `SVAL`, 12 bytes), one per parameter, last parameter first:
 //!   `u32` index (0), `u16` ordinal, `u16` offset, `u32` whose bits 18..31 are the size in bytes.
+//! - `EIATTR_KPARAM_INFO_V2` (0x45, `SVAL`, 12 bytes), in its place when the parameters take
+//!   more than about 4 KiB: `u32` index (0), `u16` ordinal, `u16` offset, `u16` size, `u16`
+//!   flags (0x0500 for pointers on `sm_100` and later, else 0).
 //! - `EIATTR_CBANK_PARAM_SIZE` (0x19, `HVAL`): the parameters' total size (the end of the last
 //!   one, not rounded up); absent for a kernel without parameters.
 //!
 //! This was checked against NVRTC 13.0's cubins for `sm_75` to `sm_120` (with `-G`, `-lineinfo`,
-//! `-rdc=true`): see `nvrtc_tests.rs`. A kernel whose parameters take more than about 4 KiB
-//! has no `KPARAM_INFO` at all, only the total size. So the records are used only when they
-//! describe the parameters completely: ordinals `0..n` each once, sizes non-zero, offsets
+//! `-rdc=true`; parameters of up to 32,000 bytes): see `cubin/tests.rs`. The records are used
+//! only when they describe the parameters completely: ordinals `0..n` each once, sizes non-zero, offsets
 //! increasing without overlap, and the last one ending at `CBANK_PARAM_SIZE` (no records and
 //! no total: no parameters). Anything else — not an ELF64 cubin (PTX, LTO-IR, a fatbin), no
 //! section for the kernel, two of them, a record or header out of bounds, an unknown format —
-//! answers `None`, and the caller asks CUDA instead.
+//! answers `None`, and the caller asks CUDA instead. (A cubin of two versions of a record
+//! for one parameter has that ordinal twice: `None`.)
 //!
 //! The reader never panics, reads only inside the image (every offset is checked, with
 //! checked arithmetic), and allocates one vector of at most one entry per 16 bytes of the
@@ -36,7 +39,7 @@ pub(super) struct CubinParam {
     pub(super) ordinal: u16,
     /// Byte offset in the parameter buffer.
     pub(super) offset: u16,
-    /// Size in bytes (14 bits in the record).
+    /// Size in bytes (14 bits in a `KPARAM_INFO` record, 16 in a `KPARAM_INFO_V2` one).
     pub(super) size: u16,
 }
 
@@ -51,7 +54,8 @@ const EIFMT_HVAL: u8 = 0x03;
 const EIFMT_SVAL: u8 = 0x04;
 const EIATTR_KPARAM_INFO: u8 = 0x17;
 const EIATTR_CBANK_PARAM_SIZE: u8 = 0x19;
-/// The payload size of a `KPARAM_INFO` record.
+const EIATTR_KPARAM_INFO_V2: u8 = 0x45;
+/// The payload size of a `KPARAM_INFO` or `KPARAM_INFO_V2` record.
 const KPARAM_INFO_SIZE: usize = 12;
 
 /// The parameters of kernel `symbol` (its mangled name) in `image`, ordered by ordinal (the
@@ -152,7 +156,7 @@ fn find_section<'a>(image: &'a [u8], prefix: &str, suffix: &[u8]) -> Option<&'a 
 /// The complete parameter list in the records of one `.nv.info.<kernel>` section (see the
 /// module's docs), or `None`.
 fn parse_info(info: &[u8]) -> Option<Vec<CubinParam>> {
-    // Every KPARAM_INFO record takes 16 bytes of the section: this never grows.
+    // Every parameter record takes 16 bytes of the section: this never grows.
     let mut params = Vec::with_capacity(info.len() / (4 + KPARAM_INFO_SIZE));
     let mut total: Option<u16> = None;
     let mut at = 0usize;
@@ -168,16 +172,20 @@ fn parse_info(info: &[u8]) -> Option<Vec<CubinParam>> {
         };
         let payload = slice_at(info, payload_at, payload_len)?;
         match attribute {
-            EIATTR_KPARAM_INFO => {
+            EIATTR_KPARAM_INFO | EIATTR_KPARAM_INFO_V2 => {
                 if format != EIFMT_SVAL || payload.len() != KPARAM_INFO_SIZE {
                     return None;
                 }
-                let bits = u32_at(payload, 8)?;
+                let size = if attribute == EIATTR_KPARAM_INFO {
+                    // 14 bits: always fits.
+                    u16::try_from(u32_at(payload, 8)? >> 18).ok()?
+                } else {
+                    u16_at(payload, 8)?
+                };
                 params.push(CubinParam {
                     ordinal: u16_at(payload, 4)?,
                     offset: u16_at(payload, 6)?,
-                    // 14 bits: always fits.
-                    size: u16::try_from(bits >> 18).ok()?,
+                    size,
                 });
             }
             EIATTR_CBANK_PARAM_SIZE => {
@@ -200,7 +208,7 @@ fn parse_info(info: &[u8]) -> Option<Vec<CubinParam>> {
         end = usize::from(p.offset) + usize::from(p.size);
     }
     match total {
-        // No parameter records, but parameters: records left out (large parameters).
+        // No parameter records, but parameters: records left out.
         Some(t) if usize::from(t) != end => None,
         None if !params.is_empty() => None,
         _ => Some(params),

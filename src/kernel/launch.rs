@@ -34,8 +34,7 @@ pub enum ParamSource {
     /// From `cudaFuncGetParamInfo` alone, asked for parameter 0, 1, … until CUDA refused the
     /// index past the last (`cudaErrorInvalidValue`, cleared from the thread's last error, but
     /// listed by `compute-sanitizer` as an API error): modules loaded from PTX or a fatbin,
-    /// and cubins that do not describe the kernel's parameters (more than about 4 KiB of
-    /// parameters).
+    /// and cubins whose description of the parameters the crate does not read.
     Probed,
     /// Given by the caller: a [`RecordingBackend`](crate::dag::RecordingBackend)'s kernel.
     Given,

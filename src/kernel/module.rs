@@ -81,8 +81,8 @@ impl Module {
     /// The layout comes from the cubin when the module was loaded from one that describes the
     /// kernel's parameters ([`ParamSource::Cubin`]): the count and layout are read from its
     /// `.nv.info` section, then each parameter is confirmed with `cudaFuncGetParamInfo`, and a
-    /// difference is [`Error::ParamLayoutMismatch`]. Otherwise (PTX, a fatbin, more than about
-    /// 4 KiB of parameters) CUDA is asked for parameter 0, 1, … until it refuses the index
+    /// difference is [`Error::ParamLayoutMismatch`]. Otherwise (PTX, a fatbin, a cubin whose
+    /// records the reader does not know) CUDA is asked for parameter 0, 1, … until it refuses the index
     /// past the last ([`ParamSource::Probed`]); that refusal is not an error here, but
     /// `compute-sanitizer` lists it as a failed API call.
     pub fn kernel(&self, name: &str) -> Result<Kernel> {

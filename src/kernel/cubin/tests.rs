@@ -59,8 +59,9 @@ const S40: (u16, u16) = (40, 8);
 /// 20 bytes of members, aligned (and so sized) to 16.
 const S16: (u16, u16) = (32, 16);
 
-/// (symbol, the layout expected by the C ABI) of every kernel of [`source`] whose cubin
-/// describes its parameters (`big`'s 8,008 bytes of parameters are left out by NVRTC).
+/// (symbol, the layout expected by the C ABI) of every kernel of [`source`] (`big`'s 8,008
+/// bytes of parameters are described by `KPARAM_INFO_V2` records, the others' by
+/// `KPARAM_INFO`).
 fn expected() -> Vec<(&'static str, Vec<CubinParam>)> {
     let many: Vec<(u16, u16)> = (0..50).flat_map(|_| [(1, 1), (8, 8)]).collect();
     vec![
@@ -71,6 +72,7 @@ fn expected() -> Vec<(&'static str, Vec<CubinParam>)> {
         ("none", vec![]),
         ("grid", c_layout(&[S40, PTR])),
         ("tail", c_layout(&[PTR, (1, 1)])),
+        ("big", c_layout(&[(8000, 1), PTR])),
         ("_Z5scalePff", c_layout(&[PTR, (4, 4)])),
         ("many", c_layout(&many)),
     ]
@@ -405,6 +407,38 @@ fn bad_records() {
     assert_eq!(kernel_params(&info(&repeated), "k"), Some(tail_params()));
 }
 
+fn kparam_v2(ordinal: u16, offset: u16, size: u16, flags: u16) -> Vec<u8> {
+    let mut p = 0u32.to_le_bytes().to_vec();
+    for v in [ordinal, offset, size, flags] {
+        p.extend_from_slice(&v.to_le_bytes());
+    }
+    sval(0x45, &p)
+}
+
+#[test]
+fn reads_version_2_records() {
+    // As NVRTC writes them for `(int* o, Big b, unsigned char z)` with `Big` 32,000 bytes
+    // (`sm_100`: the pointer flagged 0x0500).
+    let records = [
+        sval(0x37, &[0x82, 0, 0, 0]),
+        kparam_v2(2, 32008, 1, 0),
+        kparam_v2(1, 8, 32000, 0),
+        kparam_v2(0, 0, 8, 0x0500),
+        vec![0x02, 0x4a, 0, 0],
+        total(32009),
+    ]
+    .concat();
+    assert_eq!(
+        kernel_params(&info(&records), "k"),
+        Some(c_layout(&[PTR, (32000, 1), (1, 1)]))
+    );
+    // One parameter described by both versions: its ordinal twice.
+    let both = [kparam(0, 0, 8), kparam_v2(0, 0, 8, 0), total(8)].concat();
+    assert_eq!(kernel_params(&info(&both), "k"), None);
+    let short = [sval(0x45, &[0; 10]), total(0)].concat();
+    assert_eq!(kernel_params(&info(&short), "k"), None);
+}
+
 #[test]
 fn the_largest_size_field() {
     // 14 bits: 16,383 bytes; the other bits of the word are not the size.
@@ -431,8 +465,6 @@ fn reads_an_nvrtc_cubin() {
         assert_eq!(kernel_params(CUBIN, symbol), Some(layout), "{symbol}");
         check_answer(CUBIN, symbol);
     }
-    // Parameters past about 4 KiB: no parameter records, only the total.
-    assert_eq!(kernel_params(CUBIN, "big"), None);
     // Demangled names are not symbols; a kernel that is not there.
     assert_eq!(kernel_params(CUBIN, "scale"), None);
     assert_eq!(kernel_params(CUBIN, "missing"), None);
@@ -460,7 +492,7 @@ fn random_mutations_of_a_real_cubin_never_panic() {
     let symbols: Vec<&str> = expected()
         .iter()
         .map(|(s, _)| *s)
-        .chain(["big", "missing"])
+        .chain(["missing"])
         .collect();
     // Where a mutation hurts most: the ELF header, the section header table, and (found
     // from the real image) the info sections.
@@ -533,7 +565,6 @@ mod nvrtc_tests {
                     assert_eq!(kernel_params(CUBIN, symbol), got, "{symbol} vs the fixture");
                 }
             }
-            assert_eq!(kernel_params(&c.image, "big"), None);
         }
     }
 }
