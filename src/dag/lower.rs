@@ -136,8 +136,7 @@ impl Dag {
                 backend.use_device(device)?;
                 current = device;
             }
-            let share = shares.get(id.index()).and_then(Option::as_ref);
-            let h = node.op.lower(&node.name(), &deps, backend, share)?;
+            let h = node.op.lower(&node.name(), &deps, backend)?;
             handles[id.index()] = Some(h);
             if !node.enabled {
                 disabled.push((id, h));

@@ -242,7 +242,7 @@ impl sealed::Lower for CudaBackend {
                 self.fft.absorb(built.fft);
                 Ok(node)
             }
-            NodeParams::Fft { node, .. } => {
+            NodeParams::Fft { node } => {
                 debug_assert!(edges.is_empty(), "captured work takes plain dependencies");
                 let graph = self.graph;
                 let device = self.device.clone();

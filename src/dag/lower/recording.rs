@@ -87,6 +87,9 @@ pub struct RecordingBackend {
     current: usize,
     next_addr: u64,
     next_fft_handle: u64,
+    /// The work-area share of each FFT node about to be lowered, by the node's uid (given by
+    /// `prepare_ffts`, taken when the node is added).
+    fft_shares: std::collections::HashMap<u64, WorkShare>,
     fft_param_buffers: Vec<Arc<Allocation>>,
     /// The calls received, in order, as data.
     entries: Vec<Entry>,
@@ -158,6 +161,7 @@ impl RecordingBackend {
             current: 0,
             next_addr: 0x7000_0000_0000,
             next_fft_handle: 0,
+            fft_shares: std::collections::HashMap::new(),
             fft_param_buffers: Vec::new(),
             entries: Vec::new(),
             names: Vec::new(),
@@ -544,6 +548,21 @@ impl sealed::Lower for RecordingBackend {
         self.current = self.index_known(key);
         Ok(())
     }
+    fn prepare_ffts(&mut self, dag: &crate::dag::Dag, shares: &[Option<WorkShare>]) -> Result<()> {
+        // `shares` is by node index.
+        for (i, share) in shares.iter().enumerate() {
+            let Some(share) = share else { continue };
+            let node = dag.graph.node_weight(petgraph::graph::NodeIndex::new(i));
+            if let Some(crate::dag::Node {
+                op: crate::dag::Op::Fft(f),
+                ..
+            }) = node
+            {
+                self.fft_shares.insert(f.uid, share.clone());
+            }
+        }
+        Ok(())
+    }
     fn disable(&mut self, name: &NodeName<'_>, node: usize) -> Result<()> {
         // The call instantiation makes on the executable graph, naming the node's call.
         let kind = self.entries[node].kind;
@@ -618,7 +637,14 @@ impl sealed::Lower for RecordingBackend {
                 let p = Params::Words(format!("child=[{}]", inner.join("; ")));
                 Ok(self.record("cudaGraphAddNode", "graph", name, deps, p))
             }
-            NodeParams::Fft { node: f, work } => self.add_fft(name, deps, f, work),
+            NodeParams::Fft { node: f } => {
+                let work = self.fft_shares.remove(&f.uid).ok_or_else(|| {
+                    crate::error::Error::Invalid(format!(
+                        "FFT node `{name}` was lowered without its work share (prepare_ffts)"
+                    ))
+                })?;
+                self.add_fft(name, deps, f, &work)
+            }
             NodeParams::Captured(work) => Ok(self.record(
                 "cudaStreamBeginCaptureToGraph",
                 "captured",

@@ -59,10 +59,8 @@ pub enum NodeParams<'a> {
     /// graph (after a parameter-setting kernel node, added through the generic path), through
     /// the same capture step as [`NodeParams::Captured`].
     Fft {
-        /// The node.
+        /// The node (its work-area share was given to the backend's `prepare_ffts`).
         node: &'a FftNode,
-        /// The work area it may share.
-        work: &'a WorkShare,
     },
 }
 

@@ -17,7 +17,6 @@ use super::{check_owner, Label, NodeOp, On};
 use crate::dag::nodes::backend::{CaptureWork, NodeParams};
 use crate::dag::{Dag, NodeId, NodeName, Op};
 use crate::error::{Error, Result};
-use crate::fft::WorkShare;
 use crate::memory::{Allocation, Region};
 use crate::result::runtime as rt;
 use crate::sys;
@@ -112,7 +111,7 @@ impl NodeOp for CapturedNode {
             ],
         )
     }
-    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+    fn params(&self) -> NodeParams<'_> {
         NodeParams::Captured(self)
     }
 }

@@ -7,7 +7,6 @@ use super::{Label, NodeOp, On, Target};
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, NodeName, Op};
 use crate::error::{DagError, Error, Result};
-use crate::fft::WorkShare;
 use crate::memory::Allocation;
 
 /// A child graph: a whole [`Dag`] as one node.
@@ -54,7 +53,7 @@ impl NodeOp for ChildNode {
             )],
         )
     }
-    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+    fn params(&self) -> NodeParams<'_> {
         NodeParams::Child(&self.dag)
     }
 }

@@ -3,7 +3,6 @@
 use super::{Label, NodeOp};
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, Op};
-use crate::fft::WorkShare;
 use crate::sys;
 
 /// Nothing: a join or fork point.
@@ -23,7 +22,7 @@ impl NodeOp for EmptyNode {
     fn label(&self) -> Label {
         Label::new("circle", "#e9ecef", vec!["empty".into()])
     }
-    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+    fn params(&self) -> NodeParams<'_> {
         Self::node_params()
     }
 }

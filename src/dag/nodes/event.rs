@@ -12,7 +12,6 @@ use super::{wrong_device, Label, NodeOp, On};
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Exec, Node, NodeId, NodeName, Op};
 use crate::error::Result;
-use crate::fft::WorkShare;
 use crate::result::runtime as rt;
 use crate::stream::Event;
 use crate::sys;
@@ -99,7 +98,7 @@ impl NodeOp for EventRecordNode {
     fn label(&self) -> Label {
         label(EventAction::Record, &self.event)
     }
-    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+    fn params(&self) -> NodeParams<'_> {
         NodeParams::Generic(generic(EventAction::Record, &self.event))
     }
 }
@@ -111,7 +110,7 @@ impl NodeOp for EventWaitNode {
     fn label(&self) -> Label {
         label(EventAction::Wait, &self.event)
     }
-    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+    fn params(&self) -> NodeParams<'_> {
         NodeParams::Generic(generic(EventAction::Wait, &self.event))
     }
 }

@@ -9,7 +9,6 @@ use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, NodeName, Op};
 use crate::error::Result;
-use crate::fft::WorkShare;
 use crate::result::runtime as rt;
 use crate::sys;
 
@@ -91,7 +90,7 @@ impl NodeOp for HostNode {
     fn label(&self) -> Label {
         Label::new("hexagon", "#f8d7da", vec!["host closure".into()])
     }
-    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+    fn params(&self) -> NodeParams<'_> {
         // The trampoline never unwinds; the HostFn is kept alive by the DAG and by any Exec
         // made from it.
         NodeParams::Generic(self.generic())

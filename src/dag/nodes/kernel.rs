@@ -9,7 +9,6 @@ use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
 use crate::device::DeviceLimits;
 use crate::error::{DagError, Error, Result};
-use crate::fft::WorkShare;
 use crate::kernel::{Kernel, KernelArg, LaunchAttributes, LaunchConfig, PackedArgs};
 use crate::memory::Allocation;
 use crate::result::driver as dr;
@@ -368,7 +367,7 @@ impl NodeOp for KernelNode {
             color: "#cfe2ff",
         }
     }
-    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+    fn params(&self) -> NodeParams<'_> {
         self.node_params()
     }
 }

@@ -11,7 +11,6 @@ use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
 use crate::error::Result;
-use crate::fft::WorkShare;
 use crate::memory::{Allocation, MemorySpace, Region};
 use crate::result::runtime as rt;
 use crate::sys;
@@ -190,7 +189,7 @@ impl NodeOp for MemcpyNode {
         }
         Label::new("parallelogram", "#d1e7dd", vec![l])
     }
-    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+    fn params(&self) -> NodeParams<'_> {
         self.node_params()
     }
 }

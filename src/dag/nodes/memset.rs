@@ -7,7 +7,6 @@ use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
 use crate::error::Result;
-use crate::fft::WorkShare;
 use crate::memory::{Allocation, MemorySpace, Region};
 use crate::result::runtime as rt;
 use crate::sys;
@@ -117,7 +116,7 @@ impl NodeOp for MemsetNode {
             )],
         )
     }
-    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+    fn params(&self) -> NodeParams<'_> {
         NodeParams::Generic(self.generic())
     }
 }

@@ -37,7 +37,6 @@ pub use nccl::CollectiveNode;
 use crate::dag::NodeName;
 use crate::device::{DeviceKey, DeviceLimits};
 use crate::error::{DagError, Error, Result};
-use crate::fft::WorkShare;
 use crate::memory::{Allocation, MemorySpace, Region};
 
 /// What a DAG is validated for: the device unplaced nodes run on (home), its launch limits,
@@ -182,8 +181,8 @@ pub(crate) trait NodeOp {
     }
     /// The node's DOT label.
     fn label(&self) -> Label;
-    /// The node as lowering hands it to a backend (`share` is the work area of an FFT node).
-    fn params<'a>(&'a self, share: Option<&'a WorkShare>) -> NodeParams<'a>;
+    /// The node as lowering hands it to a backend.
+    fn params(&self) -> NodeParams<'_>;
 }
 
 /// Registers the node kinds: `Variant(NodeType) = "name"`, documented.
@@ -302,9 +301,8 @@ impl Op {
         name: &NodeName<'_>,
         deps: &[B::Node],
         backend: &mut B,
-        share: Option<&WorkShare>,
     ) -> Result<B::Node> {
-        backend.add_node(name, deps, &[], self.imp().params(share))
+        backend.add_node(name, deps, &[], self.imp().params())
     }
 }
 
@@ -396,7 +394,7 @@ impl<T: NodeOp> NodeOp for Box<T> {
     fn label(&self) -> Label {
         (**self).label()
     }
-    fn params<'a>(&'a self, share: Option<&'a WorkShare>) -> NodeParams<'a> {
-        (**self).params(share)
+    fn params(&self) -> NodeParams<'_> {
+        (**self).params()
     }
 }

@@ -13,7 +13,6 @@ use super::{Label, NodeOp};
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, NodeKind, NodeName, Op};
 use crate::error::{Error, Result};
-use crate::fft::WorkShare;
 use crate::memory::{Allocation, DeviceBuffer};
 use crate::nccl::{
     collective_error, match_ranks, recording_error, Collective, Comm, Communicators, NcclType,
@@ -78,7 +77,7 @@ impl NodeOp for CollectiveNode {
             ],
         )
     }
-    fn params<'a>(&'a self, _: Option<&'a WorkShare>) -> NodeParams<'a> {
+    fn params(&self) -> NodeParams<'_> {
         NodeParams::Captured(self)
     }
 }

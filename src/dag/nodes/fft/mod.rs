@@ -16,7 +16,7 @@ use crate::dag::{Dag, NodeId, NodeKind, NodeName, Op};
 use crate::error::{DagError, Error, Result};
 use crate::fft::{
     cb_name_load, cb_name_store, check_owners, check_transform, params_problem, Direction,
-    FftParams, FftPlan, Fusion, FusionDecision, WorkShare,
+    FftParams, FftPlan, Fusion, FusionDecision,
 };
 use crate::memory::{Allocation, Region};
 
@@ -140,11 +140,10 @@ impl NodeOp for FftNode {
     fn label(&self) -> Label {
         self.label_with(None)
     }
-    fn params<'a>(&'a self, share: Option<&'a WorkShare>) -> NodeParams<'a> {
-        NodeParams::Fft {
-            node: self,
-            work: share.expect("every FFT node has a share"),
-        }
+    fn params(&self) -> NodeParams<'_> {
+        // The work area it may share was given to the backend before any node
+        // (`prepare_ffts`): it is FFT state, not the node's.
+        NodeParams::Fft { node: self }
     }
 }
 
