@@ -6,9 +6,9 @@ use std::hash::BuildHasherDefault;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
-use super::lower::{CudaBackend, NodeKey};
+use super::lower::{CudaBackend, LoweredGraph, NodeKey};
 use super::nodes::captured::set_captured_enabled;
-use super::nodes::fft::LoweringContext;
+use super::nodes::fft::FftCaptureState;
 use super::{Dag, DagError, HostFn, NodeId, NodeKind};
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -80,7 +80,7 @@ pub struct Exec {
     retired_hosts: usize,
     /// Panics of replaced host closures, found when they were released, not yet reported.
     unreported: VecDeque<(String, String)>,
-    pub(super) fft: LoweringContext,
+    pub(super) fft_capture: FftCaptureState,
     /// The launches (and a marker of the latest); allocations the graph refers to point here.
     log: Arc<LaunchLog>,
     /// How many references the DAG holds to each allocation (keyed by its address).
@@ -181,7 +181,7 @@ impl Dag {
         let (graph, handles, fft, captured, disabled) = (
             lowered.graph,
             lowered.handles,
-            lowered.fft,
+            lowered.fft_capture,
             lowered.captured,
             lowered.disabled,
         );
@@ -219,7 +219,7 @@ impl Dag {
             hosts: Vec::new(),
             retired_hosts: 0,
             unreported: VecDeque::new(),
-            fft,
+            fft_capture: fft,
             log,
             held: HashMap::default(),
             pinned: Vec::new(),
@@ -324,29 +324,17 @@ pub(super) fn keep_enabled_flags(dag: &mut Dag, from: &Dag) {
     }
 }
 
-/// What lowering a DAG into a new CUDA graph gave.
-struct Lowered {
-    graph: sys::cudaGraph_t,
-    handles: Vec<Option<sys::cudaGraphNode_t>>,
-    fft: LoweringContext,
-    captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
-    /// The nodes disabled in the DAG, with their names.
-    disabled: Vec<(sys::cudaGraphNode_t, String)>,
-    /// The FFT states of `reuse` that were not reused.
-    leftover: Option<LoweringContext>,
-}
-
 /// Lowers `dag` into a new CUDA graph; FFT nodes whose plan did not change take their cuFFT
 /// state from `reuse` instead of making it again (it moves into the result). On failure,
 /// `reuse` is left whole.
 fn lower_to_cuda(
     dag: &Dag,
     device: &Device,
-    reuse: &mut Option<LoweringContext>,
-) -> Result<Lowered> {
+    reuse: &mut Option<FftCaptureState>,
+) -> Result<LoweredGraph> {
     let mut backend = CudaBackend::new(device)?;
     if let Some(r) = reuse.take() {
-        backend.fft.set_reuse(r);
+        backend.fft_capture.set_reuse(r);
     }
     // A panic while lowering (a captured node's work may panic) must not drop the reused
     // context: the live graph still uses its plans and buffers. It is given back first.
@@ -354,8 +342,8 @@ fn lower_to_cuda(
     let lowered = match lowered {
         Ok(l) => l,
         Err(panic) => {
-            if let Some(mut old) = backend.fft.take_reuse() {
-                old.reclaim(&mut backend.fft);
+            if let Some(mut old) = backend.fft_capture.take_reuse() {
+                old.reclaim(&mut backend.fft_capture);
                 *reuse = Some(old);
             }
             resume_unwind(panic)
@@ -364,19 +352,12 @@ fn lower_to_cuda(
     match lowered {
         Ok(handles) => {
             let mut built = backend.into_graph();
-            let leftover = built.fft.take_reuse();
-            Ok(Lowered {
-                graph: built.graph,
-                handles,
-                fft: built.fft,
-                captured: built.captured,
-                disabled: built.disabled,
-                leftover,
-            })
+            built.handles = handles;
+            Ok(built)
         }
         Err(e) => {
-            if let Some(mut old) = backend.fft.take_reuse() {
-                old.reclaim(&mut backend.fft);
+            if let Some(mut old) = backend.fft_capture.take_reuse() {
+                old.reclaim(&mut backend.fft_capture);
                 *reuse = Some(old);
             }
             Err(e)
@@ -659,26 +640,26 @@ impl Exec {
             });
         }
         dag.validate(&self.device)?;
-        let mut reuse = Some(std::mem::take(&mut self.fft));
+        let mut reuse = Some(std::mem::take(&mut self.fft_capture));
         let device = &self.device;
         let lowered = catch_unwind(AssertUnwindSafe(|| lower_to_cuda(dag, device, &mut reuse)));
         let lowered = match lowered {
             Ok(Ok(l)) => l,
             Ok(Err(e)) => {
-                self.fft = reuse.unwrap_or_default();
+                self.fft_capture = reuse.unwrap_or_default();
                 return Err(e);
             }
             Err(panic) => {
                 // `lower_to_cuda` gave the context back before unwinding on.
-                self.fft = reuse.unwrap_or_default();
+                self.fft_capture = reuse.unwrap_or_default();
                 resume_unwind(panic)
             }
         };
         // The captured-node map stays the original graph's: per-node calls name its nodes.
-        let Lowered {
+        let LoweredGraph {
             graph,
             handles,
-            fft: mut new_fft,
+            fft_capture: mut new_fft,
             leftover,
             ..
         } = lowered;
@@ -705,7 +686,7 @@ impl Exec {
             let _ = unsafe { rt::graph_destroy(graph) };
             let mut old = leftover.unwrap_or_default();
             old.reclaim(&mut new_fft);
-            self.fft = old;
+            self.fft_capture = old;
             return Err(e);
         }
         if let Some(old) = self.latest.replace(graph) {
@@ -715,7 +696,7 @@ impl Exec {
         if let Some(old) = &leftover {
             new_fft.adopt_node_handles_from(old);
         }
-        self.fft = new_fft;
+        self.fft_capture = new_fft;
         if let Some(l) = leftover {
             self.retire_other(l);
         }
@@ -793,7 +774,7 @@ impl Exec {
     /// and the form each FFT node was lowered in (for a plan with an unfused form: `fused` or
     /// `unfused: convert + FFT`, with why, e.g. `(auto: 37.0 µs, fused 51.5 µs)`).
     pub fn to_dot(&self) -> String {
-        self.dag.to_dot_with(&|uid| self.fft.decision(uid))
+        self.dag.to_dot_with(&|uid| self.fft_capture.decision(uid))
     }
 
     /// CUDA's own view of the graph (`cudaGraphDebugDotPrint`, verbose), as DOT text.
@@ -900,7 +881,7 @@ impl Drop for Exec {
             // Launches may still run: leak what they use (and the graphs) rather than free it
             // early.
             std::mem::forget(std::mem::take(&mut self.dag));
-            std::mem::forget(std::mem::take(&mut self.fft));
+            std::mem::forget(std::mem::take(&mut self.fft_capture));
             std::mem::forget(std::mem::take(&mut self.retired));
             std::mem::forget(std::mem::take(&mut self.pinned));
             std::mem::forget(std::mem::take(&mut self.hosts));

@@ -69,7 +69,7 @@ mod cuda;
 mod recording;
 
 pub use cuda::CudaBackend;
-pub(crate) use cuda::{CudaDevices, NodeKey};
+pub(crate) use cuda::{CudaDevices, LoweredGraph, NodeKey};
 pub use recording::{RecordedCall, RecordingBackend};
 
 impl Dag {

@@ -290,7 +290,7 @@ fn sizes_that_overflow_are_errors() {
 /// module compiles, not when a test runs.
 const _: () = {
     const fn send<T: Send>() {}
-    send::<crate::dag::nodes::fft::LoweringContext>();
+    send::<crate::dag::nodes::fft::FftCaptureState>();
     send::<crate::Exec>();
 };
 

@@ -13,16 +13,21 @@ use crate::fft::WorkShare;
 use crate::result::runtime as rt;
 use crate::sys;
 
-/// What a [`CudaBackend`] built, handed over by `into_graph`.
-pub(crate) struct Built {
+/// A lowered CUDA graph: what a [`CudaBackend`] built (`into_graph`), with the CUDA node of
+/// each DAG node once lowering returned them.
+pub(crate) struct LoweredGraph {
     /// The graph (the caller destroys it).
     pub(crate) graph: sys::cudaGraph_t,
-    /// The FFT state the graph uses.
-    pub(crate) fft: crate::dag::nodes::fft::LoweringContext,
+    /// The CUDA node of each DAG node, by node index (filled by the caller from lowering).
+    pub(crate) handles: Vec<Option<sys::cudaGraphNode_t>>,
+    /// The FFT nodes' cuFFT states and the capture stream the graph's captured nodes used.
+    pub(crate) fft_capture: crate::dag::nodes::fft::FftCaptureState,
     /// The nodes each captured node made, by the node it returned.
     pub(crate) captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
     /// The nodes disabled in the DAG, with their names: instantiation disables them.
     pub(crate) disabled: Vec<(sys::cudaGraphNode_t, String)>,
+    /// The FFT states of an earlier lowering that this one did not reuse.
+    pub(crate) leftover: Option<crate::dag::nodes::fft::FftCaptureState>,
 }
 
 /// The CUDA devices as validation sees them: every device of the machine, peer access as
@@ -57,7 +62,7 @@ pub struct CudaBackend {
     graph: sys::cudaGraph_t,
     device: Device,
     devices: CudaDevices,
-    pub(crate) fft: crate::dag::nodes::fft::LoweringContext,
+    pub(crate) fft_capture: crate::dag::nodes::fft::FftCaptureState,
     /// The nodes each captured node (FFT or other) made, by the node it returned.
     pub(crate) captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
     /// The nodes disabled in the DAG, with their names (see `Lower::disable`).
@@ -77,7 +82,7 @@ impl CudaBackend {
             graph,
             device: device.clone(),
             devices: CudaDevices::default(),
-            fft: crate::dag::nodes::fft::LoweringContext::default(),
+            fft_capture: crate::dag::nodes::fft::FftCaptureState::default(),
             captured: HashMap::new(),
             disabled: Vec::new(),
         })
@@ -95,10 +100,13 @@ impl CudaBackend {
     }
 
     /// Gives up ownership of the graph (the caller destroys it) and of the FFT state.
-    pub(crate) fn into_graph(mut self) -> Built {
-        Built {
+    pub(crate) fn into_graph(mut self) -> LoweredGraph {
+        let mut fft_capture = std::mem::take(&mut self.fft_capture);
+        LoweredGraph {
             graph: std::mem::replace(&mut self.graph, std::ptr::null_mut()),
-            fft: std::mem::take(&mut self.fft),
+            handles: Vec::new(),
+            leftover: fft_capture.take_reuse(),
+            fft_capture,
             captured: std::mem::take(&mut self.captured),
             disabled: std::mem::take(&mut self.disabled),
         }
@@ -239,20 +247,20 @@ impl sealed::Lower for CudaBackend {
                 );
                 // SAFETY: the clone lives in the parent; the original is ours to destroy.
                 unsafe { rt::graph_destroy(built.graph)? };
-                self.fft.absorb(built.fft);
+                self.fft_capture.absorb(built.fft_capture);
                 Ok(node)
             }
             NodeParams::Fft { node } => {
                 debug_assert!(edges.is_empty(), "captured work takes plain dependencies");
                 let graph = self.graph;
                 let device = self.device.clone();
-                let captured = self.fft.lower(&device, graph, deps, node)?;
+                let captured = self.fft_capture.lower(&device, graph, deps, node)?;
                 Ok(self.keep_captured(captured))
             }
             NodeParams::Captured(work) => {
                 debug_assert!(edges.is_empty(), "captured work takes plain dependencies");
                 self.device.bind()?;
-                let stream = self.fft.capture_stream(&self.device)?;
+                let stream = self.fft_capture.capture_stream(&self.device)?;
                 let enqueue = |s| {
                     // SAFETY: `capture_into` passes its own stream, live and capturing.
                     unsafe { work.enqueue(s) }
@@ -274,6 +282,6 @@ impl sealed::Lower for CudaBackend {
     }
     fn prepare_ffts(&mut self, dag: &Dag, shares: &[Option<WorkShare>]) -> Result<()> {
         let device = self.device.clone();
-        self.fft.prepare(&device, dag, shares)
+        self.fft_capture.prepare(&device, dag, shares)
     }
 }

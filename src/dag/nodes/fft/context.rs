@@ -1,5 +1,5 @@
 //! Per-node cuFFT state of FFT nodes: made in a prepare pass before lowering
-//! ([`LoweringContext::prepare`]), keyed by node serial, kept across whole-graph updates while
+//! ([`FftCaptureState::prepare`]), keyed by node serial, kept across whole-graph updates while
 //! the plan is unchanged, and given back when CUDA refuses an update. The prepare pass is also
 //! where each node's form (fused, or unfused: conversion kernel + plan without the load
 //! callback) is decided, with `fft::decide_fusion` (which measures `Fusion::Auto` plans once
@@ -80,7 +80,7 @@ struct FftState {
     params: Option<Arc<Allocation>>,
     /// Work-area bytes the plan needs.
     need: usize,
-    /// Whether the plan was executed once outside capture (see [`LoweringContext::lower`]).
+    /// Whether the plan was executed once outside capture (see [`FftCaptureState::lower`]).
     warmed: bool,
     /// Whether it came from the context being reused (so a failed update gives it back).
     reused: bool,
@@ -147,32 +147,32 @@ struct Lowered {
 ///
 /// It is `Send` (an `Exec` may move between threads) but not `Sync`.
 #[derive(Default)]
-pub(crate) struct LoweringContext {
+pub(crate) struct FftCaptureState {
     stream: Option<Stream>,
     nodes: Vec<Lowered>,
-    children: Vec<LoweringContext>,
+    children: Vec<FftCaptureState>,
     work: HashMap<usize, Arc<Allocation>>,
-    /// States made by [`LoweringContext::prepare`], taken by their node's lowering.
+    /// States made by [`FftCaptureState::prepare`], taken by their node's lowering.
     prepared: Vec<FftState>,
     /// An earlier lowering's context, whose unchanged FFT states this one takes over.
-    reuse: Option<Box<LoweringContext>>,
+    reuse: Option<Box<FftCaptureState>>,
     /// Staging for parameter updates (no allocation per update).
     scratch: crate::kernel::ArgScratch,
 }
 
-impl LoweringContext {
+impl FftCaptureState {
     /// Lowers with the unchanged FFT states of `old` (an earlier lowering of the same nodes).
-    pub(crate) fn set_reuse(&mut self, old: LoweringContext) {
+    pub(crate) fn set_reuse(&mut self, old: FftCaptureState) {
         self.reuse = Some(Box::new(old));
     }
 
     /// The reused context, with the states this lowering did not take.
-    pub(crate) fn take_reuse(&mut self) -> Option<LoweringContext> {
+    pub(crate) fn take_reuse(&mut self) -> Option<FftCaptureState> {
         self.reuse.take().map(|b| *b)
     }
 
     /// Gives back to this (older) context the states `newer` took from it.
-    pub(crate) fn reclaim(&mut self, newer: &mut LoweringContext) {
+    pub(crate) fn reclaim(&mut self, newer: &mut FftCaptureState) {
         let taken = newer
             .nodes
             .iter_mut()
@@ -244,7 +244,7 @@ impl LoweringContext {
         Ok(self.stream.clone().expect("just set"))
     }
 
-    /// Lowers one FFT node (prepared by [`LoweringContext::prepare`]) into `graph` after
+    /// Lowers one FFT node (prepared by [`FftCaptureState::prepare`]) into `graph` after
     /// `deps`; returns the node later nodes depend on and the nodes it made (the captured
     /// transform and the parameter-setting kernel node), which are enabled and disabled
     /// together.
@@ -291,7 +291,7 @@ impl LoweringContext {
 
     /// Keeps a child graph's FFT state alive with this one (its nodes are not updatable per
     /// node).
-    pub(crate) fn absorb(&mut self, child: LoweringContext) {
+    pub(crate) fn absorb(&mut self, child: FftCaptureState) {
         if !child.nodes.is_empty() || !child.children.is_empty() {
             self.children.push(child);
         }
@@ -299,7 +299,7 @@ impl LoweringContext {
 
     /// After a whole-graph update, per-node updates must still name the nodes of the graph
     /// the Exec was instantiated from: take those handles from `old`.
-    pub(crate) fn adopt_node_handles_from(&mut self, old: &LoweringContext) {
+    pub(crate) fn adopt_node_handles_from(&mut self, old: &FftCaptureState) {
         for n in &mut self.nodes {
             let Some(o) = old.nodes.iter().find(|o| o.uid == n.uid) else {
                 continue;
@@ -325,7 +325,7 @@ impl LoweringContext {
         plan: &FftPlan,
         params: &FftParams,
     ) -> Result<()> {
-        let LoweringContext { nodes, scratch, .. } = self;
+        let FftCaptureState { nodes, scratch, .. } = self;
         let Some(n) = nodes
             .iter_mut()
             .find(|n| n.uid == uid)

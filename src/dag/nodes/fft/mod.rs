@@ -7,7 +7,7 @@ pub(crate) mod context;
 
 use std::sync::Arc;
 
-pub(crate) use context::{work_shares, LoweringContext};
+pub(crate) use context::{work_shares, FftCaptureState};
 
 use super::{Label, NodeOp};
 use crate::dag::exec::Exec;
@@ -194,7 +194,7 @@ impl Exec {
         let Op::Fft(f) = &node.op else {
             return Err(node.wrong_kind("an FFT node"));
         };
-        self.fft.decision(f.uid).ok_or_else(|| {
+        self.fft_capture.decision(f.uid).ok_or_else(|| {
             Error::Invalid(format!(
                 "node `{}` was not lowered by this graph's FFT context",
                 node.name()
@@ -217,7 +217,8 @@ impl Exec {
         };
         f.check_params(&node.name(), &params)?;
         check_owners(&node.name(), &f.input, &f.output, &params, key)?;
-        self.fft.set_params(self.raw, f.uid, &f.plan, &params)?;
+        self.fft_capture
+            .set_params(self.raw, f.uid, &f.plan, &params)?;
         params.for_each_allocation(&mut |a| self.hold(a));
         let Op::Fft(f) = &mut self.dag.node_mut(id)?.op else {
             unreachable!("checked above")
