@@ -137,14 +137,11 @@ pub mod error;
 pub mod fft;
 mod kernel;
 pub mod load;
-mod marker;
 mod memory;
 pub mod nccl;
-mod queue;
 pub mod result;
 mod stream;
 pub mod sys;
-mod track;
 
 /// The crate [`DeviceRepr`] builds on: derive `bytemuck::Pod` for your own plain-data types.
 pub use bytemuck;

@@ -13,9 +13,9 @@ use std::sync::Arc;
 use crate::device::{Device, Owner};
 use crate::error::{Error, Result};
 use crate::result::runtime as rt;
+use crate::stream::track::{self, GpuUses};
 use crate::stream::Stream;
 use crate::sys;
-use crate::track::{self, Uses};
 
 /// Plain data that may be copied to and from the GPU byte for byte, and passed to kernels.
 ///
@@ -52,7 +52,7 @@ pub(crate) struct Allocation {
     pub(crate) space: MemorySpace,
     pub(crate) owner: Owner,
     /// The queued GPU work that may use the memory (see `track`).
-    pub(crate) uses: Uses,
+    pub(crate) uses: GpuUses,
 }
 
 /// An error when called from a host node (CUDA's callback thread must not wait for GPU work).
@@ -100,7 +100,7 @@ impl Allocation {
             bytes,
             space,
             owner: Owner::Cuda(device.clone()),
-            uses: Uses::default(),
+            uses: GpuUses::default(),
         }))
     }
 
@@ -111,7 +111,7 @@ impl Allocation {
             bytes,
             space,
             owner: Owner::Recording(backend),
-            uses: Uses::default(),
+            uses: GpuUses::default(),
         }
     }
 

@@ -6,17 +6,17 @@ use std::hash::BuildHasherDefault;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
-use super::lower::{CudaBackend, LoweredGraph, NodeKey};
+use super::lower::{CudaBackend, CudaNodeKey, LoweredGraph};
 use super::nodes::captured::set_captured_enabled;
 use super::nodes::fft::FftCaptureState;
 use super::{Dag, DagError, HostFn, NodeId, NodeKind};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernel::ArgScratch;
-use crate::marker::Marker;
 use crate::memory::{Allocation, MemorySpace};
-use crate::queue::LaunchLog;
 use crate::result::runtime as rt;
+use crate::stream::marker::Marker;
+use crate::stream::queue::ExecLaunches;
 use crate::stream::Stream;
 use crate::sys;
 
@@ -72,7 +72,7 @@ pub struct Exec {
     /// CUDA node handles of `graph`, by node index.
     pub(super) handles: Vec<Option<sys::cudaGraphNode_t>>,
     /// The nodes of `graph` each captured node (FFT or other) made, by its handle.
-    captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+    captured: HashMap<CudaNodeKey, Vec<sys::cudaGraphNode_t>>,
     /// Host closures of the DAG and its children, with their names (for panic reports).
     pub(super) hosts: Vec<(String, Arc<HostFn>)>,
     /// How many entries of `retired` are host closures an update replaced (whose panics are
@@ -82,19 +82,19 @@ pub struct Exec {
     unreported: VecDeque<(String, String)>,
     pub(super) fft_capture: FftCaptureState,
     /// The launches (and a marker of the latest); allocations the graph refers to point here.
-    log: Arc<LaunchLog>,
+    log: Arc<ExecLaunches>,
     /// How many references the DAG holds to each allocation (keyed by its address).
     held: HashMap<usize, u32, BuildHasherDefault<AddrHasher>>,
     /// Pinned allocations the DAG refers to, by address: locked during a launch.
     pinned: Vec<Arc<Allocation>>,
     /// What updates replaced, each with a launch that may still use it.
-    retired: VecDeque<(Arc<Marker>, Retiree)>,
+    retired: VecDeque<(Arc<Marker>, Replaced)>,
     pub(super) scratch: ArgScratch,
 }
 
 /// Something an update replaced, kept until the launches that may use it have completed.
 #[derive(Clone)]
-enum Retiree {
+enum Replaced {
     Alloc(#[allow(dead_code)] Arc<Allocation>), // reason: held for its Drop only
     Event(#[allow(dead_code)] crate::stream::Event), // reason: held for its Drop only
     Other(#[allow(dead_code)] Arc<Mutex<dyn Any + Send>>), // reason: held for its Drop only
@@ -103,10 +103,10 @@ enum Retiree {
     Hosts(Vec<(String, Arc<HostFn>)>),
 }
 
-impl Retiree {
+impl Replaced {
     /// Moves the panics of replaced host closures, released now, to `out`.
     fn release_into(self, out: &mut VecDeque<(String, String)>) {
-        if let Retiree::Hosts(hosts) = self {
+        if let Replaced::Hosts(hosts) = self {
             for (name, h) in hosts {
                 if let Some(message) = h.take_panic() {
                     out.push_back((name, message));
@@ -176,7 +176,7 @@ impl Dag {
                 ))
             }
         };
-        let log = LaunchLog::new();
+        let log = ExecLaunches::new();
         let lowered = lower_to_cuda(&self, device, &mut None)?;
         let (graph, handles, fft, captured, disabled) = (
             lowered.graph,
@@ -257,7 +257,7 @@ impl Dag {
 fn blamed(
     dag: &Dag,
     handles: &[Option<sys::cudaGraphNode_t>],
-    captured: &HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+    captured: &HashMap<CudaNodeKey, Vec<sys::cudaGraphNode_t>>,
     refusal: rt::InstantiateRefusal,
 ) -> Error {
     let problem = || format!("{} ({})", refusal.result_words(), refusal.error);
@@ -268,7 +268,7 @@ fn blamed(
     let made = |h: sys::cudaGraphNode_t| {
         h == refusal.node
             || captured
-                .get(&(h as NodeKey))
+                .get(&(h as CudaNodeKey))
                 .is_some_and(|nodes| nodes.contains(&refusal.node))
     };
     for id in dag.node_ids() {
@@ -298,12 +298,12 @@ fn blamed(
 /// CUDA can disable (kernel, memcpy, memset), or a captured node's (in `captured`).
 unsafe fn switch_node(
     raw: sys::cudaGraphExec_t,
-    captured: &HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+    captured: &HashMap<CudaNodeKey, Vec<sys::cudaGraphNode_t>>,
     h: sys::cudaGraphNode_t,
     name: &str,
     enabled: bool,
 ) -> Result<()> {
-    match captured.get(&(h as NodeKey)) {
+    match captured.get(&(h as CudaNodeKey)) {
         // SAFETY: the nodes are of the graph `raw` was instantiated from (caller's contract).
         Some(nodes) => unsafe { set_captured_enabled(raw, name, nodes, enabled) },
         // SAFETY: caller's contract.
@@ -389,7 +389,7 @@ impl Exec {
             return Err(Error::HostNodePanicked { node, message });
         }
         let replaced = self.retired.iter().filter_map(|(_, r)| match r {
-            Retiree::Hosts(hosts) => Some(hosts),
+            Replaced::Hosts(hosts) => Some(hosts),
             _ => None,
         });
         let replaced = replaced.take(self.retired_hosts).flatten();
@@ -416,7 +416,7 @@ impl Exec {
             // What the launch uses is held by `self.dag`, the FFT context or `self.retired`,
             // which outlive it (`Drop` waits for it); no host access of its pinned memory runs
             // now (their use lists are locked), and any later one waits for the launches `log`
-            // counts (a marker right after the latest, `crate::queue`).
+            // counts (a marker right after the latest, `crate::stream::queue`).
             // SAFETY: the exec is live and of the stream's device; see above.
             unsafe { stream.inner.lock().launch(log, raw) }
         };
@@ -473,7 +473,7 @@ impl Exec {
     /// host closures it held for the next report.
     fn pop_retired(&mut self) {
         if let Some((_, r)) = self.retired.pop_front() {
-            if matches!(r, Retiree::Hosts(_)) {
+            if matches!(r, Replaced::Hosts(_)) {
                 self.retired_hosts -= 1;
             }
             r.release_into(&mut self.unreported);
@@ -482,18 +482,18 @@ impl Exec {
 
     /// A marker that completes when the launches issued so far have, and not later; `None`
     /// before the first launch. One marker serves every retirement until the next launch
-    /// (see `crate::queue`: it is recorded right after the latest launch, at most once).
+    /// (see `crate::stream::queue`: it is recorded right after the latest launch, at most once).
     fn launches_so_far(&mut self) -> Result<Option<Arc<Marker>>> {
         self.log.so_far()
     }
 
     /// Keeps `item` until the launches issued so far have completed (dropped now if none
     /// may still run). Should CUDA fail to say, the item is leaked rather than freed early.
-    fn retire(&mut self, item: Retiree) {
+    fn retire(&mut self, item: Replaced) {
         match self.launches_so_far() {
             Ok(None) => drop(item),
             Ok(Some(m)) => {
-                if matches!(item, Retiree::Hosts(_)) {
+                if matches!(item, Replaced::Hosts(_)) {
                     self.retired_hosts += 1;
                 }
                 self.retired.push_back((m, item))
@@ -509,11 +509,11 @@ impl Exec {
     /// Keeps an event an update replaced until the launches that may use it have completed
     /// (no allocation: the event is already shared).
     pub(super) fn retire_event(&mut self, event: crate::stream::Event) {
-        self.retire(Retiree::Event(event));
+        self.retire(Replaced::Event(event));
     }
 
     pub(super) fn retire_other(&mut self, item: impl Any + Send) {
-        self.retire(Retiree::Other(Arc::new(Mutex::new(item))));
+        self.retire(Replaced::Other(Arc::new(Mutex::new(item))));
     }
 
     /// Keeps host closures an update replaced, with their names, until the launches that may
@@ -521,7 +521,7 @@ impl Exec {
     /// synchronize meanwhile, or once they are released.
     pub(super) fn retire_hosts(&mut self, hosts: Vec<(String, Arc<HostFn>)>) {
         if !hosts.is_empty() {
-            self.retire(Retiree::Hosts(hosts));
+            self.retire(Replaced::Hosts(hosts));
         }
     }
 
@@ -538,7 +538,7 @@ impl Exec {
             if let Ok(so_far) = self.launches_so_far() {
                 a.uses.end_graph(&self.log, so_far.as_ref());
             }
-            self.retire(Retiree::Alloc(a));
+            self.retire(Replaced::Alloc(a));
         }
     }
 
@@ -576,7 +576,7 @@ impl Exec {
             NodeKind::Fft | NodeKind::Captured => {
                 let nodes = self
                     .captured
-                    .get(&(h as NodeKey))
+                    .get(&(h as CudaNodeKey))
                     .map_or(&[][..], Vec::as_slice);
                 // SAFETY: the nodes are of the graph `raw` was instantiated from.
                 unsafe { set_captured_enabled(raw, &node.name(), nodes, enabled)? };
@@ -801,7 +801,7 @@ impl Exec {
 fn hold_in(
     held: &mut HashMap<usize, u32, BuildHasherDefault<AddrHasher>>,
     pinned: &mut Vec<Arc<Allocation>>,
-    log: &Arc<LaunchLog>,
+    log: &Arc<ExecLaunches>,
     a: &Arc<Allocation>,
 ) {
     let n = held.entry(Arc::as_ptr(a) as usize).or_insert(0);
@@ -910,7 +910,7 @@ mod tests {
     fn released_allocations_leave_no_count_behind() {
         let mut r = RecordingBackend::new(DeviceLimits::hopper());
         let (x, h) = (r.device_buffer::<f32>(64), r.host_buffer::<f32>(64));
-        let log = LaunchLog::new();
+        let log = ExecLaunches::new();
         let mut held = HashMap::default();
         let mut pinned = Vec::new();
         for a in [&x.alloc, &x.alloc, &h.alloc] {
@@ -947,7 +947,7 @@ mod tests {
         handles[c.index()] = Some(h(0x30));
         // `c` was captured: CUDA made nodes 0x31 and 0x32, the last is the one it returned.
         let mut captured = HashMap::new();
-        captured.insert(0x30 as NodeKey, vec![h(0x31), h(0x32)]);
+        captured.insert(0x30 as CudaNodeKey, vec![h(0x31), h(0x32)]);
         let refusal = |node: usize| rt::InstantiateRefusal {
             error: Error::Invalid("cudaErrorInvalidValue".into()),
             result: 3,

@@ -20,7 +20,7 @@
 use petgraph::visit::NodeIndexable;
 
 use super::nodes::backend::Backend;
-use super::nodes::Target;
+use super::nodes::ValidationTarget;
 use super::{Dag, NodeId, Op, SerialOrder};
 use crate::device::DeviceKey;
 use crate::error::Result;
@@ -69,7 +69,7 @@ mod cuda;
 mod recording;
 
 pub use cuda::CudaBackend;
-pub(crate) use cuda::{CudaDevices, LoweredGraph, NodeKey};
+pub(crate) use cuda::{CudaDevices, CudaNodeKey, LoweredGraph};
 pub use recording::{RecordedCall, RecordingBackend};
 
 impl Dag {
@@ -77,7 +77,7 @@ impl Dag {
     /// of each node, indexed by [`NodeId::index`](super::NodeId::index) (`None` for holes left
     /// by removed nodes).
     pub fn lower<B: Backend>(&self, backend: &mut B) -> Result<Vec<Option<B::Node>>> {
-        self.validate_on(&Target::new(
+        self.validate_on(&ValidationTarget::new(
             backend.key(),
             backend.limits(),
             &*backend,

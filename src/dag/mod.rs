@@ -26,7 +26,7 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use lower::CudaDevices;
 use nodes::host::HostFn;
-use nodes::{On, Target};
+use nodes::{RunsOn, ValidationTarget};
 
 pub use crate::device::DeviceKey;
 pub use crate::error::DagError;
@@ -545,11 +545,16 @@ impl Dag {
     /// by peer access. (Arguments, bounds and cycles were checked as the DAG was built.)
     pub fn validate(&self, device: &Device) -> Result<()> {
         let devices = CudaDevices::default();
-        self.validate_on(&Target::new(device.key(), device.limits(), &devices, true))
+        self.validate_on(&ValidationTarget::new(
+            device.key(),
+            device.limits(),
+            &devices,
+            true,
+        ))
     }
 
     /// Validates every node on its device within `target`.
-    pub(crate) fn validate_on(&self, target: &Target<'_>) -> Result<()> {
+    pub(crate) fn validate_on(&self, target: &ValidationTarget<'_>) -> Result<()> {
         for idx in self.graph.node_indices() {
             let node = &self.graph[idx];
             if !node.enabled && !target.placeable {
@@ -589,7 +594,7 @@ impl Dag {
                 }
                 _ => target.home,
             };
-            node.op.validate(&node.name(), &On { key, target })?;
+            node.op.validate(&node.name(), &RunsOn { key, target })?;
         }
         Ok(())
     }

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use crate::device::Device;
 use crate::result::runtime as rt;
+use crate::stream::track::GpuUses;
 use crate::sys;
-use crate::track::Uses;
 
 /// A loaded library.
 pub(super) struct ModuleInner {
@@ -16,7 +16,7 @@ pub(super) struct ModuleInner {
     pub(super) device: Device,
     pub(super) lowered_names: HashMap<String, String>,
     /// Stream launches of its kernels that may still run.
-    pub(super) uses: Uses,
+    pub(super) uses: GpuUses,
 }
 
 // SAFETY: library handles may be used from any thread.

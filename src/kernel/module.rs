@@ -12,7 +12,7 @@ use super::library::ModuleInner;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::result::runtime as rt;
-use crate::track::Uses;
+use crate::stream::track::GpuUses;
 
 /// Loaded GPU code (`cudaLibrary_t`), from which kernels are taken.
 #[derive(Clone)]
@@ -69,7 +69,7 @@ impl Module {
                 raw,
                 device: device.clone(),
                 lowered_names,
-                uses: Uses::default(),
+                uses: GpuUses::default(),
             }),
             cubin: image.starts_with(b"\x7fELF").then(|| Arc::from(image)),
         })

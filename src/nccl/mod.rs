@@ -43,9 +43,9 @@ use crate::device::{Device, DeviceKey};
 use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceRepr};
 use crate::result::nccl as nc;
+use crate::stream::track::GpuUses;
 use crate::stream::Stream;
 use crate::sys;
-use crate::track::Uses;
 
 mod collective;
 mod matching;
@@ -141,7 +141,7 @@ pub(crate) struct Clique {
     locks: Vec<Mutex<()>>,
     /// Stream calls that used each rank's communicator (graph launches are covered by the
     /// `Exec`s, which hold the communicators through their DAGs).
-    uses: Vec<Uses>,
+    uses: Vec<GpuUses>,
 }
 
 // SAFETY: NCCL communicator handles may be used from any thread; the crate makes every call on
@@ -255,7 +255,7 @@ impl Communicators {
                 keys: devices.iter().map(Device::key).collect(),
                 devices: devices.to_vec(),
                 locks: devices.iter().map(|_| Mutex::new(())).collect(),
-                uses: devices.iter().map(|_| Uses::default()).collect(),
+                uses: devices.iter().map(|_| GpuUses::default()).collect(),
                 raw,
             }),
         })
@@ -269,7 +269,7 @@ impl Communicators {
                 id: NEXT_CLIQUE.fetch_add(1, Ordering::Relaxed),
                 devices: Vec::new(),
                 locks: keys.iter().map(|_| Mutex::new(())).collect(),
-                uses: keys.iter().map(|_| Uses::default()).collect(),
+                uses: keys.iter().map(|_| GpuUses::default()).collect(),
                 keys,
                 raw: Vec::new(),
             }),

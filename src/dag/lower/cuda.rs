@@ -23,7 +23,7 @@ pub(crate) struct LoweredGraph {
     /// The FFT nodes' cuFFT states and the capture stream the graph's captured nodes used.
     pub(crate) fft_capture: crate::dag::nodes::fft::FftCaptureState,
     /// The nodes each captured node made, by the node it returned.
-    pub(crate) captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+    pub(crate) captured: HashMap<CudaNodeKey, Vec<sys::cudaGraphNode_t>>,
     /// The nodes disabled in the DAG, with their names: instantiation disables them.
     pub(crate) disabled: Vec<(sys::cudaGraphNode_t, String)>,
     /// The FFT states of an earlier lowering that this one did not reuse.
@@ -64,13 +64,13 @@ pub struct CudaBackend {
     devices: CudaDevices,
     pub(crate) fft_capture: crate::dag::nodes::fft::FftCaptureState,
     /// The nodes each captured node (FFT or other) made, by the node it returned.
-    pub(crate) captured: HashMap<NodeKey, Vec<sys::cudaGraphNode_t>>,
+    pub(crate) captured: HashMap<CudaNodeKey, Vec<sys::cudaGraphNode_t>>,
     /// The nodes disabled in the DAG, with their names (see `Lower::disable`).
     disabled: Vec<(sys::cudaGraphNode_t, String)>,
 }
 
 /// A CUDA node handle as a map key.
-pub(crate) type NodeKey = usize;
+pub(crate) type CudaNodeKey = usize;
 
 impl CudaBackend {
     /// Creates an empty CUDA graph on `device` to lower into.
@@ -90,7 +90,7 @@ impl CudaBackend {
 
     /// Notes the nodes a capture made; returns the node later nodes depend on.
     fn keep_captured(&mut self, c: crate::dag::nodes::captured::Captured) -> sys::cudaGraphNode_t {
-        self.captured.insert(c.out as NodeKey, c.nodes);
+        self.captured.insert(c.out as CudaNodeKey, c.nodes);
         c.out
     }
 

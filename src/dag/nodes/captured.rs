@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use super::{check_owner, Label, NodeOp, On};
+use super::{check_owner, Label, NodeOp, RunsOn};
 use crate::dag::nodes::backend::{CaptureWork, NodeParams};
 use crate::dag::{Dag, NodeId, NodeName, Op};
 use crate::error::{Error, Result};
@@ -85,7 +85,7 @@ impl CaptureWork for CapturedNode {
 }
 
 impl NodeOp for CapturedNode {
-    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &RunsOn<'_>) -> Result<()> {
         for r in &self.uses {
             check_owner(name, r, "captured work's", on.key)?;
         }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::host::HostFn;
-use super::{Label, NodeOp, On, Target};
+use super::{Label, NodeOp, RunsOn, ValidationTarget};
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, NodeName, Op};
 use crate::error::{DagError, Error, Result};
@@ -23,11 +23,11 @@ impl ChildNode {
 }
 
 impl NodeOp for ChildNode {
-    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &RunsOn<'_>) -> Result<()> {
         // The child's nodes run where the child node runs (the graph's device): none of them
         // may be placed elsewhere.
         let t = on.target;
-        let inner = Target::new(t.home, t.limits, t.devices, false);
+        let inner = ValidationTarget::new(t.home, t.limits, t.devices, false);
         self.dag.validate_on(&inner).map_err(|e| match e {
             Error::Dag(inner) => Error::Dag(DagError::WrongKind {
                 node: name.to_string(),

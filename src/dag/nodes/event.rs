@@ -8,7 +8,7 @@
 //! lives as long as the DAG and any `Exec` made from it; [`Exec::set_event`] changes it on the
 //! instantiated graph.
 
-use super::{wrong_device, Label, NodeOp, On};
+use super::{wrong_device, Label, NodeOp, RunsOn};
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Exec, Node, NodeId, NodeName, Op};
 use crate::error::Result;
@@ -57,7 +57,12 @@ fn generic(action: EventAction, event: &Event) -> sys::cudaGraphNodeParams {
 
 /// A record node records an event of its own device; a wait node may wait for an event of any
 /// device of the backend (CUDA orders across devices).
-fn validate(action: EventAction, event: &Event, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
+fn validate(
+    action: EventAction,
+    event: &Event,
+    name: &NodeName<'_>,
+    on: &RunsOn<'_>,
+) -> Result<()> {
     let owner = event.key();
     let ok = match action {
         EventAction::Record => owner == on.key,
@@ -92,7 +97,7 @@ fn label(action: EventAction, event: &Event) -> Label {
 }
 
 impl NodeOp for EventRecordNode {
-    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &RunsOn<'_>) -> Result<()> {
         validate(EventAction::Record, &self.event, name, on)
     }
     fn label(&self) -> Label {
@@ -104,7 +109,7 @@ impl NodeOp for EventRecordNode {
 }
 
 impl NodeOp for EventWaitNode {
-    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &RunsOn<'_>) -> Result<()> {
         validate(EventAction::Wait, &self.event, name, on)
     }
     fn label(&self) -> Label {

@@ -62,7 +62,7 @@ impl HostFn {
 pub(crate) unsafe extern "C" fn host_trampoline(data: *mut std::ffi::c_void) {
     // SAFETY: see the function's contract. `call` never unwinds.
     let h = unsafe { &*(data as *const HostFn) };
-    crate::track::as_host_node(|| h.call());
+    crate::stream::track::as_host_node(|| h.call());
 }
 
 /// A Rust closure run by CUDA in stream order.

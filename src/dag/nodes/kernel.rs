@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::{wrong_device, Label, NodeOp, On};
+use super::{wrong_device, Label, NodeOp, RunsOn};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
@@ -286,7 +286,7 @@ impl KernelNode {
 }
 
 impl NodeOp for KernelNode {
-    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &RunsOn<'_>) -> Result<()> {
         let home = self.kernel().key();
         if home != on.key {
             return Err(wrong_device(

@@ -6,7 +6,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::{out_of_bounds, pitched_extent, wrong_device, Label, NodeOp, On};
+use super::{out_of_bounds, pitched_extent, wrong_device, Label, NodeOp, RunsOn};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
@@ -170,7 +170,7 @@ impl MemcpyNode {
 }
 
 impl NodeOp for MemcpyNode {
-    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &RunsOn<'_>) -> Result<()> {
         on.check_reach(name, &"destination", &self.dst.alloc)?;
         on.check_reach(name, &"source", &self.src.alloc)
     }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{out_of_bounds, pitched_extent, Label, NodeOp, On};
+use super::{out_of_bounds, pitched_extent, Label, NodeOp, RunsOn};
 use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
@@ -98,7 +98,7 @@ impl MemsetNode {
 }
 
 impl NodeOp for MemsetNode {
-    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &RunsOn<'_>) -> Result<()> {
         on.check_reach(name, &"destination", &self.dst.alloc)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {

@@ -41,7 +41,7 @@ use crate::memory::{Allocation, MemorySpace, Region};
 
 /// What a DAG is validated for: the device unplaced nodes run on (home), its launch limits,
 /// and the backend's devices (which exist, which reach which by peer access).
-pub(crate) struct Target<'a> {
+pub(crate) struct ValidationTarget<'a> {
     /// The device the DAG is lowered for; unplaced nodes run there.
     pub(crate) home: DeviceKey,
     /// The home device's launch limits (a recording backend's devices all have these; a
@@ -61,7 +61,7 @@ pub(crate) struct Target<'a> {
         std::cell::Cell<Option<(usize, usize, crate::kernel::LaunchConfig)>>,
 }
 
-impl<'a> Target<'a> {
+impl<'a> ValidationTarget<'a> {
     /// A target for a validation pass (nothing accepted yet).
     pub(crate) fn new(
         home: DeviceKey,
@@ -69,7 +69,7 @@ impl<'a> Target<'a> {
         devices: &'a dyn Devices,
         placeable: bool,
     ) -> Self {
-        Target {
+        ValidationTarget {
             home,
             limits,
             devices,
@@ -79,15 +79,15 @@ impl<'a> Target<'a> {
     }
 }
 
-/// One node's validation: the device it runs on, in its [`Target`].
-pub(crate) struct On<'a> {
+/// One node's validation: the device it runs on, in its [`ValidationTarget`].
+pub(crate) struct RunsOn<'a> {
     /// The device the node runs on: where it is placed, or the target's home device.
     pub(crate) key: DeviceKey,
     /// What the DAG is validated for.
-    pub(crate) target: &'a Target<'a>,
+    pub(crate) target: &'a ValidationTarget<'a>,
 }
 
-impl On<'_> {
+impl RunsOn<'_> {
     /// The end of an error message: where the node runs.
     pub(crate) fn runs_on(&self) -> String {
         if self.key == self.target.home {
@@ -115,7 +115,7 @@ impl On<'_> {
         self.check_reach_other(name, what, alloc)
     }
 
-    /// [`On::check_reach`] for memory of another device than the node's.
+    /// [`RunsOn::check_reach`] for memory of another device than the node's.
     #[cold]
     fn check_reach_other(
         &self,
@@ -161,7 +161,7 @@ pub(crate) struct Label {
 pub(crate) trait NodeOp {
     /// Checks that need the target device (run by [`Dag::validate`](super::Dag::validate)):
     /// the node runs on `on.key`; the builder already checked the rest.
-    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &RunsOn<'_>) -> Result<()> {
         let _ = (name, on);
         Ok(())
     }
@@ -228,7 +228,7 @@ macro_rules! node_kinds {
             }
 
             /// The kind's implementation.
-            fn imp(&self) -> &dyn NodeOp {
+            fn as_node_op(&self) -> &dyn NodeOp {
                 match self {
                     $(Op::$kind(n) => n,)*
                 }
@@ -269,8 +269,8 @@ node_kinds! {
 }
 
 impl Op {
-    pub(crate) fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
-        self.imp().validate(name, on)
+    pub(crate) fn validate(&self, name: &NodeName<'_>, on: &RunsOn<'_>) -> Result<()> {
+        self.as_node_op().validate(name, on)
     }
     /// Whether nodes of this kind may be placed on another device than the one the DAG is
     /// lowered for.
@@ -281,7 +281,7 @@ impl Op {
         )
     }
     pub(crate) fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
-        self.imp().for_each_allocation(f)
+        self.as_node_op().for_each_allocation(f)
     }
     pub(crate) fn host_fns(
         &self,
@@ -289,10 +289,10 @@ impl Op {
         name: &NodeName<'_>,
         out: &mut Vec<(String, Arc<host::HostFn>)>,
     ) {
-        self.imp().host_fns(prefix, name, out)
+        self.as_node_op().host_fns(prefix, name, out)
     }
     pub(crate) fn label(&self) -> Label {
-        self.imp().label()
+        self.as_node_op().label()
     }
     /// Adds the node to `backend` after `deps` (in canonical order); returns the handle later
     /// nodes depend on.
@@ -302,7 +302,7 @@ impl Op {
         deps: &[B::Node],
         backend: &mut B,
     ) -> Result<B::Node> {
-        backend.add_node(name, deps, &[], self.imp().params())
+        backend.add_node(name, deps, &[], self.as_node_op().params())
     }
 }
 
@@ -377,7 +377,7 @@ pub(crate) fn byte_count(n: usize) -> String {
 /// Large node kinds are boxed in [`Op`] (so every node of the DAG is not as large as the
 /// largest kind); the box is the kind.
 impl<T: NodeOp> NodeOp for Box<T> {
-    fn validate(&self, name: &NodeName<'_>, on: &On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &RunsOn<'_>) -> Result<()> {
         (**self).validate(name, on)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {

@@ -50,7 +50,7 @@ impl CollectiveNode {
 }
 
 impl NodeOp for CollectiveNode {
-    fn validate(&self, name: &NodeName<'_>, on: &super::On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &super::RunsOn<'_>) -> Result<()> {
         let key = on.key;
         if self.comm.key() != key {
             return Err(super::wrong_device(

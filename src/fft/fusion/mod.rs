@@ -31,10 +31,10 @@ use crate::error::{Error, Result};
 use crate::result::cufft as cf;
 use crate::stream::{Event, Stream};
 
-mod rig;
+mod measure;
 mod unfused;
 
-use rig::{Captured, Rig};
+use measure::{Captured, Rig};
 pub(crate) use unfused::{convert_config, planned_in_form, Unfused};
 
 /// How an FFT plan with a load callback runs ([`FftPlanDesc::with_fusion`](super::FftPlanDesc::with_fusion)).

@@ -131,7 +131,7 @@ impl FftNode {
 }
 
 impl NodeOp for FftNode {
-    fn validate(&self, name: &NodeName<'_>, on: &super::On<'_>) -> Result<()> {
+    fn validate(&self, name: &NodeName<'_>, on: &super::RunsOn<'_>) -> Result<()> {
         check_owners(name, &self.input, &self.output, &self.params, on.key)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {

@@ -1,28 +1,28 @@
 //! Which queued GPU work uses an object, so that nothing is freed, overwritten or read by the
 //! host while that work may still use it.
 //!
-//! - A [`Marker`] (`crate::marker`) is a CUDA event recorded on a stream right after some work:
+//! - A [`Marker`] (`crate::stream::marker`) is a CUDA event recorded on a stream right after some work:
 //!   it completes when that work has.
-//! - Every allocation and module has a [`Uses`] list: the markers of stream operations that used
+//! - Every allocation and module has a [`GpuUses`] list: the markers of stream operations that used
 //!   it (at most one per stream: a newer marker on a stream implies the older ones), and the
-//!   [`LaunchLog`] of every executable graph that refers to it now. When a marker of a stream
+//!   [`ExecLaunches`] of every executable graph that refers to it now. When a marker of a stream
 //!   not in the list is added, markers whose work has completed are dropped first (one event
 //!   query each, no allocation), so the list holds only streams whose work may still run: a
 //!   long-lived buffer used from a new stream per iteration does not gather markers.
-//! - Waiting for an object ([`Uses::wait`], [`wait_locked`]) waits for those markers and for
+//! - Waiting for an object ([`GpuUses::wait`], [`wait_locked`]) waits for those markers and for
 //!   the launches of those graphs (a marker recorded right after the latest launch, see
-//!   `crate::queue`). `Drop` of an allocation or module waits before freeing; host reads and
+//!   `crate::stream::queue`). `Drop` of an allocation or module waits before freeing; host reads and
 //!   writes of pinned memory wait before touching it, and synchronous device helpers wait
 //!   before running.
 //!
-//! Lock order: a use list, then a stream's tail, then a launch log (`crate::queue`); a launch
+//! Lock order: a use list, then a stream's tail, then a launch log (`crate::stream::queue`); a launch
 //! takes the lists of its pinned allocations in address order.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::error::Result;
-use crate::marker::Marker;
-use crate::queue::LaunchLog;
+use crate::stream::marker::Marker;
+use crate::stream::queue::ExecLaunches;
 
 /// What a use list needs of a marker: the stream it marks work on and whether that work has
 /// completed. (A trait so that the list's bookkeeping is tested without a GPU.)
@@ -47,16 +47,16 @@ pub(crate) enum User<M = Arc<Marker>> {
     /// A stream operation (or the last launches of a graph that no longer refers to it).
     Marker(M),
     /// An executable graph that refers to the object now: every launch of it may use it.
-    Graph(Weak<LaunchLog>),
+    Graph(Weak<ExecLaunches>),
 }
 
 /// The GPU work that may still use one object.
 #[derive(Default)]
-pub(crate) struct Uses {
+pub(crate) struct GpuUses {
     list: Mutex<Vec<User>>,
 }
 
-impl Uses {
+impl GpuUses {
     /// Locks the list. While it is held, no executable graph that refers to the object can be
     /// launched (the launch of a graph using pinned memory takes this lock) and no stream
     /// operation on it can be noted.
@@ -71,7 +71,7 @@ impl Uses {
     }
 
     /// Notes that the graph of `log` refers to the object now.
-    pub(crate) fn add_graph(&self, log: &Arc<LaunchLog>) {
+    pub(crate) fn add_graph(&self, log: &Arc<ExecLaunches>) {
         let mut list = self.lock();
         list.retain(|u| !matches!(u, User::Graph(w) if w.strong_count() == 0));
         let present = list
@@ -85,7 +85,7 @@ impl Uses {
     /// Notes that the graph of `log` no longer refers to the object: its launches so far still
     /// may, so `so_far` (a marker that completes when they have, or `None` when none may still
     /// run) replaces the graph entry.
-    pub(crate) fn end_graph(&self, log: &Arc<LaunchLog>, so_far: Option<&Arc<Marker>>) {
+    pub(crate) fn end_graph(&self, log: &Arc<ExecLaunches>, so_far: Option<&Arc<Marker>>) {
         let mut list = self.lock();
         list.retain(|u| !matches!(u, User::Graph(w) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(log))));
         if let Some(m) = so_far {
@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn a_stream_per_iteration_does_not_grow_the_list() {
-        let log = LaunchLog::new();
+        let log = ExecLaunches::new();
         let mut list: Vec<User<Fake>> = vec![User::Graph(Arc::downgrade(&log))];
         let mut previous: Option<Fake> = None;
         for stream in 1..=1000 {
@@ -247,7 +247,7 @@ mod tests {
         add_marker_locked(&mut list, &fake(3));
         assert_eq!(streams(&list), [1, 3]);
         // A graph that is gone goes too.
-        let log = LaunchLog::new();
+        let log = ExecLaunches::new();
         list.push(User::Graph(Arc::downgrade(&log)));
         drop(log);
         add_marker_locked(&mut list, &fake(4));

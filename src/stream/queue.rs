@@ -1,17 +1,17 @@
 //! What is queued on a stream, and knowing when it has completed, at no cost per graph launch.
 //!
-//! A [`Queue`] is the crate's side of one CUDA stream: the raw handle, a process-unique id, a
+//! A [`StreamQueue`] is the crate's side of one CUDA stream: the raw handle, a process-unique id, a
 //! marker pool, and its *tail*: the graph launch queued last, while no marker follows it yet.
-//! A [`LaunchLog`] is an executable graph's side: how many launches it issued, the queue of
+//! An [`ExecLaunches`] is an executable graph's side: how many launches it issued, the queue of
 //! the latest one, and a marker of that launch once one exists.
 //!
 //! A graph launch records nothing (`Exec::launch` is one `cudaGraphLaunch`). A marker of the
 //! latest launch is recorded only when it is needed, and always directly after that launch in
 //! its stream's order, so it completes when the launch has and waits for nothing queued later:
 //!
-//! - before the crate queues other work on that stream ([`Tail::seal`], which [`Tail::mark`]
+//! - before the crate queues other work on that stream ([`QueueGuard::seal`], which [`QueueGuard::mark`]
 //!   and every stream operation of the crate go through), the tail launch gets its marker;
-//! - when somebody asks for one ([`LaunchLog::so_far`]), the latest launch is still its
+//! - when somebody asks for one ([`ExecLaunches::so_far`]), the latest launch is still its
 //!   stream's tail (otherwise it would have been sealed), so a marker recorded now follows it
 //!   directly.
 //!
@@ -32,12 +32,12 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::device::Device;
 use crate::error::Result;
-use crate::marker::{Marker, MarkerPool};
 use crate::result::runtime as rt;
+use crate::stream::marker::{Marker, MarkerPool};
 use crate::sys;
 
 /// One CUDA stream, as the crate tracks it (the inside of a `Stream`).
-pub(crate) struct Queue {
+pub(crate) struct StreamQueue {
     raw: sys::cudaStream_t,
     pub(crate) device: Device,
     /// Never reused within a process (raw handles are): what markers name their stream by.
@@ -48,24 +48,24 @@ pub(crate) struct Queue {
 struct TailState {
     pool: MarkerPool,
     /// The graph launch queued last, while no marker follows it: its log and launch number.
-    launch: Option<(Weak<LaunchLog>, u64)>,
+    launch: Option<(Weak<ExecLaunches>, u64)>,
 }
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 
 // SAFETY: a CUDA stream handle may be used from any thread; the runtime serialises access.
 // The tail (marker pool and tail launch) is behind a mutex.
-unsafe impl Send for Queue {}
+unsafe impl Send for StreamQueue {}
 // SAFETY: as above.
-unsafe impl Sync for Queue {}
+unsafe impl Sync for StreamQueue {}
 
-impl Queue {
+impl StreamQueue {
     /// Creates a non-blocking stream on `device`.
-    pub(crate) fn new(device: &Device) -> Result<Arc<Queue>> {
+    pub(crate) fn new(device: &Device) -> Result<Arc<StreamQueue>> {
         device.bind()?;
         // SAFETY: the stream is owned by the returned value and destroyed in its Drop.
         let raw = unsafe { rt::stream_create(sys::cudaStreamNonBlocking)? };
-        Ok(Arc::new(Queue {
+        Ok(Arc::new(StreamQueue {
             raw,
             device: device.clone(),
             id: NEXT_STREAM.fetch_add(1, Ordering::Relaxed),
@@ -82,15 +82,15 @@ impl Queue {
     }
 
     /// Locks the tail: work queued while the guard lives has a known place in the stream.
-    pub(crate) fn lock(self: &Arc<Self>) -> Tail<'_> {
-        Tail {
+    pub(crate) fn lock(self: &Arc<Self>) -> QueueGuard<'_> {
+        QueueGuard {
             queue: self,
             state: self.tail.lock().unwrap_or_else(|p| p.into_inner()),
         }
     }
 }
 
-impl Drop for Queue {
+impl Drop for StreamQueue {
     fn drop(&mut self) {
         // Work still queued runs to completion (CUDA releases the stream afterwards).
         // SAFETY: the handle is live and this is its last owner; what queued work uses is kept
@@ -101,13 +101,13 @@ impl Drop for Queue {
     }
 }
 
-/// A locked queue tail (see [`Queue::lock`]).
-pub(crate) struct Tail<'a> {
-    queue: &'a Arc<Queue>,
+/// A locked queue tail (see [`StreamQueue::lock`]).
+pub(crate) struct QueueGuard<'a> {
+    queue: &'a Arc<StreamQueue>,
     state: MutexGuard<'a, TailState>,
 }
 
-impl Tail<'_> {
+impl QueueGuard<'_> {
     /// The raw stream, for queuing work while the tail is locked.
     pub(crate) fn raw(&self) -> sys::cudaStream_t {
         self.queue.raw
@@ -125,7 +125,7 @@ impl Tail<'_> {
     /// A marker recorded now: it completes when the work queued so far on the stream has. A
     /// graph launch at the tail takes it as the marker of that launch (nothing lies between).
     pub(crate) fn mark(&mut self) -> Result<Arc<Marker>> {
-        // SAFETY: the stream is live and of the pool's device (made together in `Queue::new`).
+        // SAFETY: the stream is live and of the pool's device (made together in `StreamQueue::new`).
         let m = unsafe { self.state.pool.record(self.queue.raw, self.queue.id)? };
         if let Some((log, n)) = self.state.launch.take() {
             if let Some(log) = log.upgrade() {
@@ -144,7 +144,7 @@ impl Tail<'_> {
     /// stays alive and unaccessed by the host until `log` says they completed.
     pub(crate) unsafe fn launch(
         &mut self,
-        log: &Arc<LaunchLog>,
+        log: &Arc<ExecLaunches>,
         exec: sys::cudaGraphExec_t,
     ) -> Result<()> {
         let same = matches!(&self.state.launch, Some((w, _)) if std::ptr::eq(w.as_ptr(), Arc::as_ptr(log)));
@@ -164,7 +164,7 @@ impl Tail<'_> {
 
 /// The launches of one executable graph (see the module docs).
 #[derive(Default)]
-pub(crate) struct LaunchLog {
+pub(crate) struct ExecLaunches {
     state: Mutex<LogState>,
 }
 
@@ -173,14 +173,14 @@ struct LogState {
     /// Launches issued so far (counted after `cudaGraphLaunch` returned).
     launches: u64,
     /// The queue of the latest launch.
-    queue: Option<Arc<Queue>>,
+    queue: Option<Arc<StreamQueue>>,
     /// A marker that completes when launch number `.0` has (so every launch up to it).
     marker: Option<(u64, Arc<Marker>)>,
 }
 
-impl LaunchLog {
-    pub(crate) fn new() -> Arc<LaunchLog> {
-        Arc::new(LaunchLog::default())
+impl ExecLaunches {
+    pub(crate) fn new() -> Arc<ExecLaunches> {
+        Arc::new(ExecLaunches::default())
     }
 
     fn lock(&self) -> MutexGuard<'_, LogState> {
@@ -188,7 +188,7 @@ impl LaunchLog {
     }
 
     /// Notes a launch on `queue` (its tail locked by the caller); returns its number.
-    fn launched(&self, queue: &Arc<Queue>) -> u64 {
+    fn launched(&self, queue: &Arc<StreamQueue>) -> u64 {
         let mut s = self.lock();
         s.launches += 1;
         if !s.queue.as_ref().is_some_and(|q| Arc::ptr_eq(q, queue)) {

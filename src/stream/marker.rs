@@ -1,5 +1,5 @@
 //! Markers: CUDA events recorded on a stream right after some work, which complete when that
-//! work has. [`crate::track`] keeps them in use lists; stream queues (`crate::queue`) record
+//! work has. [`crate::stream::track`] keeps them in use lists; stream queues (`crate::stream::queue`) record
 //! them, after stream operations and, when needed, after graph launches.
 //!
 //! Markers come from a [`MarkerPool`] (one per stream), which re-records a marker only when
@@ -18,7 +18,7 @@ use crate::sys;
 pub(crate) struct Marker {
     raw: sys::cudaEvent_t,
     device: Device,
-    /// The stream it was last recorded on (the `id` of its [`Queue`](crate::queue::Queue)), 0
+    /// The stream it was last recorded on (the `id` of its [`StreamQueue`](crate::stream::queue::StreamQueue)), 0
     /// before the first record.
     stream: u64,
 }

@@ -1,18 +1,22 @@
 //! Streams and events.
 
+pub(crate) mod marker;
+pub(crate) mod queue;
+pub(crate) mod track;
+
 use std::sync::Arc;
 
 use crate::device::{Device, DeviceKey, Owner};
 use crate::error::{Error, Result};
-use crate::queue::{Queue, Tail};
 use crate::result::runtime as rt;
+use crate::stream::queue::{QueueGuard, StreamQueue};
 use crate::sys;
 
 /// A CUDA stream (created non-blocking: it does not synchronise with the legacy default
 /// stream). Cheap to clone; the stream is destroyed when the last clone is dropped.
 #[derive(Clone)]
 pub struct Stream {
-    pub(crate) inner: Arc<Queue>,
+    pub(crate) inner: Arc<StreamQueue>,
 }
 
 impl std::fmt::Debug for Stream {
@@ -27,7 +31,7 @@ impl Stream {
     /// Creates a stream on `device`.
     pub fn new(device: &Device) -> Result<Stream> {
         Ok(Stream {
-            inner: Queue::new(device)?,
+            inner: StreamQueue::new(device)?,
         })
     }
 
@@ -47,12 +51,12 @@ impl Stream {
     }
 
     /// The stream's tail, locked and sealed, for queuing work: a graph launch queued last
-    /// gets its marker first (see `crate::queue`). Mark the work with [`Tail::mark`] and drop
+    /// gets its marker first (see `crate::stream::queue`). Mark the work with [`QueueGuard::mark`] and drop
     /// the guard before noting the marker in use lists (lock order).
     ///
     /// An error inside a host node: CUDA forbids CUDA calls there, and the thread must not
     /// wait for a tail that the thread launching its graph may hold.
-    pub(crate) fn queue(&self) -> Result<Tail<'_>> {
+    pub(crate) fn queue(&self) -> Result<QueueGuard<'_>> {
         check_not_in_host_node()?;
         let mut tail = self.inner.lock();
         tail.seal()?;
@@ -92,7 +96,7 @@ impl Stream {
 /// An error when called from a host node (CUDA's callback thread), where no GPU work may be
 /// queued.
 pub(crate) fn check_not_in_host_node() -> Result<()> {
-    if crate::track::in_host_node() {
+    if crate::stream::track::in_host_node() {
         return Err(Error::Invalid(
             "GPU work was queued from a host node: CUDA forbids CUDA calls there".into(),
         ));
