@@ -211,28 +211,43 @@ pub enum Error {
         /// parameter.
         cuda: Option<(usize, usize)>,
     },
-    /// Kernel arguments do not match the kernel's parameters.
-    #[error("kernel `{kernel}`: {problem}")]
+    /// Kernel arguments do not match the kernel's parameters (of a node, or of a stream
+    /// launch).
+    #[error("{}kernel `{kernel}` {problem}", at_node(node))]
     KernelArgs {
+        /// The node, for a kernel node; `None` for a stream launch.
+        node: Option<String>,
         /// The kernel's name.
         kernel: String,
         /// What is wrong.
         problem: String,
     },
     /// A launch shape the device (or the kernel) cannot run.
-    #[error("kernel `{kernel}`: launch shape {problem}")]
+    #[error("{}kernel `{kernel}` launch {problem}", at_node(node))]
     LaunchShape {
+        /// The node, for a kernel node; `None` for a stream launch.
+        node: Option<String>,
         /// The kernel's name.
         kernel: String,
         /// What is wrong.
         problem: String,
     },
     /// A copy or memset outside a buffer, or between buffers of different sizes.
-    #[error("{0}")]
-    OutOfBounds(String),
+    #[error("{}{problem}", at_node(node))]
+    OutOfBounds {
+        /// The node, for a copy or memset node; `None` for a buffer operation.
+        node: Option<String>,
+        /// What is wrong.
+        problem: String,
+    },
     /// An object of one device was used with another, or with a recording backend.
-    #[error("{0}")]
-    WrongDevice(String),
+    #[error("{}{problem}", at_node(node))]
+    WrongDevice {
+        /// The node, when a node uses the object; `None` otherwise.
+        node: Option<String>,
+        /// What is wrong.
+        problem: String,
+    },
     /// The DAG is invalid; the error names the node.
     #[error("{0}")]
     Dag(#[from] DagError),
@@ -292,42 +307,6 @@ pub enum DagError {
     /// A node id that is not (or no longer) in this DAG; the number is its serial.
     #[error("node #{0} is not in this DAG (removed, or from another DAG)")]
     UnknownNode(u64),
-    /// Kernel arguments do not match the kernel.
-    #[error("node `{node}`: kernel `{kernel}` {problem}")]
-    KernelArgs {
-        /// The node.
-        node: String,
-        /// The kernel.
-        kernel: String,
-        /// What is wrong.
-        problem: String,
-    },
-    /// A launch shape the device or kernel cannot run.
-    #[error("node `{node}`: kernel `{kernel}` launch {problem}")]
-    LaunchShape {
-        /// The node.
-        node: String,
-        /// The kernel.
-        kernel: String,
-        /// What is wrong.
-        problem: String,
-    },
-    /// A copy or memset outside its buffers, or of mismatched sizes.
-    #[error("node `{node}`: {problem}")]
-    OutOfBounds {
-        /// The node.
-        node: String,
-        /// What is wrong.
-        problem: String,
-    },
-    /// A buffer or kernel of another device (or of a recording backend).
-    #[error("node `{node}`: {problem}")]
-    WrongDevice {
-        /// The node.
-        node: String,
-        /// What is wrong.
-        problem: String,
-    },
     /// A node placed on a device where it cannot run: its kind is not placeable (FFT,
     /// captured, collective and child-graph nodes run on the device the DAG is lowered for),
     /// the device is not one of the backend's, or the node is in a child graph.
@@ -373,4 +352,12 @@ pub enum DagError {
         /// CUDA's instantiation result in words, and its error.
         problem: String,
     },
+}
+
+/// `node `NAME`: ` for an error of a node, nothing otherwise.
+fn at_node(node: &Option<String>) -> String {
+    match node {
+        Some(n) => format!("node `{n}`: "),
+        None => String::new(),
+    }
 }

@@ -131,10 +131,10 @@ impl Allocation {
 
     /// The device, or an error for recording-backend placeholders.
     pub(crate) fn real_device(&self) -> Result<&Device> {
-        self.device().ok_or_else(|| {
-            Error::WrongDevice(
-                "this buffer was made by a RecordingBackend and has no memory behind it".into(),
-            )
+        self.device().ok_or_else(|| Error::WrongDevice {
+            node: None,
+            problem: "this buffer was made by a RecordingBackend and has no memory behind it"
+                .into(),
         })
     }
 }
@@ -270,10 +270,13 @@ macro_rules! buffer_common {
             }
             fn check_len(&self, n: usize, what: &str) -> Result<()> {
                 if n != self.len {
-                    return Err(Error::OutOfBounds(format!(
-                        "{what}: the buffer has {} elements but the slice has {n}",
-                        self.len
-                    )));
+                    return Err(Error::OutOfBounds {
+                        node: None,
+                        problem: format!(
+                            "{what}: the buffer has {} elements but the slice has {n}",
+                            self.len
+                        ),
+                    });
                 }
                 Ok(())
             }
@@ -322,9 +325,12 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Allocates without initialising; every constructor writes the memory before returning.
     fn alloc_uninit(device: &Device, len: usize) -> Result<Self> {
-        let bytes = len
-            .checked_mul(std::mem::size_of::<T>())
-            .ok_or_else(|| Error::OutOfBounds(format!("{len} elements overflow usize")))?;
+        let bytes =
+            len.checked_mul(std::mem::size_of::<T>())
+                .ok_or_else(|| Error::OutOfBounds {
+                    node: None,
+                    problem: format!("{len} elements overflow usize"),
+                })?;
         Ok(DeviceBuffer {
             alloc: Allocation::new(device, bytes, MemorySpace::Device)?,
             len,
@@ -453,9 +459,11 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         stream.check_device(self.alloc.real_device()?, "the destination buffer")?;
         stream.check_device(src.alloc.real_device()?, "the source buffer")?;
         if Arc::ptr_eq(&self.alloc, &src.alloc) {
-            return Err(Error::OutOfBounds(
-                "copy_from_device_async: source and destination are the same buffer".into(),
-            ));
+            return Err(Error::OutOfBounds {
+                node: None,
+                problem: "copy_from_device_async: source and destination are the same buffer"
+                    .into(),
+            });
         }
         if self.len == 0 {
             return Ok(());
@@ -592,9 +600,12 @@ buffer_common!(HostBuffer);
 impl<T: DeviceRepr> HostBuffer<T> {
     /// Allocates `len` zeroed elements of pinned memory.
     pub fn zeros(device: &Device, len: usize) -> Result<Self> {
-        let bytes = len
-            .checked_mul(std::mem::size_of::<T>())
-            .ok_or_else(|| Error::OutOfBounds(format!("{len} elements overflow usize")))?;
+        let bytes =
+            len.checked_mul(std::mem::size_of::<T>())
+                .ok_or_else(|| Error::OutOfBounds {
+                    node: None,
+                    problem: format!("{len} elements overflow usize"),
+                })?;
         let alloc = Allocation::new(device, bytes, MemorySpace::PinnedHost)?;
         if bytes > 0 {
             // SAFETY: the allocation is `bytes` long and not yet shared.

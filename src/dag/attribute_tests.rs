@@ -9,7 +9,11 @@ use crate::{AccessPolicy, AccessProperty, Dim3, LaunchAttributes, LaunchConfig, 
 
 fn shape_error(e: Error) -> (String, String) {
     match e {
-        Error::Dag(DagError::LaunchShape { node, problem, .. }) => (node, problem),
+        Error::LaunchShape {
+            node: Some(node),
+            problem,
+            ..
+        } => (node, problem),
         other => panic!("not a launch-shape error: {other}"),
     }
 }
@@ -270,7 +274,7 @@ fn the_window_buffer_is_kept_alive_and_must_be_reachable() {
     assert_eq!(held, 1, "the Exec's hold pass sees the window's buffer");
     let err = dag.lower(&mut r).unwrap_err();
     assert!(
-        matches!(&err, Error::Dag(DagError::WrongDevice { .. }))
+        matches!(&err, Error::WrongDevice { .. })
             && err.to_string().contains("access-policy window's buffer"),
         "{err}"
     );

@@ -48,7 +48,7 @@ fn a_record_node_records_an_event_of_its_own_device_and_a_wait_node_any_of_the_b
     dag.set_name(rec_node, "signal");
     let err = dag.lower(&mut r).unwrap_err();
     assert!(
-        matches!(&err, Error::Dag(DagError::WrongDevice { node, .. }) if node == "signal"),
+        matches!(&err, Error::WrongDevice { node: Some(node), .. } if node == "signal"),
         "{err}"
     );
     assert!(err.to_string().contains("own device"), "{err}");
@@ -63,7 +63,7 @@ fn a_record_node_records_an_event_of_its_own_device_and_a_wait_node_any_of_the_b
     dag.set_name(w, "alien");
     let err = dag.lower(&mut r).unwrap_err();
     assert!(
-        matches!(&err, Error::Dag(DagError::WrongDevice { node, .. }) if node == "alien"),
+        matches!(&err, Error::WrongDevice { node: Some(node), .. } if node == "alien"),
         "{err}"
     );
 }

@@ -255,7 +255,7 @@ fn a_launch_shape_is_checked_for_every_node_not_only_the_first_of_a_kernel() {
     dag.add_dependency(b, bad).unwrap();
     let e = dag.lower(&mut rec).unwrap_err();
     assert!(
-        matches!(&e, Error::Dag(DagError::LaunchShape { node, .. }) if node == "too wide"),
+        matches!(&e, Error::LaunchShape { node: Some(node), .. } if node == "too wide"),
         "{e}"
     );
 }

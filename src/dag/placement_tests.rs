@@ -140,15 +140,18 @@ fn wrong_device_errors_name_the_node_and_both_devices() {
         .unwrap();
     dag.set_name(n, "misplaced");
     dag.place_on(n, r.device_key(1)).unwrap();
-    let e = dag_error(dag.lower(&mut r).unwrap_err());
+    let e = dag.lower(&mut r).unwrap_err();
     let (home, one) = (r.device_key(0), r.device_key(1));
-    assert_eq!(
-        e,
-        DagError::WrongDevice {
-            node: "misplaced".into(),
-            problem: format!("kernel `k` belongs to {home}, but the node runs on {one}"),
+    match e {
+        Error::WrongDevice { node, problem } => {
+            assert_eq!(node.as_deref(), Some("misplaced"));
+            assert_eq!(
+                problem,
+                format!("kernel `k` belongs to {home}, but the node runs on {one}")
+            );
         }
-    );
+        other => panic!("{other:?}"),
+    }
     assert!(one.to_string().ends_with(" device 1"), "{one}");
     assert!(r.calls().is_empty(), "nothing lowered from an invalid DAG");
 
@@ -185,22 +188,26 @@ fn buffers_unreachable_by_peer_are_refused() {
         .add_kernel(&k1, LaunchConfig::new(1, 64), &args![&on0])
         .unwrap();
     dag.place_on(n, one).unwrap();
-    assert_eq!(
-        dag_error(dag.lower(&mut r).unwrap_err()),
-        DagError::WrongDevice {
-            node: "kernel#0".into(),
-            problem: format!(
-                "the argument 0's buffer belongs to {home}, which {one} cannot access by peer \
-                 (the node runs on {one})"
-            ),
+    match dag.lower(&mut r).unwrap_err() {
+        Error::WrongDevice { node, problem } => {
+            assert_eq!(node.as_deref(), Some("kernel#0"));
+            assert_eq!(
+                problem,
+                format!(
+                    "the argument 0's buffer belongs to {home}, which {one} cannot access by \
+                     peer (the node runs on {one})"
+                )
+            );
         }
-    );
+        other => panic!("{other:?}"),
+    }
 
     // A memset on device 1 of device 0's memory.
     let mut dag = Dag::new();
     let m = dag.add_memset(&on0, 1u32).unwrap();
     dag.place_on(m, one).unwrap();
-    let e = dag_error(dag.lower(&mut r).unwrap_err());
+    let e = dag.lower(&mut r).unwrap_err();
+    assert!(matches!(e, Error::WrongDevice { node: Some(_), .. }), "{e:?}");
     assert!(
         e.to_string().contains(&format!(
             "destination buffer belongs to {home}, which {one} cannot"
@@ -251,7 +258,8 @@ fn cross_device_copies_follow_peer_reachability() {
         assert!(r.calls()[0].params.ends_with("kind=DeviceToDevice"));
     }
     // On device 1, which cannot reach device 0: refused, naming the source's device.
-    let e = dag_error(build(Some(r.device_key(1))).lower(&mut r).unwrap_err());
+    let e = build(Some(r.device_key(1))).lower(&mut r).unwrap_err();
+    assert!(matches!(e, Error::WrongDevice { node: Some(_), .. }), "{e:?}");
     assert!(
         e.to_string().contains(&format!(
             "source buffer belongs to {}, which {} cannot access by peer",

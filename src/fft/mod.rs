@@ -896,10 +896,10 @@ pub(crate) fn check_owners(
     {
         let k = r.alloc.owner.key();
         if k != key {
-            return Err(Error::Dag(DagError::WrongDevice {
-                node: name.to_string(),
+            return Err(Error::WrongDevice {
+                node: Some(name.to_string()),
                 problem: format!("an FFT buffer belongs to {k}, but the graph is for {key}"),
-            }));
+            });
         }
     }
     Ok(())

@@ -211,6 +211,7 @@ impl Kernel {
     pub fn check_args(&self, args: &[KernelArg]) -> Result<()> {
         self.args_problem(args).map_or(Ok(()), |problem| {
             Err(Error::KernelArgs {
+                node: None,
                 kernel: self.name().to_string(),
                 problem,
             })
@@ -316,6 +317,7 @@ impl Kernel {
     pub fn check_launch(&self, limits: &DeviceLimits, cfg: &LaunchConfig) -> Result<()> {
         self.launch_problem(limits, cfg).map_or(Ok(()), |problem| {
             Err(Error::LaunchShape {
+                node: None,
                 kernel: self.name().to_string(),
                 problem,
             })
@@ -401,10 +403,10 @@ impl Kernel {
         let module = match &self.inner.origin {
             KernelOrigin::Module { module } if &module.device == device => module,
             _ => {
-                return Err(Error::WrongDevice(format!(
-                    "kernel `{}` is not on the stream's device",
-                    self.name()
-                )))
+                return Err(Error::WrongDevice {
+                    node: None,
+                    problem: format!("kernel `{}` is not on the stream's device", self.name()),
+                })
             }
         };
         self.check_args(args)?;
@@ -454,10 +456,13 @@ impl Kernel {
         args: &[KernelArg],
     ) -> Result<()> {
         let Some(raw) = self.inner.raw else {
-            return Err(Error::WrongDevice(format!(
-                "kernel `{}` was made by a RecordingBackend and has no code",
-                self.name()
-            )));
+            return Err(Error::WrongDevice {
+                node: None,
+                problem: format!(
+                    "kernel `{}` was made by a RecordingBackend and has no code",
+                    self.name()
+                ),
+            });
         };
         const MAX: usize = 64;
         if args.len() > MAX {

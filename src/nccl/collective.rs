@@ -235,13 +235,13 @@ impl Collective {
                 }));
             }
             if r.alloc.owner.key() != key {
-                return Err(Error::Dag(DagError::WrongDevice {
-                    node: name.to_string(),
+                return Err(Error::WrongDevice {
+                    node: Some(name.to_string()),
                     problem: format!(
                         "the {what} buffer belongs to {}, but the collective's rank is on {key}",
                         r.alloc.owner.key()
                     ),
-                }));
+                });
             }
         }
         Ok(())

@@ -504,9 +504,11 @@ impl Communicators {
 }
 
 pub(crate) fn recording_error() -> Error {
-    Error::WrongDevice(
-        "these communicators were made for RecordingBackends and have no NCCL behind them".into(),
-    )
+    Error::WrongDevice {
+        node: None,
+        problem: "these communicators were made for RecordingBackends and have no NCCL behind them"
+            .into(),
+    }
 }
 
 impl Comm {

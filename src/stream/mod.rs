@@ -66,11 +66,14 @@ impl Stream {
     /// An error unless the stream is on `device`.
     pub(crate) fn check_device(&self, device: &Device, what: &str) -> Result<()> {
         if &self.inner.device != device {
-            return Err(Error::WrongDevice(format!(
-                "{what} is on device {} but the stream is on device {}",
-                device.ordinal(),
-                self.inner.device.ordinal()
-            )));
+            return Err(Error::WrongDevice {
+                node: None,
+                problem: format!(
+                    "{what} is on device {} but the stream is on device {}",
+                    device.ordinal(),
+                    self.inner.device.ordinal()
+                ),
+            });
         }
         Ok(())
     }

@@ -4,8 +4,8 @@
 
 use anyhow::ensure;
 use cudagraph::{
-    args, AccessPolicy, AccessProperty, Dag, DagError, DeviceBuffer, Error, LaunchAttributes,
-    LaunchConfig, MemSyncDomain,
+    args, AccessPolicy, AccessProperty, Dag, DeviceBuffer, Error, LaunchAttributes, LaunchConfig,
+    MemSyncDomain,
 };
 use libtest_mimic::Trial;
 
@@ -104,7 +104,11 @@ fn cooperative_launch(gpu: &Gpu) -> anyhow::Result<()> {
     big.set_name(b, "too big");
     big.set_launch_attributes(b, cooperative)?;
     match big.instantiate(&gpu.device) {
-        Err(Error::Dag(DagError::LaunchShape { node, problem, .. })) => {
+        Err(Error::LaunchShape {
+            node: Some(node),
+            problem,
+            ..
+        }) => {
             ensure!(
                 node == "too big" && problem.contains("does not fit"),
                 "{problem}"

@@ -107,7 +107,7 @@ fn memory_round_trips(gpu: &Gpu) -> anyhow::Result<()> {
     gpu.stream.synchronize()?;
     ensure!(c.to_vec()? == data, "async H2D");
     let e = a.copy_from_slice(&data[..10]).unwrap_err();
-    ensure!(matches!(e, Error::OutOfBounds(_)), "{e}");
+    ensure!(matches!(e, Error::OutOfBounds { .. }), "{e}");
     let empty = DeviceBuffer::<u8>::zeros(d, 0)?;
     ensure!(empty.to_vec()?.is_empty());
     Ok(())

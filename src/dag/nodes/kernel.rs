@@ -8,7 +8,7 @@ use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
 use crate::device::DeviceLimits;
-use crate::error::{DagError, Error, Result};
+use crate::error::{Error, Result};
 use crate::kernel::{Kernel, KernelArg, LaunchAttributes, LaunchConfig, PackedArgs};
 use crate::memory::Allocation;
 use crate::result::driver as dr;
@@ -320,22 +320,22 @@ impl NodeOp for KernelNode {
                 on.check_reach(name, &"access-policy window's", w)?;
             }
             if let Some(problem) = self.attributes_problem(&self.config(), limits)? {
-                return Err(Error::Dag(DagError::LaunchShape {
-                    node: name.to_string(),
+                return Err(Error::LaunchShape {
+                    node: Some(name.to_string()),
                     kernel: self.kernel().name().to_string(),
                     problem,
-                }));
+                });
             }
         }
         if on.target.accepted_launch.get() == Some(launch) {
             return Ok(());
         }
         if let Some(problem) = self.kernel().launch_problem(limits, &self.config()) {
-            return Err(Error::Dag(DagError::LaunchShape {
-                node: name.to_string(),
+            return Err(Error::LaunchShape {
+                node: Some(name.to_string()),
                 kernel: self.kernel().name().to_string(),
                 problem,
-            }));
+            });
         }
         on.target.accepted_launch.set(Some(launch));
         Ok(())
@@ -387,11 +387,11 @@ impl Dag {
                 .args_layout_problem(args)
                 .unwrap_or_else(|| "the arguments do not fit the kernel's parameters".into());
             let node = format!("kernel#{}", self.next_serial);
-            return Err(Error::Dag(DagError::KernelArgs {
-                node,
+            return Err(Error::KernelArgs {
+                node: Some(node),
                 kernel: kernel.name().to_string(),
                 problem,
-            }));
+            });
         }
         let args = PackedArgs::new_in(&mut self.arg_arena, kernel, args);
         Ok(self.push(Op::Kernel(KernelNode::new(config, args))))
@@ -418,11 +418,11 @@ impl Dag {
         let name = node.name().to_string();
         let k = node.kernel_mut()?;
         if let Some(problem) = attrs.problem(&k.config()) {
-            return Err(Error::Dag(DagError::LaunchShape {
-                node: name,
+            return Err(Error::LaunchShape {
+                node: Some(name),
                 kernel: k.kernel().name().to_string(),
                 problem,
-            }));
+            });
         }
         k.launch = Launch::new(k.config(), attrs);
         Ok(())
@@ -510,11 +510,11 @@ impl Node {
     }
 
     fn kernel_args_error(&self, k: &KernelNode, problem: String) -> Error {
-        Error::Dag(DagError::KernelArgs {
-            node: self.name().to_string(),
+        Error::KernelArgs {
+            node: Some(self.name().to_string()),
             kernel: k.kernel().name().to_string(),
             problem,
-        })
+        }
     }
 }
 
@@ -673,11 +673,11 @@ impl Exec {
             None => k.attributes_problem(&config, limits)?,
         };
         if let Some(problem) = problem {
-            return Err(Error::Dag(DagError::LaunchShape {
-                node: node.name().to_string(),
+            return Err(Error::LaunchShape {
+                node: Some(node.name().to_string()),
                 kernel: k.kernel().name().to_string(),
                 problem,
-            }));
+            });
         }
         let h = self.handle(id)?;
         self.push_kernel_params(id, h, Some(config), std::iter::empty())?;

@@ -36,7 +36,7 @@ pub use nccl::CollectiveNode;
 
 use crate::dag::NodeName;
 use crate::device::{DeviceKey, DeviceLimits};
-use crate::error::{DagError, Error, Result};
+use crate::error::{Error, Result};
 use crate::memory::{Allocation, MemorySpace, Region};
 
 /// What a DAG is validated for: the device unplaced nodes run on (home), its launch limits,
@@ -321,18 +321,18 @@ pub(crate) fn out_of_bounds(
     node: &(impl std::fmt::Display + ?Sized),
     problem: impl Into<String>,
 ) -> Error {
-    Error::Dag(DagError::OutOfBounds {
-        node: node.to_string(),
+    Error::OutOfBounds {
+        node: Some(node.to_string()),
         problem: problem.into(),
-    })
+    }
 }
 
 /// An [`Error::Dag`] for an object of another device.
 pub(crate) fn wrong_device(node: &(impl std::fmt::Display + ?Sized), problem: String) -> Error {
-    Error::Dag(DagError::WrongDevice {
-        node: node.to_string(),
+    Error::WrongDevice {
+        node: Some(node.to_string()),
         problem,
-    })
+    }
 }
 
 /// An error unless region `r` (the node's `what` buffer) belongs to device `key`.

@@ -404,7 +404,10 @@ mod tests {
     fn problem(e: Error) -> (String, String) {
         match e {
             Error::Dag(DagError::Collective { node, problem }) => (node, problem),
-            Error::Dag(DagError::WrongDevice { node, problem }) => (node, problem),
+            Error::WrongDevice {
+                node: Some(node),
+                problem,
+            } => (node, problem),
             other => panic!("unexpected error {other:?}"),
         }
     }
@@ -536,7 +539,7 @@ mod tests {
         // Recording communicators cannot instantiate.
         assert!(matches!(
             comms.instantiate(&[&dags[0], &dags[1]]),
-            Err(Error::WrongDevice(_))
+            Err(Error::WrongDevice { .. })
         ));
     }
 
