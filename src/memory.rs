@@ -212,9 +212,11 @@ impl Region {
         self.raw_addr()
     }
 
-    /// The address, for the crate's own use (which keeps the allocation alive).
+    /// The address, for the crate's own use (which keeps the allocation alive). A region may
+    /// start anywhere past its buffer (nodes check their bounds; a kernel argument's are the
+    /// kernel's business), so the sum wraps as address arithmetic does.
     pub(crate) fn raw_addr(&self) -> u64 {
-        self.alloc.ptr + self.offset as u64
+        self.alloc.ptr.wrapping_add(self.offset as u64)
     }
 }
 

@@ -220,7 +220,8 @@ pub struct Filterbank {
 impl Filterbank {
     /// Time samples (spectra) in the file.
     pub fn nsamples(&self) -> usize {
-        let per = (self.header.nifs.max(1) * self.header.nchans.max(1)) as usize;
+        // In usize: the product of two i32 counts can overflow an i32.
+        let per = self.header.nifs.max(1) as usize * self.header.nchans.max(1) as usize;
         self.data.len() / per
     }
 
@@ -322,5 +323,36 @@ mod tests {
         assert_eq!(pack_sexagesimal("+00:30:00"), Some(3000.0));
         assert_eq!(pack_sexagesimal("garbage"), None);
         assert_eq!(pack_sexagesimal("12:61:00"), None);
+    }
+
+    #[test]
+    fn many_ifs_and_channels_without_data() {
+        // Found writing the `filterbank` fuzz target (fuzz/), which reaches it: a header of
+        // 65,536 IFs × 65,536 channels and no data is read (0 bytes are a whole number of
+        // spectra); counting its spectra multiplied the two as i32 and overflowed (then
+        // divided by zero in release).
+        let header = FilterbankHeader {
+            telescope_id: 0,
+            machine_id: 0,
+            data_type: 1,
+            rawdatafile: String::new(),
+            source_name: String::new(),
+            src_raj: 0.0,
+            src_dej: 0.0,
+            tstart: 0.0,
+            tsamp: 1.0,
+            fch1: 1.0,
+            foff: 1.0,
+            nchans: 1 << 16,
+            nifs: 1 << 16,
+            nbits: 32,
+            ibeam: 0,
+            nbeams: 1,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wide.fil");
+        std::fs::write(&path, header.to_bytes()).unwrap();
+        let fb = Filterbank::read(&path).unwrap();
+        assert_eq!(fb.nsamples(), 0);
     }
 }

@@ -231,6 +231,56 @@ fn overlapping_copies_are_rejected() {
 }
 
 #[test]
+fn pitched_sizes_that_overflow_are_errors() {
+    // Found by the `dag` fuzz target (fuzz/): a 2D memset or copy whose width or pitch in
+    // bytes overflows usize panicked (multiplication overflow) instead of being refused.
+    let mut r = rec();
+    let x = r.device_buffer::<u32>(64);
+    let y = r.device_buffer::<u32>(64);
+    let mut dag = Dag::new();
+    for (width, pitch) in [(usize::MAX / 2, 1), (1, usize::MAX / 2)] {
+        let e = dag
+            .add_memset_2d(Memset2d {
+                dst: x.region(..),
+                pitch,
+                width,
+                height: 2,
+                value: 0u32.into(),
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("overflows"), "{e}");
+        let e = dag
+            .add_memcpy_2d(Copy2d {
+                dst: x.region(..),
+                dst_pitch: pitch,
+                src: y.region(..),
+                src_pitch: pitch,
+                width,
+                height: 2,
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("overflows"), "{e}");
+    }
+    assert_eq!(dag.node_count(), 0);
+}
+
+#[test]
+fn regions_far_past_their_buffer_have_an_address() {
+    // Found by the `dag` fuzz target (fuzz/): the address of a region starting past the end
+    // of the address space (`region(usize::MAX..)`) overflowed when taken, for a kernel
+    // argument or a captured node's description, instead of wrapping as addresses do.
+    let mut r = rec();
+    let x = r.device_buffer::<u32>(4);
+    let far = x.region(usize::MAX..);
+    assert_eq!(crate::KernelArg::from(&far).size(), 8);
+    let mut dag = Dag::new();
+    // SAFETY: the work enqueues nothing (and a recording backend never calls it).
+    unsafe { dag.add_captured("far", [far.clone()], |_| Ok(())) };
+    dag.lower(&mut r).unwrap();
+    assert_eq!(r.calls()[0].kind, "captured");
+}
+
+#[test]
 fn copy_bounds_errors_name_the_node() {
     let mut r = rec();
     let a = r.device_buffer::<f32>(100);

@@ -240,11 +240,16 @@ impl Dag {
             ));
         }
         let e = copy.dst.elem;
+        let bytes = |n: usize, what: &str| {
+            n.checked_mul(e).ok_or_else(|| {
+                out_of_bounds(&name, format!("{what} of {n} {e}-byte elements overflows"))
+            })
+        };
         let node = MemcpyNode {
-            width: copy.width * e,
+            width: bytes(copy.width, "a row")?,
             height: copy.height,
-            dst_pitch: copy.dst_pitch * e,
-            src_pitch: copy.src_pitch * e,
+            dst_pitch: bytes(copy.dst_pitch, "the destination pitch")?,
+            src_pitch: bytes(copy.src_pitch, "the source pitch")?,
             dst: copy.dst,
             src: copy.src,
         };

@@ -170,7 +170,12 @@ impl Dag {
     pub fn add_memset_2d(&mut self, m: Memset2d) -> Result<NodeId> {
         let name = format!("memset#{}", self.next_serial);
         let e = m.dst.elem;
-        let row = m.width * e;
+        let bytes = |n: usize, what: &str| {
+            n.checked_mul(e).ok_or_else(|| {
+                out_of_bounds(&name, format!("{what} of {n} {e}-byte elements overflows"))
+            })
+        };
+        let row = bytes(m.width, "a row")?;
         if !row.is_multiple_of(m.value.size()) {
             return Err(out_of_bounds(
                 &name,
@@ -180,7 +185,7 @@ impl Dag {
         let node = MemsetNode {
             width: row / m.value.size(),
             height: m.height,
-            pitch: m.pitch * e,
+            pitch: bytes(m.pitch, "the pitch")?,
             dst: m.dst,
             value: m.value,
         };
