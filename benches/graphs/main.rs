@@ -261,6 +261,7 @@ fn run(device: Device) -> Result<()> {
 
     println!("{}", report.targets_markdown());
     report.write(&out)?;
+    plot::plot(&report, &out.join("graphs.svg"))?;
     println!(
         "Wrote {0}/graphs.csv, {0}/graphs.md and {0}/graphs.svg ({1:.0} s).",
         out.display(),
