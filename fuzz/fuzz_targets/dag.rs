@@ -1,0 +1,1039 @@
+//! Fuzz target `dag`: random DAGs built, validated, lowered and drawn without a GPU.
+//!
+//! The input is decoded into a list of operations on a [`Dag`] (see [`Op`]): nodes of every
+//! kind the public API offers on a [`RecordingBackend`] (empty, host closures, captured work,
+//! 1D/2D memsets and copies, kernels of placeholder kernels, event record and wait, child DAGs
+//! built from their own operations, FFTs), edges between any ids (self-loops, edges that close
+//! cycles, removed nodes, nodes of another DAG), chains and fans, removals, names, placement on
+//! one of two recording devices (peer access on or off) or on another backend's, and the
+//! setters (launch shapes, empty or oversized; priorities and launch attributes; arguments;
+//! memset values; copy ends, out of bounds too; events; host closures; FFT parameters).
+//! Buffers, kernels and events come from the backend, from its second device, or from another
+//! backend.
+//!
+//! Properties checked:
+//! - nothing panics: every refusal is an `Err` (whose message is made);
+//! - a self-loop is refused; an accepted edge is a dependency; a removed node is unknown;
+//! - the DAG stays acyclic (petgraph's `toposort` agrees), and [`Dag::topological_order`]
+//!   holds every node once, after all its dependencies;
+//! - when lowering accepts the DAG, every node has its own call, named as the node, after the
+//!   calls it depends on (each call's dependencies come before it; every edge of the DAG is a
+//!   path of recorded dependencies), one call per node unless the DAG has FFT nodes (a setter
+//!   and a conversion kernel before the transform);
+//! - the DOT text has one node line per node and one edge line per edge, and balanced quotes;
+//! - whole-graph update pairing: the same operations with the edges left out, then the first
+//!   DAG's edges added in reverse order, give a DAG with the same node ids, edges and canonical
+//!   order, which lowers to the same calls (what `Exec::update` relies on to pair nodes).
+//!
+//! Enabling and disabling nodes is not reached: only an `Exec` (a GPU) disables nodes.
+//!
+//! Memory: bounded by the input (at most 64 operations per DAG, buffers of at most 4 KiB,
+//! FFT plans over at most 64 × 64 × 64 elements, at most 4 child DAGs of at most 16
+//! operations); run with `-rss_limit_mb=2048 -malloc_limit_mb=64`.
+
+#![no_main]
+
+use std::collections::{HashMap, HashSet};
+
+use cudagraph::{
+    dst, src, AccessPolicy, AccessProperty, CallbackParams, Copy2d, CustomCallback, Dag,
+    DeviceBuffer, DeviceLimits, Dim3, Direction, Error, Event, FftParams, FftPlan, FftPlanDesc,
+    FftSpec, FftType, Fusion, HostBuffer, Kernel, KernelArg, LaunchAttributes, LaunchConfig,
+    Layout, LoadCallback, MemSyncDomain, Memset2d, MemsetValue, NodeId, NodeKind, RecordingBackend,
+    Region, StoreCallback,
+};
+use libfuzzer_sys::arbitrary::{Result, Unstructured};
+use libfuzzer_sys::fuzz_target;
+
+/// The most operations decoded for one DAG.
+const MAX_OPS: usize = 64;
+/// The most operations of a child DAG.
+const MAX_CHILD_OPS: usize = 16;
+
+/// A region of one of the buffers: `buffer` indexes [`Env::regions`]'s choices; the element
+/// range may run past the buffer's end.
+#[derive(Debug, Clone)]
+struct Reg {
+    buffer: u8,
+    start: usize,
+    end: Option<usize>,
+}
+
+/// A node id: an index into the ids handed out so far (removed nodes included), or, past
+/// their end, a node of another DAG.
+#[derive(Debug, Clone, Copy)]
+struct Id(u8);
+
+#[derive(Debug, Clone)]
+enum Val {
+    U8(u8),
+    U16(u16),
+    U32(u32),
+}
+
+#[derive(Debug, Clone)]
+enum Arg {
+    Buffer(Reg),
+    Bytes(Vec<u8>),
+}
+
+/// An advanced layout: `inembed`, `istride`, `idist`, `onembed`, `ostride`, `odist`.
+type LayoutSpec = (Vec<i64>, i64, i64, Vec<i64>, i64, i64);
+
+#[derive(Debug, Clone)]
+struct Fft {
+    kind: u8,
+    sizes: Vec<i64>,
+    batch: i64,
+    layout: Option<LayoutSpec>,
+    load: u8,
+    store: u8,
+    fusion: u8,
+    custom_params: usize,
+    custom_elem: usize,
+    inverse: bool,
+    input: Reg,
+    output: Reg,
+    params: Params,
+}
+
+#[derive(Debug, Clone)]
+struct Params {
+    load: u8,
+    store: u8,
+    scale: f32,
+    region: Reg,
+    custom: Vec<u8>,
+}
+
+#[derive(Debug, Clone)]
+struct Attrs {
+    priority: Option<i32>,
+    cluster: Option<Dim3>,
+    cooperative: bool,
+    carveout: Option<u32>,
+    window: Option<(Reg, f32, u8)>,
+    domain: Option<bool>,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Empty,
+    Host,
+    Captured(Vec<Reg>),
+    Memset(Reg, Val),
+    Memset2d(Reg, usize, usize, usize, Val),
+    Copy(Reg, Reg),
+    Copy2d(Reg, usize, Reg, usize, usize, usize),
+    Kernel(u8, LaunchConfig, Vec<Arg>),
+    EventRecord(u8),
+    EventWait(u8),
+    Child(Vec<Op>),
+    Fft(Box<Fft>),
+    Dependency(Id, Id),
+    Chain(Vec<Id>),
+    FanOut(Id, Vec<Id>),
+    FanIn(Vec<Id>, Id),
+    Remove(Id),
+    Name(Id, String),
+    Find(String),
+    Place(Id, u8),
+    Unplace(Id),
+    SetConfig(Id, LaunchConfig),
+    SetPriority(Id, i32),
+    SetAttributes(Id, Box<Attrs>),
+    SetArgs(Id, Vec<Arg>),
+    SetMemsetValue(Id, Val),
+    SetCopy(Id, Reg, Reg),
+    SetEvent(Id, u8),
+    SetHostFn(Id),
+    SetFftParams(Id, Box<Params>),
+}
+
+impl Op {
+    fn is_edge(&self) -> bool {
+        matches!(
+            self,
+            Op::Dependency(..) | Op::Chain(_) | Op::FanOut(..) | Op::FanIn(..)
+        )
+    }
+}
+
+/// A small number, now and then an extreme one.
+fn size(u: &mut Unstructured, small: usize) -> Result<usize> {
+    Ok(match u.int_in_range(0u8..=15)? {
+        0 => usize::MAX,
+        1 => usize::MAX / 2 + 1,
+        2 => u.arbitrary::<u32>()? as usize,
+        _ => u.int_in_range(0..=small)?,
+    })
+}
+
+fn dim(u: &mut Unstructured) -> Result<u32> {
+    Ok(match u.int_in_range(0u8..=9)? {
+        0 => 0,
+        1 => u32::MAX,
+        2 => u.arbitrary()?,
+        3 => 1 << u.int_in_range(0..=31)?,
+        _ => u.int_in_range(1..=1024)?,
+    })
+}
+
+fn dim3(u: &mut Unstructured) -> Result<Dim3> {
+    Ok(Dim3 {
+        x: dim(u)?,
+        y: if u.ratio(1, 3)? { dim(u)? } else { 1 },
+        z: if u.ratio(1, 4)? { dim(u)? } else { 1 },
+    })
+}
+
+fn config(u: &mut Unstructured) -> Result<LaunchConfig> {
+    let c = LaunchConfig::new(dim3(u)?, dim3(u)?);
+    Ok(if u.ratio(1, 4)? {
+        c.with_shared_mem(u.arbitrary()?)
+    } else {
+        c
+    })
+}
+
+fn reg(u: &mut Unstructured) -> Result<Reg> {
+    Ok(Reg {
+        buffer: u.int_in_range(0..=BUFFERS - 1)?,
+        start: if u.ratio(1, 2)? { 0 } else { size(u, 600)? },
+        end: if u.ratio(1, 3)? {
+            None
+        } else {
+            Some(size(u, 600)?)
+        },
+    })
+}
+
+fn val(u: &mut Unstructured) -> Result<Val> {
+    Ok(match u.int_in_range(0u8..=2)? {
+        0 => Val::U8(u.arbitrary()?),
+        1 => Val::U16(u.arbitrary()?),
+        _ => Val::U32(u.arbitrary()?),
+    })
+}
+
+fn id(u: &mut Unstructured) -> Result<Id> {
+    Ok(Id(u.arbitrary()?))
+}
+
+fn ids(u: &mut Unstructured) -> Result<Vec<Id>> {
+    let n = u.int_in_range(0..=5)?;
+    (0..n).map(|_| id(u)).collect()
+}
+
+fn args(u: &mut Unstructured) -> Result<Vec<Arg>> {
+    let n = u.int_in_range(0..=5)?;
+    (0..n)
+        .map(|_| {
+            Ok(if u.ratio(1, 3)? {
+                Arg::Buffer(reg(u)?)
+            } else {
+                let n = *u.choose(&[0usize, 1, 2, 3, 4, 8, 16])?;
+                Arg::Bytes(u.bytes(n)?.to_vec())
+            })
+        })
+        .collect()
+}
+
+fn name(u: &mut Unstructured) -> Result<String> {
+    let n = u.int_in_range(0..=12)?;
+    Ok(String::from_utf8_lossy(u.bytes(n)?).into_owned())
+}
+
+fn fft_size(u: &mut Unstructured) -> Result<i64> {
+    Ok(match u.int_in_range(0u8..=9)? {
+        0 => 0,
+        1 => -1,
+        2 => i64::MAX,
+        3 => u.arbitrary()?,
+        _ => u.int_in_range(1..=64)?,
+    })
+}
+
+fn fft_sizes(u: &mut Unstructured, max: usize) -> Result<Vec<i64>> {
+    let n = u.int_in_range(0..=max)?;
+    (0..n).map(|_| fft_size(u)).collect()
+}
+
+fn params(u: &mut Unstructured) -> Result<Params> {
+    Ok(Params {
+        load: u.int_in_range(0..=3)?,
+        store: u.int_in_range(0..=3)?,
+        scale: u.arbitrary()?,
+        region: reg(u)?,
+        custom: {
+            let n = size(u, 128)?.min(256);
+            vec![0u8; n]
+        },
+    })
+}
+
+fn fft(u: &mut Unstructured) -> Result<Fft> {
+    Ok(Fft {
+        kind: u.int_in_range(0..=5)?,
+        sizes: fft_sizes(u, 4)?,
+        batch: fft_size(u)?,
+        layout: if u.ratio(1, 4)? {
+            Some((
+                fft_sizes(u, 4)?,
+                fft_size(u)?,
+                fft_size(u)?,
+                fft_sizes(u, 4)?,
+                fft_size(u)?,
+                fft_size(u)?,
+            ))
+        } else {
+            None
+        },
+        load: u.int_in_range(0..=5)?,
+        store: u.int_in_range(0..=3)?,
+        fusion: u.int_in_range(0..=2)?,
+        custom_params: size(u, 128)?,
+        custom_elem: size(u, 16)?,
+        inverse: u.arbitrary()?,
+        input: reg(u)?,
+        output: reg(u)?,
+        params: params(u)?,
+    })
+}
+
+fn attrs(u: &mut Unstructured) -> Result<Attrs> {
+    Ok(Attrs {
+        priority: if u.arbitrary()? {
+            Some(u.arbitrary()?)
+        } else {
+            None
+        },
+        cluster: if u.arbitrary()? { Some(dim3(u)?) } else { None },
+        cooperative: u.arbitrary()?,
+        carveout: if u.arbitrary()? {
+            Some(u.int_in_range(0..=120)?)
+        } else {
+            None
+        },
+        window: if u.ratio(1, 3)? {
+            Some((reg(u)?, u.arbitrary()?, u.arbitrary()?))
+        } else {
+            None
+        },
+        domain: if u.arbitrary()? {
+            Some(u.arbitrary()?)
+        } else {
+            None
+        },
+    })
+}
+
+/// Decodes operations until the input or the budget runs out. `children` counts the child
+/// DAGs decoded so far (nested ones included).
+fn ops(u: &mut Unstructured, max: usize, depth: usize, children: &mut usize) -> Vec<Op> {
+    let mut out = Vec::new();
+    while out.len() < max && !u.is_empty() {
+        // An operation cut short by the end of the input is dropped.
+        match op(u, depth, children) {
+            Ok(op) => out.push(op),
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+fn op(u: &mut Unstructured, depth: usize, children: &mut usize) -> Result<Op> {
+    Ok(match u.int_in_range(0u8..=30)? {
+        0 => Op::Empty,
+        1 => Op::Host,
+        2 => {
+            let n = u.int_in_range(0..=3)?;
+            Op::Captured((0..n).map(|_| reg(u)).collect::<Result<_>>()?)
+        }
+        3 => Op::Memset(reg(u)?, val(u)?),
+        4 => Op::Memset2d(reg(u)?, size(u, 64)?, size(u, 64)?, size(u, 16)?, val(u)?),
+        5 | 6 => Op::Copy(reg(u)?, reg(u)?),
+        7 => Op::Copy2d(
+            reg(u)?,
+            size(u, 64)?,
+            reg(u)?,
+            size(u, 64)?,
+            size(u, 64)?,
+            size(u, 16)?,
+        ),
+        8 | 9 => Op::Kernel(u.int_in_range(0..=KERNELS - 1)?, config(u)?, args(u)?),
+        10 => Op::EventRecord(u.int_in_range(0..=EVENTS - 1)?),
+        11 => Op::EventWait(u.int_in_range(0..=EVENTS - 1)?),
+        12 if depth < 2 && *children < 4 => {
+            *children += 1;
+            Op::Child(ops(u, MAX_CHILD_OPS, depth + 1, children))
+        }
+        13 => Op::Fft(Box::new(fft(u)?)),
+        14..=17 => Op::Dependency(id(u)?, id(u)?),
+        18 => Op::Chain(ids(u)?),
+        19 => Op::FanOut(id(u)?, ids(u)?),
+        20 => Op::FanIn(ids(u)?, id(u)?),
+        21 => Op::Remove(id(u)?),
+        22 => Op::Name(id(u)?, name(u)?),
+        23 => Op::Find(name(u)?),
+        24 => Op::Place(id(u)?, u.int_in_range(0..=2)?),
+        25 => Op::Unplace(id(u)?),
+        26 => match u.int_in_range(0u8..=2)? {
+            0 => Op::SetConfig(id(u)?, config(u)?),
+            1 => Op::SetPriority(id(u)?, u.arbitrary()?),
+            _ => Op::SetAttributes(id(u)?, Box::new(attrs(u)?)),
+        },
+        27 => Op::SetArgs(id(u)?, args(u)?),
+        28 => match u.int_in_range(0u8..=1)? {
+            0 => Op::SetMemsetValue(id(u)?, val(u)?),
+            _ => Op::SetCopy(id(u)?, reg(u)?, reg(u)?),
+        },
+        29 => match u.int_in_range(0u8..=1)? {
+            0 => Op::SetEvent(id(u)?, u.int_in_range(0..=EVENTS - 1)?),
+            _ => Op::SetHostFn(id(u)?),
+        },
+        _ => Op::SetFftParams(id(u)?, Box::new(params(u)?)),
+    })
+}
+
+const BUFFERS: u8 = 6;
+const KERNELS: u8 = 4;
+const EVENTS: u8 = 3;
+
+/// What the operations use: a recording backend of two devices, and buffers, kernels and
+/// events of its devices and of another backend.
+struct Env {
+    rec: RecordingBackend,
+    d0: DeviceBuffer<u8>,
+    d0_words: DeviceBuffer<u32>,
+    d1: DeviceBuffer<u8>,
+    pinned: HostBuffer<u8>,
+    foreign_buffer: DeviceBuffer<u8>,
+    empty: DeviceBuffer<u8>,
+    kernels: Vec<Kernel>,
+    events: Vec<Event>,
+    /// Ids of another DAG.
+    foreign_ids: Vec<NodeId>,
+    foreign_key: cudagraph::RecordingBackend,
+}
+
+impl Env {
+    fn new(u: &mut Unstructured) -> Result<Env> {
+        let mut rec = RecordingBackend::with_devices(DeviceLimits::hopper(), 2);
+        rec.set_peer_access(0, 1, u.arbitrary()?);
+        rec.set_peer_access(1, 0, u.arbitrary()?);
+        let mut foreign = RecordingBackend::new(DeviceLimits::hopper());
+        let len = |u: &mut Unstructured| u.int_in_range(1..=4096usize);
+        let (d0, d0_words, d1, pinned) = (
+            rec.device_buffer::<u8>(len(u)?),
+            rec.device_buffer::<u32>(len(u)? / 4 + 1),
+            rec.device_buffer_on::<u8>(1, len(u)?),
+            rec.host_buffer::<u8>(len(u)?),
+        );
+        let foreign_buffer = foreign.device_buffer::<u8>(256);
+        let empty = rec.device_buffer::<u8>(0);
+        let param_sizes = |u: &mut Unstructured| -> Result<Vec<usize>> {
+            let n = u.int_in_range(0..=4)?;
+            (0..n)
+                .map(|_| Ok(*u.choose(&[0usize, 1, 2, 3, 4, 8, 8, 8, 16, 24])?))
+                .collect()
+        };
+        let kernels = vec![
+            rec.kernel("k0", &param_sizes(u)?),
+            rec.kernel("k0b", &param_sizes(u)?),
+            rec.kernel_on(1, "k1", &param_sizes(u)?),
+            foreign.kernel("foreign", &param_sizes(u)?),
+        ];
+        let events = vec![rec.event(), rec.event_on(1), foreign.event()];
+        let mut other = Dag::new();
+        let foreign_ids = vec![other.add_empty(), other.add_empty(), other.add_empty()];
+        Ok(Env {
+            rec,
+            d0,
+            d0_words,
+            d1,
+            pinned,
+            foreign_buffer,
+            empty,
+            kernels,
+            events,
+            foreign_ids,
+            foreign_key: foreign,
+        })
+    }
+
+    fn region(&self, r: &Reg) -> Region {
+        let range = (
+            std::ops::Bound::Included(r.start),
+            match r.end {
+                Some(e) => std::ops::Bound::Excluded(e),
+                None => std::ops::Bound::Unbounded,
+            },
+        );
+        match r.buffer {
+            0 => self.d0.region(range),
+            1 => self.d0_words.region(range),
+            2 => self.d1.region(range),
+            3 => self.pinned.region(range),
+            4 => self.foreign_buffer.region(range),
+            _ => self.empty.region(range),
+        }
+    }
+}
+
+/// Applies operations to a DAG and checks what each one promises.
+struct Builder<'e> {
+    env: &'e Env,
+    dag: Dag,
+    /// Every id handed out, removed nodes included.
+    ids: Vec<NodeId>,
+    /// Leave edge operations out (for the pairing check).
+    defer_edges: bool,
+}
+
+fn typed(e: &Error) {
+    // Every error can be put into words.
+    let _ = e.to_string();
+}
+
+fn ok_or_typed<T>(r: cudagraph::Result<T>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            typed(&e);
+            None
+        }
+    }
+}
+
+impl<'e> Builder<'e> {
+    fn id(&self, i: Id) -> NodeId {
+        let i = i.0 as usize;
+        match self.ids.get(i) {
+            Some(&id) => id,
+            None => self.env.foreign_ids[i % self.env.foreign_ids.len()],
+        }
+    }
+
+    fn ids(&self, list: &[Id]) -> Vec<NodeId> {
+        list.iter().map(|&i| self.id(i)).collect()
+    }
+
+    fn added(&mut self, r: cudagraph::Result<NodeId>) {
+        if let Some(id) = ok_or_typed(r) {
+            self.ids.push(id);
+        }
+    }
+
+    fn value(v: &Val) -> MemsetValue {
+        match *v {
+            Val::U8(x) => x.into(),
+            Val::U16(x) => x.into(),
+            Val::U32(x) => x.into(),
+        }
+    }
+
+    /// Calls `f` with the kernel arguments `args` describe.
+    fn args_call<T>(env: &Env, args: &[Arg], f: impl FnOnce(&[KernelArg]) -> T) -> T {
+        let regions: Vec<Option<Region>> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Buffer(r) => Some(env.region(r)),
+                Arg::Bytes(_) => None,
+            })
+            .collect();
+        let list: Vec<KernelArg> = args
+            .iter()
+            .zip(&regions)
+            .map(|(a, r)| match (a, r) {
+                (_, Some(r)) => KernelArg::region(r),
+                (Arg::Bytes(b), None) => match b.len() {
+                    0 => KernelArg::value(()),
+                    1 => KernelArg::value(b[0]),
+                    2 => KernelArg::value([b[0], b[1]]),
+                    3 => KernelArg::value([b[0], b[1], b[2]]),
+                    4 => KernelArg::value(<[u8; 4]>::try_from(&b[..]).unwrap()),
+                    8 => KernelArg::value(<[u8; 8]>::try_from(&b[..]).unwrap()),
+                    _ => KernelArg::value(<[u8; 16]>::try_from(&b[..]).unwrap()),
+                },
+                (Arg::Buffer(_), None) => unreachable!("a buffer argument has its region"),
+            })
+            .collect();
+        f(&list)
+    }
+
+    fn fft_params(&self, p: &Params) -> FftParams {
+        let region = || Some(self.env.region(&p.region));
+        let pick = |which: u8, load: bool| match which {
+            0 => None,
+            1 if load => Some(CallbackParams::Load {
+                scale: p.scale,
+                input: region(),
+            }),
+            1 => Some(CallbackParams::Store {
+                scale: p.scale,
+                output: region(),
+                accumulate: p.scale.is_sign_negative(),
+            }),
+            2 => Some(CallbackParams::Custom(p.custom.clone())),
+            _ if load => Some(CallbackParams::load(p.scale)),
+            _ => Some(CallbackParams::store(p.scale)),
+        };
+        FftParams {
+            load: pick(p.load, true),
+            store: pick(p.store, false),
+        }
+    }
+
+    fn add_fft(&mut self, f: &Fft) {
+        let kind = [
+            FftType::C2C,
+            FftType::R2C,
+            FftType::C2R,
+            FftType::Z2Z,
+            FftType::D2Z,
+            FftType::Z2D,
+        ][f.kind as usize % 6];
+        let custom = |source: &str| CustomCallback {
+            source: format!("/* {source} */"),
+            function: source.to_string(),
+            params_size: f.custom_params,
+            elem_bytes: f.custom_elem,
+        };
+        let mut desc = FftPlanDesc::new(kind, &f.sizes, f.batch);
+        desc = match f.load {
+            0 | 1 => desc,
+            2 => desc.with_load(LoadCallback::ComplexI8),
+            3 => desc.with_load(LoadCallback::RealI8),
+            4 => desc.with_load(LoadCallback::ComplexF32),
+            _ => desc.with_load(LoadCallback::Custom(custom("load"))),
+        };
+        desc = match f.store {
+            0 => desc,
+            1 => desc.with_store(StoreCallback::Scale),
+            2 => desc.with_store(StoreCallback::Power),
+            _ => desc.with_store(StoreCallback::Custom(custom("store"))),
+        };
+        desc =
+            desc.with_fusion([Fusion::Auto, Fusion::Fused, Fusion::Unfused][f.fusion as usize % 3]);
+        if let Some((inembed, istride, idist, onembed, ostride, odist)) = &f.layout {
+            desc = desc.with_layout(Layout {
+                inembed: inembed.clone(),
+                istride: *istride,
+                idist: *idist,
+                onembed: onembed.clone(),
+                ostride: *ostride,
+                odist: *odist,
+            });
+        }
+        let Some(plan) = ok_or_typed(FftPlan::new(desc)) else {
+            return;
+        };
+        let _ = (
+            plan.input_bytes(),
+            plan.output_bytes(),
+            plan.has_unfused_form(),
+        );
+        let spec = FftSpec {
+            plan,
+            direction: if f.inverse {
+                Direction::Inverse
+            } else {
+                Direction::Forward
+            },
+            input: self.env.region(&f.input),
+            output: self.env.region(&f.output),
+            params: self.fft_params(&f.params),
+        };
+        let r = self.dag.add_fft(spec);
+        self.added(r);
+    }
+
+    fn apply(&mut self, op: &Op) {
+        if self.defer_edges && op.is_edge() {
+            return;
+        }
+        let env = self.env;
+        match op {
+            Op::Empty => {
+                let id = self.dag.add_empty();
+                self.ids.push(id);
+            }
+            Op::Host => {
+                let id = self.dag.add_host(|| {});
+                self.ids.push(id);
+            }
+            Op::Captured(uses) => {
+                let uses: Vec<Region> = uses.iter().map(|r| env.region(r)).collect();
+                // SAFETY: the work enqueues nothing (and a recording backend never calls it).
+                let id = unsafe { self.dag.add_captured("fuzz", uses, |_| Ok(())) };
+                self.ids.push(id);
+            }
+            Op::Memset(r, v) => {
+                let r = self.dag.add_memset(env.region(r), Self::value(v));
+                self.added(r);
+            }
+            Op::Memset2d(r, pitch, width, height, v) => {
+                let r = self.dag.add_memset_2d(Memset2d {
+                    dst: env.region(r),
+                    pitch: *pitch,
+                    width: *width,
+                    height: *height,
+                    value: Self::value(v),
+                });
+                self.added(r);
+            }
+            Op::Copy(d, s) => {
+                let r = self.dag.add_copy(dst(env.region(d)), src(env.region(s)));
+                self.added(r);
+            }
+            Op::Copy2d(d, dp, s, sp, w, h) => {
+                let r = self.dag.add_memcpy_2d(Copy2d {
+                    dst: env.region(d),
+                    dst_pitch: *dp,
+                    src: env.region(s),
+                    src_pitch: *sp,
+                    width: *w,
+                    height: *h,
+                });
+                self.added(r);
+            }
+            Op::Kernel(k, cfg, args) => {
+                let kernel = &env.kernels[*k as usize];
+                let before = self.dag.node_count();
+                let dag = &mut self.dag;
+                let r = Self::args_call(env, args, |a| dag.add_kernel(kernel, *cfg, a));
+                if r.is_err() {
+                    assert_eq!(self.dag.node_count(), before, "a refused node is not added");
+                }
+                self.added(r);
+            }
+            Op::EventRecord(e) => {
+                let id = self.dag.add_event_record(&env.events[*e as usize]);
+                self.ids.push(id);
+            }
+            Op::EventWait(e) => {
+                let id = self.dag.add_event_wait(&env.events[*e as usize]);
+                self.ids.push(id);
+            }
+            Op::Child(ops) => {
+                let child = build(env, ops, false);
+                let id = self.dag.add_child(&child);
+                self.ids.push(id);
+            }
+            Op::Fft(f) => self.add_fft(f),
+            Op::Dependency(a, b) => {
+                let (a, b) = (self.id(*a), self.id(*b));
+                let known = self.dag.node(a).is_ok() && self.dag.node(b).is_ok();
+                match self.dag.add_dependency(a, b) {
+                    Ok(()) => {
+                        assert!(known && a != b, "an edge between known, distinct nodes");
+                        assert!(self.dag.dependencies(b).any(|d| d == a), "the edge is kept");
+                    }
+                    Err(e) => {
+                        typed(&e);
+                        if known && a == b {
+                            assert!(
+                                matches!(e, Error::Dag(cudagraph::DagError::Cycle { .. })),
+                                "a self-loop is a cycle: {e}"
+                            );
+                        }
+                    }
+                }
+            }
+            Op::Chain(list) => {
+                let list = self.ids(list);
+                ok_or_typed(self.dag.chain(&list));
+            }
+            Op::FanOut(a, list) => {
+                let (a, list) = (self.id(*a), self.ids(list));
+                ok_or_typed(self.dag.fan_out(a, &list));
+            }
+            Op::FanIn(list, a) => {
+                let (a, list) = (self.id(*a), self.ids(list));
+                ok_or_typed(self.dag.fan_in(&list, a));
+            }
+            Op::Remove(i) => {
+                let id = self.id(*i);
+                if ok_or_typed(self.dag.remove(id)).is_some() {
+                    assert!(self.dag.node(id).is_err(), "a removed node is unknown");
+                }
+            }
+            Op::Name(i, n) => {
+                let id = self.id(*i);
+                assert_eq!(self.dag.set_name(id, n.clone()), id);
+                if self.dag.node(id).is_ok() {
+                    assert_eq!(self.dag.node(id).unwrap().name().to_string(), *n);
+                }
+            }
+            Op::Find(n) => {
+                if let Some(id) = self.dag.find(n) {
+                    assert_eq!(self.dag.node(id).unwrap().name().to_string(), *n);
+                }
+            }
+            Op::Place(i, which) => {
+                let id = self.id(*i);
+                let key = match which {
+                    0 => env.rec.device_key(0),
+                    1 => env.rec.device_key(1),
+                    _ => env.foreign_key.device_key(0),
+                };
+                ok_or_typed(self.dag.place_on(id, key));
+            }
+            Op::Unplace(i) => {
+                ok_or_typed(self.dag.unplace(self.id(*i)));
+            }
+            Op::SetConfig(i, cfg) => {
+                ok_or_typed(self.dag.set_launch_config(self.id(*i), *cfg));
+            }
+            Op::SetPriority(i, p) => {
+                ok_or_typed(self.dag.set_priority(self.id(*i), *p));
+            }
+            Op::SetAttributes(i, a) => {
+                let attrs = LaunchAttributes {
+                    priority: a.priority,
+                    cluster: a.cluster,
+                    cooperative: a.cooperative,
+                    shared_mem_carveout: a.carveout,
+                    access_policy: a.window.as_ref().map(|(r, ratio, props)| AccessPolicy {
+                        window: env.region(r),
+                        hit_ratio: *ratio,
+                        hit: [
+                            AccessProperty::Normal,
+                            AccessProperty::Streaming,
+                            AccessProperty::Persisting,
+                        ][*props as usize % 3],
+                        miss: [
+                            AccessProperty::Normal,
+                            AccessProperty::Streaming,
+                            AccessProperty::Persisting,
+                        ][(*props / 3) as usize % 3],
+                    }),
+                    mem_sync_domain: a.domain.map(|remote| {
+                        if remote {
+                            MemSyncDomain::Remote
+                        } else {
+                            MemSyncDomain::Default
+                        }
+                    }),
+                };
+                ok_or_typed(self.dag.set_launch_attributes(self.id(*i), attrs));
+            }
+            Op::SetArgs(i, args) => {
+                let id = self.id(*i);
+                let dag = &mut self.dag;
+                let r = Self::args_call(env, args, |a| dag.set_kernel_args(id, a));
+                ok_or_typed(r);
+            }
+            Op::SetMemsetValue(i, v) => {
+                ok_or_typed(self.dag.set_memset_value(self.id(*i), Self::value(v)));
+            }
+            Op::SetCopy(i, d, s) => {
+                let r = self
+                    .dag
+                    .set_copy(self.id(*i), dst(env.region(d)), src(env.region(s)));
+                ok_or_typed(r);
+            }
+            Op::SetEvent(i, e) => {
+                ok_or_typed(self.dag.set_event(self.id(*i), &env.events[*e as usize]));
+            }
+            Op::SetHostFn(i) => {
+                ok_or_typed(self.dag.set_host_fn(self.id(*i), || {}));
+            }
+            Op::SetFftParams(i, p) => {
+                let params = self.fft_params(p);
+                ok_or_typed(self.dag.set_fft_params(self.id(*i), params));
+            }
+        }
+    }
+}
+
+fn build(env: &Env, ops: &[Op], defer_edges: bool) -> Dag {
+    let mut b = Builder {
+        env,
+        dag: Dag::new(),
+        ids: Vec::new(),
+        defer_edges,
+    };
+    for op in ops {
+        b.apply(op);
+    }
+    b.dag
+}
+
+/// The checks on a built DAG: acyclic, canonical order, lowering, DOT.
+fn check(dag: &Dag, rec: &mut RecordingBackend) -> Option<Vec<Option<usize>>> {
+    let live: Vec<NodeId> = dag.node_ids().collect();
+    assert_eq!(live.len(), dag.node_count());
+    let edges: Vec<(NodeId, NodeId)> = dag.edges().collect();
+    assert_eq!(edges.len(), dag.edge_count());
+
+    // Acyclic, and the canonical order holds every node once, after its dependencies.
+    assert!(
+        petgraph::algo::toposort(dag.graph(), None).is_ok(),
+        "a Dag has no cycle"
+    );
+    let order = dag.topological_order();
+    let position: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
+    assert_eq!(order.len(), live.len(), "every node once in the order");
+    assert_eq!(position.len(), live.len(), "no node twice in the order");
+    for &(a, b) in &edges {
+        assert!(
+            position[&a] < position[&b],
+            "the order respects {a:?} -> {b:?}"
+        );
+    }
+
+    // DOT: one node line per node, one edge line per edge, balanced quotes.
+    let dot = dag.to_dot();
+    assert!(dot.starts_with("digraph cudagraph {\n") && dot.ends_with("}\n"));
+    let node_lines = dot
+        .lines()
+        .filter(|l| l.starts_with("  n") && l.contains(" [label=\""))
+        .count();
+    let edge_lines = dot
+        .lines()
+        .filter(|l| l.starts_with("  n") && l.contains(" -> "))
+        .count();
+    assert_eq!(node_lines, live.len(), "{dot}");
+    assert_eq!(edge_lines, edges.len(), "{dot}");
+    for l in dot.lines() {
+        let mut quotes = 0;
+        let mut escaped = false;
+        for c in l.chars() {
+            match (escaped, c) {
+                (false, '\\') => escaped = true,
+                (false, '"') => quotes += 1,
+                _ => escaped = false,
+            }
+        }
+        assert!(quotes % 2 == 0, "unbalanced quotes in {l:?}");
+    }
+
+    // Lowering: every node its own call, after the calls it depends on.
+    rec.clear();
+    let handles = ok_or_typed(dag.lower(rec))?;
+    let calls = rec.calls();
+    for (i, c) in calls.iter().enumerate() {
+        assert!(
+            c.deps.iter().all(|&d| d < i),
+            "call {i} after its dependencies: {c:?}"
+        );
+    }
+    let mut seen = HashSet::new();
+    let mut ffts = 0;
+    for &n in &live {
+        let h = handles[n.index()].expect("every node lowered");
+        assert!(h < calls.len());
+        assert!(seen.insert(h), "two nodes share call {h}");
+        let node = dag.node(n).unwrap();
+        assert_eq!(
+            calls[h].name,
+            node.name().to_string(),
+            "the call is named as the node"
+        );
+        ffts += usize::from(node.kind() == NodeKind::Fft);
+    }
+    assert_eq!(
+        handles.iter().filter(|h| h.is_some()).count(),
+        live.len(),
+        "holes for removed nodes only"
+    );
+    if ffts == 0 {
+        assert_eq!(calls.len(), live.len(), "one call per node");
+    } else {
+        assert!(
+            calls.len() <= live.len() + 2 * ffts,
+            "at most a setter and a conversion per FFT"
+        );
+    }
+    for &(a, b) in &edges {
+        let (ha, hb) = (handles[a.index()].unwrap(), handles[b.index()].unwrap());
+        // `ha` must be among the calls `hb` waits for, directly or through an FFT's setter
+        // and conversion calls.
+        let mut stack = vec![hb];
+        let mut reached = false;
+        let mut visited = HashSet::new();
+        while let Some(c) = stack.pop() {
+            for &d in &calls[c].deps {
+                reached |= d == ha;
+                if visited.insert(d) {
+                    stack.push(d);
+                }
+            }
+        }
+        assert!(
+            reached,
+            "edge {a:?} -> {b:?} is a recorded dependency:\n{}",
+            rec.transcript()
+        );
+    }
+    Some(handles)
+}
+
+/// A call without the FFT handle numbers and placeholder addresses of FFT calls (a new
+/// lowering gives new ones).
+fn comparable(c: &cudagraph::dag::RecordedCall) -> (String, String, String, Vec<usize>, String) {
+    let params = if c.params.contains("handle=#") {
+        String::new()
+    } else {
+        c.params.clone()
+    };
+    (
+        c.function.to_string(),
+        c.kind.to_string(),
+        c.name.clone(),
+        c.deps.clone(),
+        params,
+    )
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut u = Unstructured::new(data);
+    let Ok(mut env) = Env::new(&mut u) else {
+        return;
+    };
+    let mut children = 0;
+    let ops = ops(&mut u, MAX_OPS, 0, &mut children);
+
+    let dag = build(&env, &ops, false);
+    let mut rec = std::mem::replace(&mut env.rec, RecordingBackend::new(DeviceLimits::hopper()));
+    let lowered = check(&dag, &mut rec);
+    let first: Vec<_> = rec.calls().iter().map(comparable).collect();
+    env.rec = rec;
+
+    // Pairing: the same nodes, the edges added afterwards in reverse order.
+    let mut again = build(&env, &ops, true);
+    let mut edges: Vec<(NodeId, NodeId)> = dag.edges().collect();
+    edges.reverse();
+    for &(a, b) in &edges {
+        again
+            .add_dependency(a, b)
+            .expect("the edges of a DAG, in any order, close no cycle");
+    }
+    let ids: Vec<(usize, u64)> = dag.node_ids().map(|n| (n.index(), n.serial())).collect();
+    let ids_again: Vec<(usize, u64)> = again.node_ids().map(|n| (n.index(), n.serial())).collect();
+    assert_eq!(ids, ids_again, "the same node ids");
+    let serials = |d: &Dag| {
+        let mut e: Vec<(u64, u64)> = d.edges().map(|(a, b)| (a.serial(), b.serial())).collect();
+        e.sort_unstable();
+        e
+    };
+    assert_eq!(serials(&dag), serials(&again), "the same edges");
+    assert_eq!(
+        dag.topological_order(),
+        again.topological_order(),
+        "the same canonical order"
+    );
+    let mut rec = std::mem::replace(&mut env.rec, RecordingBackend::new(DeviceLimits::hopper()));
+    let lowered_again = check(&again, &mut rec);
+    assert_eq!(
+        lowered.is_some(),
+        lowered_again.is_some(),
+        "both lower or neither"
+    );
+    if lowered.is_some() {
+        let second: Vec<_> = rec.calls().iter().map(comparable).collect();
+        assert_eq!(first, second, "the same calls, in the same order");
+    }
+});
