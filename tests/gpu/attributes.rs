@@ -7,20 +7,8 @@ use cudagraph::{
     args, AccessPolicy, AccessProperty, Dag, DeviceBuffer, Error, LaunchAttributes, LaunchConfig,
     MemSyncDomain,
 };
-use libtest_mimic::Trial;
 
-use crate::common::{gpu_test, Gpu};
-
-pub fn tests() -> Vec<Trial> {
-    vec![
-        gpu_test("attributes::cluster_dimensions", cluster_dimensions),
-        gpu_test("attributes::cooperative_launch", cooperative_launch),
-        gpu_test(
-            "attributes::cache_and_sync_attributes",
-            cache_and_sync_attributes,
-        ),
-    ]
-}
+use crate::common::Gpu;
 
 pub(crate) const SOURCE: &str = r#"
 // Each block writes the size of its cluster and its rank in it (PTX special registers).
@@ -37,6 +25,7 @@ extern "C" __global__ void fill(unsigned int* out, unsigned int v, unsigned int 
 }
 "#;
 
+register!(gpu "attributes::cluster_dimensions" => cluster_dimensions);
 fn cluster_dimensions(gpu: &Gpu) -> anyhow::Result<()> {
     let k = gpu.module(SOURCE)?.kernel("cluster_size")?;
     let blocks = 8u32;
@@ -77,6 +66,7 @@ fn cluster_dimensions(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "attributes::cooperative_launch" => cooperative_launch);
 fn cooperative_launch(gpu: &Gpu) -> anyhow::Result<()> {
     let k = gpu.module(SOURCE)?.kernel("fill")?;
     let per_sm = k
@@ -120,6 +110,7 @@ fn cooperative_launch(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "attributes::cache_and_sync_attributes" => cache_and_sync_attributes);
 fn cache_and_sync_attributes(gpu: &Gpu) -> anyhow::Result<()> {
     let k = gpu.module(SOURCE)?.kernel("fill")?;
     let n = 1u32 << 20;

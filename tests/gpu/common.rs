@@ -78,6 +78,46 @@ impl std::fmt::Display for Unsupported {
 
 impl std::error::Error for Unsupported {}
 
+/// A test of the suite, registered next to its code by [`register!`].
+pub struct Registered {
+    /// The test's name (`module::what_it_checks`).
+    pub name: &'static str,
+    /// Makes the trial (through [`gpu_test`], [`gpus_test`], [`nccl_test`] or [`nvrtc_test`]).
+    pub make: fn() -> Trial,
+}
+
+/// Every registered test (collected at link time).
+#[linkme::distributed_slice]
+pub static TESTS: [Registered];
+
+/// Registers the function below as a test of the suite, with its name and the helper that runs
+/// it: `register!(gpu "dag::x" => x);` (one GPU), `register!(gpus 2 "placement::x" => x);`,
+/// `register!(nccl "nccl::x" => x);`, `register!(nvrtc "sources::x" => x);`.
+#[allow(unused_macros)] // reason: tests/no_alloc.rs shares this file and registers nothing
+macro_rules! register {
+    (gpu $name:literal => $f:ident) => {
+        register!(@ $name, crate::common::gpu_test($name, $f));
+    };
+    (gpus $needs:literal $name:literal => $f:ident) => {
+        register!(@ $name, crate::common::gpus_test($name, $needs, $f));
+    };
+    (nccl $name:literal => $f:ident) => {
+        register!(@ $name, crate::common::nccl_test($name, $f));
+    };
+    (nvrtc $name:literal => $f:ident) => {
+        register!(@ $name, crate::common::nvrtc_test($name, $f));
+    };
+    (@ $name:literal, $trial:expr) => {
+        const _: () = {
+            fn make() -> libtest_mimic::Trial {
+                $trial
+            }
+            #[linkme::distributed_slice(crate::common::TESTS)]
+            static TEST: crate::common::Registered = crate::common::Registered { name: $name, make };
+        };
+    };
+}
+
 /// A test that needs a GPU: run when there is one, *ignored* (with the reason) when there is
 /// none, and failed when there is none but `CUDAGRAPH_REQUIRE_GPU=1`.
 pub fn gpu_test(name: &str, f: fn(&Gpu) -> anyhow::Result<()>) -> Trial {

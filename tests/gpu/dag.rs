@@ -9,38 +9,10 @@ use cudagraph::{
     args, dst, src, Copy2d, Dag, Device, DeviceBuffer, Error, Exec, HostBuffer, LaunchConfig,
     Memset2d, Module, Region, Stream, UpdateOutcome,
 };
-use libtest_mimic::Trial;
 
-use crate::common::{assert_close, gpu_test, Gpu, KERNELS};
+use crate::common::{assert_close, Gpu, KERNELS};
 
-pub fn tests() -> Vec<Trial> {
-    vec![
-        gpu_test("dag::every_node_kind", every_node_kind),
-        gpu_test("dag::pitched_copies_and_fills", pitched_copies_and_fills),
-        gpu_test("dag::kernel_updates", kernel_updates),
-        gpu_test(
-            "dag::kernel_updates_from_a_thread_without_a_device",
-            kernel_updates_from_a_thread_without_a_device,
-        ),
-        gpu_test(
-            "dag::memcpy_memset_host_updates",
-            memcpy_memset_host_updates,
-        ),
-        gpu_test("dag::enable_disable", enable_disable),
-        gpu_test("dag::whole_graph_update", whole_graph_update),
-        gpu_test("dag::host_panic_is_an_error", host_panic_is_an_error),
-        gpu_test(
-            "dag::dropped_buffers_stay_alive",
-            dropped_buffers_stay_alive,
-        ),
-        gpu_test("dag::chain_of_10000", chain_of_10000),
-        gpu_test("dag::into_exec_consumes_the_dag", into_exec),
-        gpu_test("dag::cuda_dot", cuda_dot),
-        gpu_test("dag::validation_on_device", validation_on_device),
-        gpu_test("dag::captured_nodes", captured_nodes),
-    ]
-}
-
+register!(gpu "dag::every_node_kind" => every_node_kind);
 /// upload -> (scale, axpy from a child) fan-out/fan-in -> host -> download, plus memset,
 /// D2D and empty nodes.
 fn every_node_kind(gpu: &Gpu) -> anyhow::Result<()> {
@@ -93,6 +65,7 @@ fn every_node_kind(gpu: &Gpu) -> anyhow::Result<()> {
     assert_close(&h_out.to_vec()?, &want, 0.0)
 }
 
+register!(gpu "dag::pitched_copies_and_fills" => pitched_copies_and_fills);
 fn pitched_copies_and_fills(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     // A 6x4 block of a 10-wide source matrix into an 8-wide destination at column 1.
@@ -139,6 +112,7 @@ fn pitched_copies_and_fills(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "dag::kernel_updates_from_a_thread_without_a_device" => kernel_updates_from_a_thread_without_a_device);
 /// Kernel-node updates name their context (the kernel's device's primary context) rather than
 /// rely on the calling thread's: a thread that never made a device current updates an `Exec`,
 /// in place (a value) and through the staged path (another buffer), and the launches after
@@ -181,6 +155,7 @@ fn kernel_updates_from_a_thread_without_a_device(_gpu: &Gpu) -> anyhow::Result<(
     Ok(())
 }
 
+register!(gpu "dag::kernel_updates" => kernel_updates);
 fn kernel_updates(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let [write, scale] = gpu.kernels(["write_slot", "scale"])?;
@@ -235,6 +210,7 @@ fn kernel_updates(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "dag::memcpy_memset_host_updates" => memcpy_memset_host_updates);
 fn memcpy_memset_host_updates(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let src1 = DeviceBuffer::from_slice(d, &[1u32; 16])?;
@@ -281,6 +257,7 @@ fn memcpy_memset_host_updates(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "dag::enable_disable" => enable_disable);
 fn enable_disable(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let inc = gpu.kernel("inc")?;
@@ -307,6 +284,7 @@ fn enable_disable(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "dag::whole_graph_update" => whole_graph_update);
 fn whole_graph_update(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let write = gpu.kernel("write_slot")?;
@@ -355,6 +333,7 @@ fn whole_graph_update(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "dag::host_panic_is_an_error" => host_panic_is_an_error);
 fn host_panic_is_an_error(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let inc = gpu.kernel("inc")?;
@@ -391,6 +370,7 @@ fn host_panic_is_an_error(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "dag::dropped_buffers_stay_alive" => dropped_buffers_stay_alive);
 fn dropped_buffers_stay_alive(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let m = gpu.module(KERNELS)?;
@@ -424,6 +404,7 @@ fn dropped_buffers_stay_alive(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "dag::chain_of_10000" => chain_of_10000);
 fn chain_of_10000(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let inc = gpu.kernel("inc")?;
@@ -444,6 +425,7 @@ fn chain_of_10000(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "dag::cuda_dot" => cuda_dot);
 fn cuda_dot(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let inc = gpu.kernel("inc")?;
@@ -466,6 +448,7 @@ fn cuda_dot(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "dag::validation_on_device" => validation_on_device);
 fn validation_on_device(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let inc = gpu.kernel("inc")?;
@@ -489,6 +472,7 @@ fn validation_on_device(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "dag::into_exec_consumes_the_dag" => into_exec);
 fn into_exec(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let inc = gpu.kernel("inc")?;
@@ -505,6 +489,7 @@ fn into_exec(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "dag::captured_nodes" => captured_nodes);
 /// A captured node (a `cudaMemsetAsync` recorded from the capture stream) between kernel
 /// nodes: it runs in DAG order, can be disabled and enabled, and a failing or panicking capture
 /// leaves nothing behind (the next instantiation captures normally).

@@ -5,16 +5,8 @@
 
 use anyhow::ensure;
 use cudagraph::{args, Dag, DeviceBuffer, Exec, LaunchConfig, NodeId, Region, UpdateOutcome};
-use libtest_mimic::Trial;
 
-use crate::common::{gpu_test, Gpu};
-
-pub fn tests() -> Vec<Trial> {
-    vec![gpu_test(
-        "enabled::flags_survive_instantiation_update_and_reinstantiation",
-        flags_survive,
-    )]
-}
+use crate::common::Gpu;
 
 /// `[a, b, c]` of the three counters after a launch and wait.
 fn run(gpu: &Gpu, exec: &mut Exec, bufs: &[&DeviceBuffer<u32>; 3]) -> anyhow::Result<[u32; 3]> {
@@ -30,6 +22,7 @@ fn is_enabled(exec: &Exec, id: NodeId) -> anyhow::Result<bool> {
     Ok(exec.dag().node(id)?.is_enabled())
 }
 
+register!(gpu "enabled::flags_survive_instantiation_update_and_reinstantiation" => flags_survive);
 /// Kernel `a` (+1 on its counter), kernel `b` (+1 on its counter), captured memset `m` (its
 /// counter's bytes to 0x01). `b` and `m` are disabled by an `Exec`, whose DAG is instantiated
 /// again; then updates, a re-instantiation, and an update of an all-enabled `Exec` with that DAG.

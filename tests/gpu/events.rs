@@ -3,27 +3,13 @@
 
 use anyhow::ensure;
 use cudagraph::{args, dst, src, Dag, DeviceBuffer, Event, LaunchConfig, Stream};
-use libtest_mimic::Trial;
 
-use crate::common::{gpu_test, Gpu};
-
-pub fn tests() -> Vec<Trial> {
-    vec![
-        gpu_test(
-            "events::order_two_graphs_on_two_streams",
-            order_two_graphs_on_two_streams,
-        ),
-        gpu_test(
-            "events::a_stream_waits_for_a_graphs_event",
-            a_stream_waits_for_a_graphs_event,
-        ),
-        gpu_test("events::exec_set_event", exec_set_event),
-    ]
-}
+use crate::common::Gpu;
 
 /// About 0.1 s of GPU time on one thread: long enough that unordered work would overtake it.
 const SPIN: i64 = 200_000_000;
 
+register!(gpu "events::order_two_graphs_on_two_streams" => order_two_graphs_on_two_streams);
 /// Graph A (stream 1): spin, write 7, record E. Graph B (stream 2): wait for E, copy what A
 /// wrote. B's copy sees 7 only if it waited for A.
 fn order_two_graphs_on_two_streams(gpu: &Gpu) -> anyhow::Result<()> {
@@ -56,6 +42,7 @@ fn order_two_graphs_on_two_streams(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "events::a_stream_waits_for_a_graphs_event" => a_stream_waits_for_a_graphs_event);
 /// A graph records an event after slow work; a stream waits for it, then copies.
 fn a_stream_waits_for_a_graphs_event(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
@@ -84,6 +71,7 @@ fn a_stream_waits_for_a_graphs_event(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "events::exec_set_event" => exec_set_event);
 /// `Exec::set_event`: after the update the graph records the new event (timing against it
 /// works); a node without an event is refused.
 fn exec_set_event(gpu: &Gpu) -> anyhow::Result<()> {

@@ -7,53 +7,15 @@ use cudagraph::{
     args, CallbackParams, CustomCallback, Dag, DeviceBuffer, Direction, FftParams, FftPlan,
     FftPlanDesc, FftSpec, FftType, LaunchConfig, LoadCallback, StoreCallback, Stream, StreamFft,
 };
-use libtest_mimic::Trial;
 use rustfft::num_complex::Complex;
 use rustfft::FftPlanner;
 
-use crate::common::{gpu_test, Gpu};
+use crate::common::Gpu;
 
 const TOL: f64 = 2e-5;
 
 type C32 = Complex<f32>;
 type C64 = Complex<f64>;
-
-pub fn tests() -> Vec<Trial> {
-    vec![
-        gpu_test(
-            "fft::forward_then_inverse_1000_launches",
-            forward_inverse_ring,
-        ),
-        gpu_test("fft::parallel_nodes_of_one_plan", parallel_nodes),
-        gpu_test("fft::load_callbacks_from_integers", integer_loads),
-        gpu_test("fft::store_callbacks_scale_power_accumulate", stores),
-        gpu_test("fft::r2c_c2r", r2c_c2r),
-        gpu_test("fft::two_dimensional_batched", two_d),
-        gpu_test("fft::double_precision", double_precision),
-        gpu_test("fft::user_defined_callback", custom_callback),
-        gpu_test("fft::updates_while_launches_are_queued", queued_updates),
-        gpu_test("fft::advanced_layout", advanced_layout),
-        gpu_test("fft::stream_fft_matches_graph", stream_fft),
-        gpu_test(
-            "fft::whole_graph_update_keeps_unchanged_plans",
-            whole_graph_update,
-        ),
-        gpu_test("fft::disable_and_enable", disable_and_enable),
-        gpu_test(
-            "fft::failed_or_panicking_update_keeps_the_plans",
-            failed_update_keeps_plans,
-        ),
-        gpu_test("fft::both_forms_integer_loads", both_forms_integer_loads),
-        gpu_test("fft::both_forms_parameter_updates", both_forms_updates),
-        gpu_test("fft::both_forms_stream_fft", both_forms_stream_fft),
-        gpu_test("fft::both_forms_custom_loads", both_forms_custom_loads),
-        gpu_test(
-            "fft::both_forms_custom_load_updates",
-            both_forms_custom_load_updates,
-        ),
-        gpu_test("fft::auto_fusion_is_decided_once", auto_decided_once),
-    ]
-}
 
 /// Batched 1D transforms of `x` (each `n` long), in f64.
 fn reference(x: &[C64], n: usize, inverse: bool) -> Vec<C64> {
@@ -147,6 +109,7 @@ fn ld_st(load: Option<CallbackParams>, store: Option<CallbackParams>) -> FftPara
     FftParams { load, store }
 }
 
+register!(gpu "fft::forward_then_inverse_1000_launches" => forward_inverse_ring);
 /// The original scenario: one plan, a forward node then an inverse node with different
 /// callback parameters, launched 1,000 times with no synchronisation in the loop; each launch
 /// updates the scales and the output slot of a ring; every launch's result is checked.
@@ -234,6 +197,7 @@ fn forward_inverse_ring(gpu: &Gpu) -> anyhow::Result<()> {
     check(&spectrum.to_vec()?, &want, "spectrum")
 }
 
+register!(gpu "fft::parallel_nodes_of_one_plan" => parallel_nodes);
 fn parallel_nodes(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let (n, batch) = (512usize, 8usize);
@@ -318,6 +282,7 @@ fn parallel_nodes(gpu: &Gpu) -> anyhow::Result<()> {
     )
 }
 
+register!(gpu "fft::load_callbacks_from_integers" => integer_loads);
 fn integer_loads(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let n = 1024usize;
@@ -372,6 +337,7 @@ fn integer_loads(gpu: &Gpu) -> anyhow::Result<()> {
     )
 }
 
+register!(gpu "fft::store_callbacks_scale_power_accumulate" => stores);
 fn stores(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let n = 2048usize;
@@ -429,6 +395,7 @@ fn stores(gpu: &Gpu) -> anyhow::Result<()> {
     check_real(&acc.to_vec()?, &p3, "accumulated power over 3 launches")
 }
 
+register!(gpu "fft::r2c_c2r" => r2c_c2r);
 fn r2c_c2r(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let (n, batch) = (1000usize, 3usize);
@@ -472,6 +439,7 @@ fn r2c_c2r(gpu: &Gpu) -> anyhow::Result<()> {
     )
 }
 
+register!(gpu "fft::two_dimensional_batched" => two_d);
 fn two_d(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let (rows, cols, batch) = (32usize, 48usize, 4usize);
@@ -505,6 +473,7 @@ fn two_d(gpu: &Gpu) -> anyhow::Result<()> {
     check(&yd.to_vec()?, &want, "2D batched")
 }
 
+register!(gpu "fft::double_precision" => double_precision);
 fn double_precision(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let n = 4096usize;
@@ -534,6 +503,7 @@ fn double_precision(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "fft::user_defined_callback" => custom_callback);
 /// A user-defined load callback: a Hann-like window with a per-node gain.
 fn custom_callback(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
@@ -622,6 +592,7 @@ __device__ float2 window_load(void* dataIn, unsigned long long offset, void* inf
     Ok(())
 }
 
+register!(gpu "fft::updates_while_launches_are_queued" => queued_updates);
 /// Updates of callback parameters while earlier launches are still queued (behind a slow
 /// kernel) affect only later launches.
 fn queued_updates(gpu: &Gpu) -> anyhow::Result<()> {
@@ -673,6 +644,7 @@ fn queued_updates(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "fft::advanced_layout" => advanced_layout);
 fn advanced_layout(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     // Batches of 128 points, interleaved two channels (stride 2), batch distance 300.
@@ -705,6 +677,7 @@ fn advanced_layout(gpu: &Gpu) -> anyhow::Result<()> {
     )
 }
 
+register!(gpu "fft::stream_fft_matches_graph" => stream_fft);
 /// `StreamFft` (the graph-free baseline) computes the same as an FFT node, per call parameters
 /// included.
 fn stream_fft(gpu: &Gpu) -> anyhow::Result<()> {
@@ -759,6 +732,7 @@ fn stream_fft(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "fft::whole_graph_update_keeps_unchanged_plans" => whole_graph_update);
 /// A whole-graph update of a DAG of FFT nodes: unchanged plans are kept (no cuFFT plan is
 /// made), new buffers and parameters take effect, a refused update leaves the graph working,
 /// and per-node parameter updates still reach their nodes afterwards.
@@ -845,6 +819,7 @@ fn whole_graph_update(gpu: &Gpu) -> anyhow::Result<()> {
     )
 }
 
+register!(gpu "fft::disable_and_enable" => disable_and_enable);
 /// An FFT node disabled for some launches does nothing on them (its captured kernels, its
 /// parameter-setting kernel and, unfused, its conversion kernel are all disabled); parameters
 /// set while it is disabled apply once it is enabled again. In both forms, with an int8 load
@@ -938,6 +913,7 @@ fn ci8_64(x: &[[i8; 2]], scale: f32) -> Vec<C64> {
         .collect()
 }
 
+register!(gpu "fft::both_forms_integer_loads" => both_forms_integer_loads);
 /// Every built-in integer load, in both forms, against rustfft: complex int8 (C2C forward, with
 /// a store scale), complex int16 (C2C inverse), real int8 (R2C), complex int8 into a C2R, and a
 /// strided complex int8 layout (stride 2, batch distance 300: the conversion covers the gaps).
@@ -1111,6 +1087,7 @@ fn both_forms_integer_loads(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "fft::both_forms_parameter_updates" => both_forms_updates);
 /// Parameter updates in both forms: load scale and input override (the conversion kernel's
 /// argument when unfused), store scale and output override (the parameter-setting node), each
 /// alone and together, with launches queued between them; then a whole-graph update with new
@@ -1240,6 +1217,7 @@ fn both_forms_updates(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "fft::both_forms_stream_fft" => both_forms_stream_fft);
 /// `StreamFft` in both forms, per-call parameters (load scale, input override, store scale).
 fn both_forms_stream_fft(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
@@ -1344,6 +1322,7 @@ fn i8_params(gain: f32, input: Option<u64>) -> CallbackParams {
     })
 }
 
+register!(gpu "fft::both_forms_custom_loads" => both_forms_custom_loads);
 /// Custom int8 loads in both forms against rustfft: complex (C2C forward, with a built-in store
 /// scale: unfused, the store part sits after the custom load part of the parameter buffer),
 /// real (R2C), and complex into a double-precision Z2Z (the conversion writes double2).
@@ -1446,6 +1425,7 @@ fn both_forms_custom_loads(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "fft::both_forms_custom_load_updates" => both_forms_custom_load_updates);
 /// Parameter updates of a custom load in both forms (the custom parameters stay in the
 /// parameter buffer: unfused, the conversion reads them there after the setter): gain, input
 /// override and store scale, queued behind a slow kernel; a whole-graph update keeping the
@@ -1615,6 +1595,7 @@ fn both_forms_custom_load_updates(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "fft::auto_fusion_is_decided_once" => auto_decided_once);
 /// `Fusion::Auto`: decided once per shape and remembered (a second and third lowering, and a
 /// `StreamFft` of the same plan, do not measure again, and all use the same form); the decision
 /// is stored on disk (after forgetting this process's decisions it is read back, unless the
@@ -1743,6 +1724,7 @@ fn auto_decided_once(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "fft::failed_or_panicking_update_keeps_the_plans" => failed_update_keeps_plans);
 /// A whole-graph update whose lowering fails (a captured node's work returns an error) or
 /// panics after the FFT node was lowered with its reused cuFFT state leaves the executable
 /// graph working: the state goes back to the `Exec` instead of being destroyed while the graph

@@ -6,42 +6,10 @@ use cudagraph::{
     args, compile, CompileOptions, Device, DeviceBuffer, Error, HostBuffer, KernelArg,
     LaunchConfig, Module, ParamInfo, ParamSource, Stream,
 };
-use libtest_mimic::Trial;
 
-use crate::common::{assert_close, gpu_test, Gpu, KERNELS};
+use crate::common::{assert_close, Gpu, KERNELS};
 
-pub fn tests() -> Vec<Trial> {
-    vec![
-        gpu_test(
-            "foundation::versions_and_properties",
-            versions_and_properties,
-        ),
-        gpu_test(
-            "foundation::missing_device_is_typed",
-            missing_device_is_typed,
-        ),
-        gpu_test("foundation::memory_round_trips", memory_round_trips),
-        gpu_test("foundation::compile_and_launch", compile_and_launch),
-        gpu_test("foundation::parameter_layout", parameter_layout),
-        gpu_test(
-            "foundation::parameter_layout_from_the_cubin",
-            parameter_layout_from_the_cubin,
-        ),
-        gpu_test("foundation::compile_error_has_log", compile_error_has_log),
-        gpu_test(
-            "foundation::wrong_arguments_rejected",
-            wrong_arguments_rejected,
-        ),
-        gpu_test(
-            "foundation::bad_launch_shape_rejected",
-            bad_launch_shape_rejected,
-        ),
-        gpu_test("foundation::name_expressions", name_expressions),
-        gpu_test("foundation::events_time_work", events_time_work),
-        gpu_test("foundation::compiles_are_cached_on_disk", compile_cache),
-    ]
-}
-
+register!(gpu "foundation::versions_and_properties" => versions_and_properties);
 fn versions_and_properties(gpu: &Gpu) -> anyhow::Result<()> {
     let (runtime, driver) = cudagraph::versions()?;
     ensure!(runtime.major >= 13, "runtime {runtime}");
@@ -78,6 +46,7 @@ fn versions_and_properties(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "foundation::missing_device_is_typed" => missing_device_is_typed);
 fn missing_device_is_typed(_gpu: &Gpu) -> anyhow::Result<()> {
     match Device::get(10_000) {
         Err(Error::NoDevice(msg)) => ensure!(msg.contains("10000"), "{msg}"),
@@ -86,6 +55,7 @@ fn missing_device_is_typed(_gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "foundation::memory_round_trips" => memory_round_trips);
 fn memory_round_trips(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let data: Vec<f32> = (0..10_000).map(|i| i as f32 * 0.5).collect();
@@ -113,6 +83,7 @@ fn memory_round_trips(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "foundation::compile_and_launch" => compile_and_launch);
 fn compile_and_launch(gpu: &Gpu) -> anyhow::Result<()> {
     let axpy = gpu.kernel("axpy")?;
     let n = 100_000usize;
@@ -130,6 +101,7 @@ fn compile_and_launch(gpu: &Gpu) -> anyhow::Result<()> {
     assert_close(&yd.to_vec()?, &want, 0.0)
 }
 
+register!(gpu "foundation::parameter_layout" => parameter_layout);
 fn parameter_layout(gpu: &Gpu) -> anyhow::Result<()> {
     let m = gpu
         .module(r#"extern "C" __global__ void f(float* p, float a, int n, double d, char c) {}"#)?;
@@ -167,6 +139,7 @@ extern "C" __global__ void big(Big b, int* o) { o[0] = b.c[5]; }
 const PTX: &str = ".version 8.0\n.target sm_75\n.address_size 64\n\
     .visible .entry ptx_kernel(.param .u64 p, .param .u32 n) { ret; }\n\0";
 
+register!(gpu "foundation::parameter_layout_from_the_cubin" => parameter_layout_from_the_cubin);
 fn parameter_layout_from_the_cubin(gpu: &Gpu) -> anyhow::Result<()> {
     let layout = |v: &[(usize, usize)]| -> Vec<ParamInfo> {
         v.iter()
@@ -247,6 +220,7 @@ fn parameter_layout_from_the_cubin(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "foundation::compile_error_has_log" => compile_error_has_log);
 fn compile_error_has_log(gpu: &Gpu) -> anyhow::Result<()> {
     let opts = CompileOptions {
         name: "broken.cu".into(),
@@ -269,6 +243,7 @@ fn compile_error_has_log(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "foundation::wrong_arguments_rejected" => wrong_arguments_rejected);
 fn wrong_arguments_rejected(gpu: &Gpu) -> anyhow::Result<()> {
     let scale = gpu.kernel("scale")?;
     let x = DeviceBuffer::<f32>::zeros(&gpu.device, 16)?;
@@ -307,6 +282,7 @@ fn wrong_arguments_rejected(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "foundation::bad_launch_shape_rejected" => bad_launch_shape_rejected);
 fn bad_launch_shape_rejected(gpu: &Gpu) -> anyhow::Result<()> {
     let inc = gpu.kernel("inc")?;
     let c = DeviceBuffer::<u32>::zeros(&gpu.device, 1)?;
@@ -334,6 +310,7 @@ fn bad_launch_shape_rejected(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "foundation::name_expressions" => name_expressions);
 fn name_expressions(gpu: &Gpu) -> anyhow::Result<()> {
     let src = r#"
 template <typename T> __global__ void fill(T* p, T v, int n) {
@@ -359,6 +336,7 @@ template <typename T> __global__ void fill(T* p, T v, int n) {
     Ok(())
 }
 
+register!(gpu "foundation::events_time_work" => events_time_work);
 fn events_time_work(gpu: &Gpu) -> anyhow::Result<()> {
     let spin = gpu.kernel("spin")?;
     let (a, b) = (
@@ -375,6 +353,7 @@ fn events_time_work(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "foundation::compiles_are_cached_on_disk" => compile_cache);
 /// A second compile of the same program comes from the on-disk cache, gives the same image,
 /// and that image loads and runs; another option misses the cache.
 fn compile_cache(gpu: &Gpu) -> anyhow::Result<()> {

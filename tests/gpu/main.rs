@@ -1,12 +1,15 @@
 //! GPU test suite (custom harness, libtest-mimic).
 //!
-//! Every test here needs a GPU and goes through [`common::gpu_test`]: without a usable GPU it is
+//! Each test is registered next to its code (`register!(gpu "module::name" => function);`,
+//! see [`common::register`]) and collected here. Every test here needs a GPU and goes through
+//! [`common::gpu_test`]: without a usable GPU it is
 //! reported as *ignored* with the reason; with `CUDAGRAPH_REQUIRE_GPU=1` it must run, and fails
 //! if it cannot. The `sources::` tests need only NVRTC ([`common::nvrtc_test`]): they compile the
 //! suite's CUDA sources on the host.
 
-mod attributes;
+#[macro_use]
 mod common;
+mod attributes;
 mod dag;
 mod enabled;
 mod events;
@@ -27,16 +30,29 @@ fn main() {
     if args.test_threads.is_none() && std::env::var_os("RUST_TEST_THREADS").is_none() {
         args.test_threads = Some(1);
     }
-    let mut trials = Vec::new();
-    trials.extend(foundation::tests());
-    trials.extend(dag::tests());
-    trials.extend(enabled::tests());
-    trials.extend(events::tests());
-    trials.extend(attributes::tests());
-    trials.extend(fft::tests());
-    trials.extend(soundness::tests());
-    trials.extend(nccl::tests());
-    trials.extend(placement::tests());
-    trials.extend(sources::tests());
+    // The registered tests, module by module in this order, by name within a module (the
+    // link order of the registrations is not the source order).
+    const ORDER: [&str; 10] = [
+        "foundation::",
+        "dag::",
+        "enabled::",
+        "events::",
+        "attributes::",
+        "fft::",
+        "soundness::",
+        "nccl::",
+        "placement::",
+        "sources::",
+    ];
+    let rank = |name: &str| ORDER.iter().position(|m| name.starts_with(m));
+    let mut tests: Vec<&common::Registered> = common::TESTS.iter().collect();
+    if let Some(t) = tests.iter().find(|t| rank(t.name).is_none()) {
+        panic!(
+            "test {} is of no module in ORDER (tests/gpu/main.rs)",
+            t.name
+        );
+    }
+    tests.sort_by_key(|t| (rank(t.name), t.name));
+    let trials = tests.iter().map(|t| (t.make)()).collect();
     libtest_mimic::run(&args, trials).exit();
 }

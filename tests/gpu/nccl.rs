@@ -8,21 +8,10 @@ use anyhow::{ensure, Context};
 use cudagraph::{
     Communicators, Dag, Device, DeviceBuffer, Exec, NcclType, NodeId, ReduceOp, Stream,
 };
-use libtest_mimic::Trial;
 
-use crate::common::{assert_close, nccl_test, Gpu};
+use crate::common::{assert_close, Gpu};
 
 const F32_TOL: f32 = 1e-6;
-
-pub fn tests() -> Vec<Trial> {
-    vec![
-        nccl_test("nccl::communicators_over_all_devices", communicators),
-        nccl_test("nccl::collectives_in_graphs_match_cpu", in_graphs),
-        nccl_test("nccl::collectives_on_streams_match_cpu", on_streams),
-        nccl_test("nccl::graph_and_stream_all_reduce_agree", graph_vs_stream),
-        nccl_test("nccl::dag_instantiate_refuses_collectives", refused),
-    ]
-}
 
 /// Every visible device, a stream on each.
 fn all_devices(gpu: &Gpu) -> anyhow::Result<(Vec<Device>, Vec<Stream>)> {
@@ -38,6 +27,7 @@ fn all_devices(gpu: &Gpu) -> anyhow::Result<(Vec<Device>, Vec<Stream>)> {
     Ok((devices, streams))
 }
 
+register!(nccl "nccl::communicators_over_all_devices" => communicators);
 fn communicators(gpu: &Gpu) -> anyhow::Result<()> {
     let (devices, _) = all_devices(gpu)?;
     let comms = Communicators::new(&devices)?;
@@ -180,6 +170,7 @@ fn rank_dag(comms: &Communicators, r: usize, b: &Rank) -> anyhow::Result<(Dag, V
     Ok((dag, nodes))
 }
 
+register!(nccl "nccl::collectives_in_graphs_match_cpu" => in_graphs);
 fn in_graphs(gpu: &Gpu) -> anyhow::Result<()> {
     let (devices, streams) = all_devices(gpu)?;
     let n = devices.len();
@@ -211,6 +202,7 @@ fn in_graphs(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(nccl "nccl::collectives_on_streams_match_cpu" => on_streams);
 fn on_streams(gpu: &Gpu) -> anyhow::Result<()> {
     let (devices, streams) = all_devices(gpu)?;
     let n = devices.len();
@@ -247,6 +239,7 @@ fn on_streams(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(nccl "nccl::graph_and_stream_all_reduce_agree" => graph_vs_stream);
 fn graph_vs_stream(gpu: &Gpu) -> anyhow::Result<()> {
     let (devices, streams) = all_devices(gpu)?;
     let n = devices.len();
@@ -290,6 +283,7 @@ fn graph_vs_stream(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(nccl "nccl::dag_instantiate_refuses_collectives" => refused);
 fn refused(gpu: &Gpu) -> anyhow::Result<()> {
     let comms = Communicators::new(std::slice::from_ref(&gpu.device))?;
     let x = DeviceBuffer::<u32>::zeros(&gpu.device, 64)?;

@@ -6,20 +6,10 @@
 
 use anyhow::ensure;
 use cudagraph::{args, dst, src, Dag, Device, DeviceBuffer, HostBuffer, LaunchConfig, Module};
-use libtest_mimic::Trial;
 
-use crate::common::{assert_close, gpu_test, gpus_test, Gpu, Unsupported, KERNELS};
+use crate::common::{assert_close, Gpu, Unsupported, KERNELS};
 
-pub fn tests() -> Vec<Trial> {
-    vec![
-        gpu_test(
-            "placement::placed_on_device_0_as_unplaced",
-            placed_on_device_0_as_unplaced,
-        ),
-        gpus_test("placement::two_devices", 2, two_devices),
-    ]
-}
-
+register!(gpu "placement::placed_on_device_0_as_unplaced" => placed_on_device_0_as_unplaced);
 /// upload -> fill, scale -> add -> download; every node placed on device 0 (the home device)
 /// or none: the same results, both equal to the CPU's.
 fn placed_on_device_0_as_unplaced(gpu: &Gpu) -> anyhow::Result<()> {
@@ -63,6 +53,7 @@ fn placed_on_device_0_as_unplaced(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpus 2 "placement::two_devices" => two_devices);
 /// Device 0 (home): upload, scale. Device 1: fill, copy from device 0 (placed on whichever
 /// device reaches the other by peer), axpy, download to pinned host memory. Checked against the
 /// CPU, over two launches.

@@ -10,74 +10,16 @@ use cudagraph::{
     args, dst, src, Dag, DeviceBuffer, Error, Event, HostBuffer, InstantiateFlags, LaunchConfig,
     Stream, UpdateOutcome,
 };
-use libtest_mimic::Trial;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{gpu_test, Gpu, KERNELS};
-
-pub fn tests() -> Vec<Trial> {
-    vec![
-        gpu_test(
-            "soundness::dropping_a_buffer_waits_for_a_stream_launch",
-            drop_waits_for_stream_launch,
-        ),
-        gpu_test(
-            "soundness::host_write_waits_for_an_async_copy",
-            host_write_waits_for_async_copy,
-        ),
-        gpu_test(
-            "soundness::host_reads_wait_for_graph_launches",
-            host_reads_wait_for_graph_launches,
-        ),
-        gpu_test(
-            "soundness::swapped_fan_out_update_pairs_nodes_by_id",
-            swapped_fan_out_update,
-        ),
-        gpu_test(
-            "soundness::replaced_buffers_are_released_while_running",
-            replaced_buffers_released,
-        ),
-        gpu_test("soundness::child_host_panic_is_reported", child_host_panic),
-        gpu_test(
-            "soundness::a_replaced_closures_panic_in_a_queued_launch_is_reported",
-            replaced_closure_panic,
-        ),
-        gpu_test(
-            "soundness::device_helpers_wait_for_queued_work",
-            device_helpers_wait,
-        ),
-        gpu_test(
-            "soundness::refused_update_changes_nothing",
-            refused_update_changes_nothing,
-        ),
-        gpu_test(
-            "soundness::an_argument_that_becomes_a_buffer_is_tracked",
-            value_argument_becomes_buffer,
-        ),
-        gpu_test(
-            "soundness::instantiate_flags_and_priorities_reach_cuda",
-            flags_and_priorities,
-        ),
-        gpu_test(
-            "soundness::host_waits_cover_exactly_the_graph_launches",
-            waits_cover_exactly_the_launches,
-        ),
-        gpu_test(
-            "soundness::waits_follow_the_latest_launch_across_streams",
-            waits_follow_launches_across_streams,
-        ),
-        gpu_test(
-            "soundness::no_gpu_work_is_queued_from_a_host_node",
-            no_work_from_host_nodes,
-        ),
-    ]
-}
+use crate::common::{Gpu, KERNELS};
 
 /// About 50–100 ms of GPU time on one thread.
 const SPIN: i64 = 100_000_000;
 
+register!(gpu "soundness::dropping_a_buffer_waits_for_a_stream_launch" => drop_waits_for_stream_launch);
 /// A kernel launched behind a long spin, whose buffer is dropped at once: the drop returns only
 /// after the launch has run (else the memory would be freed under it). Note: `cudaFree` and
 /// `cudaLibraryUnload` synchronise on CUDA 13.0 themselves, so on that version this test also
@@ -111,6 +53,7 @@ fn drop_waits_for_stream_launch(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::host_write_waits_for_an_async_copy" => host_write_waits_for_async_copy);
 /// A copy from pinned memory queued behind a spin, then a host write of that memory: the write
 /// waits, so the copy sees the old contents.
 fn host_write_waits_for_async_copy(gpu: &Gpu) -> anyhow::Result<()> {
@@ -142,6 +85,7 @@ fn host_write_waits_for_async_copy(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::host_reads_wait_for_graph_launches" => host_reads_wait_for_graph_launches);
 /// Launches queued behind a slow kernel keep the parameters they were launched with, and a host
 /// read of the pinned ring they write waits for them (no synchronisation before the reads).
 fn host_reads_wait_for_graph_launches(gpu: &Gpu) -> anyhow::Result<()> {
@@ -171,6 +115,7 @@ fn host_reads_wait_for_graph_launches(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::swapped_fan_out_update_pairs_nodes_by_id" => swapped_fan_out_update);
 /// The same fork/join DAG (memset `r`, kernels `a` and `b` writing slots 0 and 1, join `j`)
 /// built in two orders: the whole-graph update pairs the nodes by id, and per-node updates
 /// afterwards reach the right node. Both add the nodes join first, then `b`, `r`, `a` (so that
@@ -238,6 +183,7 @@ fn swapped_fan_out_update(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::replaced_buffers_are_released_while_running" => replaced_buffers_released);
 /// A pipeline that swaps in a fresh 64 MiB buffer before every launch and synchronises through
 /// its stream only: the replaced buffers are released as their launches complete, so device
 /// memory stays flat (it would grow by ~6 GiB if they were kept until `Exec::synchronize`).
@@ -274,6 +220,7 @@ fn replaced_buffers_released(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::child_host_panic_is_reported" => child_host_panic);
 /// A panic in a host node of a child DAG is reported, naming the path to it.
 fn child_host_panic(gpu: &Gpu) -> anyhow::Result<()> {
     let mut child = Dag::new();
@@ -294,6 +241,7 @@ fn child_host_panic(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::a_replaced_closures_panic_in_a_queued_launch_is_reported" => replaced_closure_panic);
 /// A host closure blocked (on a gate the test opens) in a launch while an update replaces it,
 /// then panicking: the panic is reported, once, by the next `synchronize` or `launch` (issue
 /// 26, defect 4), whether the closure was replaced by `Exec::update`, `Exec::set_host_fn` or a
@@ -359,6 +307,7 @@ fn replaced_closure_panic(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::instantiate_flags_and_priorities_reach_cuda" => flags_and_priorities);
 /// The priority CUDA has for a kernel node is the one set on the DAG (the check fails if the
 /// crate did not pass it on), and instantiation with both flags works. (CUDA 13.0's
 /// `cudaGraphExecGetFlags` reports 0 whatever the flags, so the flags themselves cannot be
@@ -398,6 +347,7 @@ fn flags_and_priorities(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::device_helpers_wait_for_queued_work" => device_helpers_wait);
 /// The synchronous device helpers wait for queued work on the buffer: a read right after a
 /// queued kernel sees its result, and a memset right after it is not overtaken by it.
 fn device_helpers_wait(gpu: &Gpu) -> anyhow::Result<()> {
@@ -421,6 +371,7 @@ fn device_helpers_wait(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::refused_update_changes_nothing" => refused_update_changes_nothing);
 /// An update CUDA refuses (a zero-byte copy, which CUDA does not support) leaves the node as
 /// it was: the DAG still shows the old ends, the old buffers are still held (the user's
 /// handles are gone), and launches still copy them.
@@ -452,6 +403,7 @@ fn refused_update_changes_nothing(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::an_argument_that_becomes_a_buffer_is_tracked" => value_argument_becomes_buffer);
 /// A pointer parameter first given as a plain value, then as a buffer: the graph refers to the
 /// buffer from then on, so a host read of it waits for the graph's launches (it would read
 /// the old contents if the crate had lost count of the buffer).
@@ -499,6 +451,7 @@ fn blocker(
     Ok(g.instantiate(&gpu.device)?)
 }
 
+register!(gpu "soundness::host_waits_cover_exactly_the_graph_launches" => waits_cover_exactly_the_launches);
 /// Host access waits for the graph's launches (with nothing recorded per launch) and for
 /// nothing queued after them on the same stream: a later graph's host node blocks the stream
 /// until the host read has finished (giving up after 10 s). Checked for a buffer the graph
@@ -547,6 +500,7 @@ fn waits_cover_exactly_the_launches(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::waits_follow_the_latest_launch_across_streams" => waits_follow_launches_across_streams);
 /// The launches of one graph on two streams: host access waits for the latest launch wherever
 /// it went (CUDA runs a graph's launches in order), and for nothing queued after the launches
 /// on either stream: neither another graph's blocking host node nor a `Stream::wait_event` on
@@ -609,6 +563,7 @@ fn waits_follow_launches_across_streams(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::no_gpu_work_is_queued_from_a_host_node" => no_work_from_host_nodes);
 /// A host node that tries to queue GPU work (a stream copy, a kernel launch, a graph launch) gets
 /// an error: CUDA forbids CUDA calls there, and the stream's tail may be held by the thread
 /// that launched the node's graph.

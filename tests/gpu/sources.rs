@@ -2,17 +2,10 @@
 //! kernel shows up in CI instead of on the GPU machine.
 
 use cudagraph::{compile, CodeKind, CompileOptions};
-use libtest_mimic::Trial;
 
-use crate::common::{nvrtc_test, KERNELS};
+use crate::common::KERNELS;
 
-pub fn tests() -> Vec<Trial> {
-    vec![nvrtc_test(
-        "sources::compile_with_nvrtc",
-        compile_with_nvrtc,
-    )]
-}
-
+register!(nvrtc "sources::compile_with_nvrtc" => compile_with_nvrtc);
 fn compile_with_nvrtc() -> anyhow::Result<()> {
     let sources = [
         ("common::KERNELS", KERNELS, CodeKind::Cubin),
