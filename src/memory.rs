@@ -327,12 +327,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
     /// Allocates without initialising; every constructor writes the memory before returning.
     fn alloc_uninit(device: &Device, len: usize) -> Result<Self> {
-        let bytes =
-            len.checked_mul(std::mem::size_of::<T>())
-                .ok_or_else(|| Error::OutOfBounds {
-                    node: None,
-                    problem: format!("{len} elements overflow usize"),
-                })?;
+        let bytes = byte_size::<T>(len)?;
         Ok(DeviceBuffer {
             alloc: Allocation::new(device, bytes, MemorySpace::Device)?,
             len,
@@ -599,15 +594,19 @@ pub struct HostBuffer<T> {
 
 buffer_common!(HostBuffer);
 
+/// The bytes of `len` elements of `T`; an error when that overflows `usize`.
+fn byte_size<T>(len: usize) -> Result<usize> {
+    len.checked_mul(std::mem::size_of::<T>())
+        .ok_or_else(|| Error::OutOfBounds {
+            node: None,
+            problem: format!("{len} elements overflow usize"),
+        })
+}
+
 impl<T: DeviceRepr> HostBuffer<T> {
     /// Allocates `len` zeroed elements of pinned memory.
     pub fn zeros(device: &Device, len: usize) -> Result<Self> {
-        let bytes =
-            len.checked_mul(std::mem::size_of::<T>())
-                .ok_or_else(|| Error::OutOfBounds {
-                    node: None,
-                    problem: format!("{len} elements overflow usize"),
-                })?;
+        let bytes = byte_size::<T>(len)?;
         let alloc = Allocation::new(device, bytes, MemorySpace::PinnedHost)?;
         if bytes > 0 {
             // SAFETY: the allocation is `bytes` long and not yet shared.
