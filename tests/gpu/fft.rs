@@ -1104,7 +1104,6 @@ fn both_forms_updates(gpu: &Gpu) -> anyhow::Result<()> {
     );
     let f1 = reference(&ci8_64(&x1, 1.0), n, false);
     let f2 = reference(&ci8_64(&x2, 1.0), n, false);
-    let times = |f: &[C64], k: f64| f.iter().map(|c| c * k).collect::<Vec<_>>();
     for (fusion, form) in FORMS {
         let plan = FftPlan::new(
             FftPlanDesc::new(FftType::C2C, &[n as i64], batch as i64)
@@ -1174,47 +1173,72 @@ fn both_forms_updates(gpu: &Gpu) -> anyhow::Result<()> {
                 ),
             )?;
         }
-        // A whole-graph update: new input, output and load scale; the plan is kept.
+        // A whole-graph update (new input, output and load scale 3), a per-node update after
+        // it, and a refused one.
         let out2 = DeviceBuffer::<C32>::zeros(d, m)?;
         let (dag2, node2) = build(&b, &out2, 3.0)?;
         ensure!(node2 == node);
-        let made = cudagraph::fft::plans_made();
-        exec.update(&dag2)?;
-        ensure!(
-            cudagraph::fft::plans_made() == made,
-            "{fusion:?}: plans remade"
-        );
-        ensure!(exec.fft_fusion(node)?.form == form);
-        gpu.launch_and_wait(&mut exec)?;
-        check(
-            &out2.to_vec()?,
-            &times(&f2, 3.0),
-            &format!("{fusion:?}: after the whole-graph update"),
-        )?;
-        // Per-node updates after it.
-        exec.set_fft_params(
-            node,
+        after_whole_graph_update(
+            gpu,
+            &mut exec,
+            &dag2,
+            (node, form),
+            (&out2, &f2),
             ld_st(
                 Some(CallbackParams::load(-1.0)),
                 Some(CallbackParams::store(0.5)),
             ),
-        )?;
-        gpu.launch_and_wait(&mut exec)?;
-        check(
-            &out2.to_vec()?,
-            &times(&f2, -0.5),
-            &format!("{fusion:?}: per-node update after it"),
-        )?;
-        // Refused parameters change nothing.
-        ensure!(exec.set_fft_params(node, FftParams::none()).is_err());
-        gpu.launch_and_wait(&mut exec)?;
-        check(
-            &out2.to_vec()?,
-            &times(&f2, -0.5),
-            &format!("{fusion:?}: after a refused update"),
+            FftParams::none(),
+            &format!("{fusion:?}"),
         )?;
     }
     Ok(())
+}
+
+/// `f` scaled by `k`.
+fn times(f: &[C64], k: f64) -> Vec<C64> {
+    f.iter().map(|c| c * k).collect()
+}
+
+/// The update sequence both forms go through after their queued per-node updates: `exec`
+/// updated to `dag2` (whose FFT node writes `out` with a load scale of 3) keeps its plan and
+/// form and gives `want × 3`; then per-node parameters `next` (scale −1, store 0.5) give
+/// `want × −0.5`; then `refused` parameters are refused and change nothing.
+#[allow(clippy::too_many_arguments)] // reason: one test sequence, spelled out at each use
+fn after_whole_graph_update(
+    gpu: &Gpu,
+    exec: &mut cudagraph::Exec,
+    dag2: &Dag,
+    (node, form): (cudagraph::NodeId, FftForm),
+    (out, want): (&DeviceBuffer<C32>, &[C64]),
+    next: FftParams,
+    refused: FftParams,
+    what: &str,
+) -> anyhow::Result<()> {
+    let made = cudagraph::fft::plans_made();
+    exec.update(dag2)?;
+    ensure!(cudagraph::fft::plans_made() == made, "{what}: plans remade");
+    ensure!(exec.fft_fusion(node)?.form == form);
+    gpu.launch_and_wait(exec)?;
+    check(
+        &out.to_vec()?,
+        &times(want, 3.0),
+        &format!("{what}: after the whole-graph update"),
+    )?;
+    exec.set_fft_params(node, next)?;
+    gpu.launch_and_wait(exec)?;
+    check(
+        &out.to_vec()?,
+        &times(want, -0.5),
+        &format!("{what}: per-node update after it"),
+    )?;
+    ensure!(exec.set_fft_params(node, refused).is_err());
+    gpu.launch_and_wait(exec)?;
+    check(
+        &out.to_vec()?,
+        &times(want, -0.5),
+        &format!("{what}: after a refused update"),
+    )
 }
 
 register!(gpu "fft::both_forms_stream_fft" => both_forms_stream_fft);
@@ -1442,7 +1466,6 @@ fn both_forms_custom_load_updates(gpu: &Gpu) -> anyhow::Result<()> {
     );
     let f1 = reference(&ci8_64(&x1, 1.0), n, false);
     let f2 = reference(&ci8_64(&x2, 1.0), n, false);
-    let times = |f: &[C64], k: f64| f.iter().map(|c| c * k).collect::<Vec<_>>();
     // Every launch given `b`'s raw address runs on `gpu.stream`; this guard (dropped before
     // `b`, also on an early error return) waits for them.
     struct SyncOnDrop<'a>(&'a Stream);
@@ -1512,52 +1535,26 @@ fn both_forms_custom_load_updates(gpu: &Gpu) -> anyhow::Result<()> {
                 &format!("{fusion:?}: custom update {i} (gain {g}, override {over}, store {st})"),
             )?;
         }
-        // A whole-graph update: new input, output and gain; the plan is kept.
+        // A whole-graph update (new input, output and gain 3), a per-node update after it,
+        // and a refused one (wrong size).
         let out2 = DeviceBuffer::<C32>::zeros(d, m)?;
         let (dag2, node2) = build(&b, &out2, 3.0)?;
         ensure!(node2 == node);
-        let made = cudagraph::fft::plans_made();
-        exec.update(&dag2)?;
-        ensure!(
-            cudagraph::fft::plans_made() == made,
-            "{fusion:?}: plans remade"
-        );
-        ensure!(exec.fft_fusion(node)?.form == form);
-        gpu.launch_and_wait(&mut exec)?;
-        check(
-            &out2.to_vec()?,
-            &times(&f2, 3.0),
-            &format!("{fusion:?}: custom, after the whole-graph update"),
-        )?;
-        // A per-node update after it.
-        exec.set_fft_params(
-            node,
+        after_whole_graph_update(
+            gpu,
+            &mut exec,
+            &dag2,
+            (node, form),
+            (&out2, &f2),
             ld_st(
                 Some(i8_params(-1.0, None)),
                 Some(CallbackParams::store(0.5)),
             ),
-        )?;
-        gpu.launch_and_wait(&mut exec)?;
-        check(
-            &out2.to_vec()?,
-            &times(&f2, -0.5),
-            &format!("{fusion:?}: custom, per-node update after it"),
-        )?;
-        // Refused parameters (wrong size) change nothing.
-        ensure!(exec
-            .set_fft_params(
-                node,
-                ld_st(
-                    Some(CallbackParams::custom(1.0f32)),
-                    Some(CallbackParams::store(1.0))
-                )
-            )
-            .is_err());
-        gpu.launch_and_wait(&mut exec)?;
-        check(
-            &out2.to_vec()?,
-            &times(&f2, -0.5),
-            &format!("{fusion:?}: custom, after a refused update"),
+            ld_st(
+                Some(CallbackParams::custom(1.0f32)),
+                Some(CallbackParams::store(1.0)),
+            ),
+            &format!("{fusion:?}: custom"),
         )?;
         // StreamFft, per-call parameters.
         let mut fft = StreamFft::new(d, &plan)?;
