@@ -281,6 +281,20 @@ fn regions_far_past_their_buffer_have_an_address() {
 }
 
 #[test]
+fn captured_uses_of_any_length_are_drawn() {
+    // Found by the `dag` fuzz target (fuzz/): the DOT label of a captured node summed the
+    // lengths of the regions it declares, which overflowed for regions reaching past the
+    // address space (the declared uses are not bounds-checked).
+    let mut r = rec();
+    let x = r.device_buffer::<u32>(4);
+    let mut dag = Dag::new();
+    let huge = [x.region(0..usize::MAX), x.region(1..usize::MAX)];
+    // SAFETY: the work enqueues nothing (and a recording backend never calls it).
+    unsafe { dag.add_captured("huge", huge, |_| Ok(())) };
+    assert!(dag.to_dot().contains("uses 2 buffers"), "{}", dag.to_dot());
+}
+
+#[test]
 fn copy_bounds_errors_name_the_node() {
     let mut r = rec();
     let a = r.device_buffer::<f32>(100);

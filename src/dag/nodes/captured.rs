@@ -97,7 +97,8 @@ impl NodeOp for CapturedNode {
         }
     }
     fn label(&self) -> Label {
-        let bytes: usize = self.uses.iter().map(Region::len_bytes).sum();
+        // Saturating: the regions declared may be of any length (they are not bounds-checked).
+        let bytes = (self.uses.iter()).fold(0usize, |n, r| n.saturating_add(r.len_bytes()));
         Label::new(
             "box3d",
             "#e2d9f3",
