@@ -288,6 +288,41 @@ pub enum Error {
         /// `ncclGetErrorString` and, where NCCL kept one, `ncclGetLastError`'s text.
         message: String,
     },
+    /// A string handed to CUDA (kernel source, program, option, name, path) contains a NUL
+    /// byte, which C strings cannot hold.
+    #[error("{what} contains a NUL byte")]
+    Nul {
+        /// What the string is.
+        what: &'static str,
+    },
+    /// Called from a host node (CUDA's callback thread), where CUDA calls are forbidden and
+    /// waiting for the GPU would deadlock.
+    #[error("{what} was called from a host node: {reason}")]
+    InHostNode {
+        /// The call.
+        what: String,
+        /// Why it cannot run there, and what to do instead.
+        reason: &'static str,
+    },
+    /// A recording backend's placeholder (kernel, event, communicators) was used where real
+    /// CUDA objects are needed.
+    #[error("{what} is a recording backend's placeholder: {problem}")]
+    Placeholder {
+        /// The object.
+        what: String,
+        /// What it cannot do.
+        problem: &'static str,
+    },
+    /// An environment variable the crate reads has a value it does not accept.
+    #[error("{variable}={value:?}: expected {expected}")]
+    BadEnv {
+        /// The variable.
+        variable: &'static str,
+        /// Its value.
+        value: String,
+        /// What it may be.
+        expected: &'static str,
+    },
     /// Any other invalid use, described in words.
     #[error("{0}")]
     Invalid(String),

@@ -58,11 +58,12 @@ pub(crate) struct Allocation {
 /// An error when called from a host node (CUDA's callback thread must not wait for GPU work).
 pub(crate) fn check_not_in_host_node(what: &str) -> Result<()> {
     if track::in_host_node() {
-        return Err(Error::Invalid(format!(
-            "{what} was called from a host node, where waiting for the GPU would deadlock; \
-             inside a host node, use HostBuffer::as_slice / as_mut_slice (unsafe: the DAG's \
-             edges must order the access)"
-        )));
+        return Err(Error::InHostNode {
+            what: what.to_string(),
+            reason: "waiting for the GPU there would deadlock; inside a host node, use \
+                     HostBuffer::as_slice / as_mut_slice (unsafe: the DAG's edges must order \
+                     the access)",
+        });
     }
     Ok(())
 }

@@ -785,8 +785,10 @@ impl Exec {
             std::process::id(),
             self.raw
         ));
-        let c = std::ffi::CString::new(path.to_string_lossy().as_bytes())
-            .map_err(|_| Error::Invalid("temporary path has a NUL".into()))?;
+        let c =
+            std::ffi::CString::new(path.to_string_lossy().as_bytes()).map_err(|_| Error::Nul {
+                what: "the temporary DOT path",
+            })?;
         // SAFETY: the graph is live; CUDA writes the file.
         unsafe { rt::graph_debug_dot_print(graph, &c, sys::cudaGraphDebugDotFlagsVerbose)? };
         let text = std::fs::read_to_string(&path)

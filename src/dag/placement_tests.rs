@@ -207,7 +207,10 @@ fn buffers_unreachable_by_peer_are_refused() {
     let m = dag.add_memset(&on0, 1u32).unwrap();
     dag.place_on(m, one).unwrap();
     let e = dag.lower(&mut r).unwrap_err();
-    assert!(matches!(e, Error::WrongDevice { node: Some(_), .. }), "{e:?}");
+    assert!(
+        matches!(e, Error::WrongDevice { node: Some(_), .. }),
+        "{e:?}"
+    );
     assert!(
         e.to_string().contains(&format!(
             "destination buffer belongs to {home}, which {one} cannot"
@@ -259,7 +262,10 @@ fn cross_device_copies_follow_peer_reachability() {
     }
     // On device 1, which cannot reach device 0: refused, naming the source's device.
     let e = build(Some(r.device_key(1))).lower(&mut r).unwrap_err();
-    assert!(matches!(e, Error::WrongDevice { node: Some(_), .. }), "{e:?}");
+    assert!(
+        matches!(e, Error::WrongDevice { node: Some(_), .. }),
+        "{e:?}"
+    );
     assert!(
         e.to_string().contains(&format!(
             "source buffer belongs to {}, which {} cannot access by peer",

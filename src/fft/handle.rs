@@ -57,8 +57,9 @@ pub(crate) fn new_handle(
             continue;
         };
         let ir = callback_lto(device, &sym, &src)?;
-        let sym =
-            CString::new(sym).map_err(|_| Error::Invalid("callback name has a NUL".into()))?;
+        let sym = CString::new(sym).map_err(|_| Error::Nul {
+            what: "the callback name",
+        })?;
         handle.caller_info[slot] = info as *mut c_void;
         // SAFETY: the handle is not made yet; `ir` defines `sym`; the name, the IR and the
         // caller-info slot (pointing into the parameter buffer) are kept with the handle,
@@ -288,9 +289,10 @@ pub(crate) unsafe fn launch_packed(
     args: &crate::kernel::PackedArgs,
     stream: sys::cudaStream_t,
 ) -> Result<()> {
-    let func = kernel
-        .raw()
-        .ok_or_else(|| Error::Invalid("a recording kernel cannot be launched".into()))?;
+    let func = kernel.raw().ok_or_else(|| Error::Placeholder {
+        what: "the FFT parameter kernel".into(),
+        problem: "it cannot be launched",
+    })?;
     // SAFETY: the caller's contract.
     unsafe {
         rt::launch_kernel(

@@ -128,13 +128,17 @@ pub fn compile(
         }
     };
     let arch = pick_arch(cc)?;
-    let src = CString::new(source)
-        .map_err(|_| Error::Invalid("kernel source contains a NUL byte".into()))?;
-    let name = CString::new(options.name.as_str())
-        .map_err(|_| Error::Invalid("program name contains a NUL byte".into()))?;
+    let src = CString::new(source).map_err(|_| Error::Nul {
+        what: "the kernel source",
+    })?;
+    let name = CString::new(options.name.as_str()).map_err(|_| Error::Nul {
+        what: "the program name",
+    })?;
     let mut opts: Vec<CString> = Vec::new();
     let mut push = |s: String| -> Result<()> {
-        opts.push(CString::new(s).map_err(|_| Error::Invalid("option contains a NUL".into()))?);
+        opts.push(CString::new(s).map_err(|_| Error::Nul {
+            what: "a compile option",
+        })?);
         Ok(())
     };
     match options.kind {
@@ -194,7 +198,9 @@ pub fn compile(
         .iter()
         .map(|e| CString::new(e.as_str()))
         .collect::<std::result::Result<_, _>>()
-        .map_err(|_| Error::Invalid("name expression contains a NUL".into()))?;
+        .map_err(|_| Error::Nul {
+            what: "a name expression",
+        })?;
     for e in &exprs {
         // SAFETY: the program is live and not compiled yet.
         unsafe { nv::add_name_expression(guard.0, e)? };

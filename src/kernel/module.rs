@@ -92,7 +92,9 @@ impl Module {
             .get(name)
             .map(String::as_str)
             .unwrap_or(name);
-        let c = CString::new(symbol).map_err(|_| Error::Invalid("kernel name has a NUL".into()))?;
+        let c = CString::new(symbol).map_err(|_| Error::Nul {
+            what: "the kernel name",
+        })?;
         self.inner.device.bind()?;
         // SAFETY: the library is loaded.
         let raw = unsafe { rt::library_get_kernel(self.inner.raw, &c) }.map_err(|e| {

@@ -100,9 +100,10 @@ impl Stream {
 /// queued.
 pub(crate) fn check_not_in_host_node() -> Result<()> {
     if crate::stream::track::in_host_node() {
-        return Err(Error::Invalid(
-            "GPU work was queued from a host node: CUDA forbids CUDA calls there".into(),
-        ));
+        return Err(Error::InHostNode {
+            what: "queueing GPU work".into(),
+            reason: "CUDA forbids CUDA calls there",
+        });
     }
     Ok(())
 }
@@ -180,9 +181,10 @@ impl Event {
     fn live(&self) -> Result<sys::cudaEvent_t> {
         match self.inner.owner {
             Owner::Cuda(_) => Ok(self.inner.raw),
-            Owner::Recording(_) => Err(Error::Invalid(
-                "a recording backend's placeholder event cannot be used on a GPU".into(),
-            )),
+            Owner::Recording(_) => Err(Error::Placeholder {
+                what: "the event".into(),
+                problem: "it cannot be used on a GPU",
+            }),
         }
     }
 

@@ -189,10 +189,10 @@ impl KernelNode {
     pub(crate) fn context(&self) -> Result<sys::CUcontext> {
         match self.kernel().home() {
             Ok(device) => device.primary_context(),
-            Err(_) => Err(Error::Invalid(format!(
-                "kernel `{}` is a recording backend's: it has no CUDA context",
-                self.kernel().name()
-            ))),
+            Err(_) => Err(Error::Placeholder {
+                what: format!("kernel `{}`", self.kernel().name()),
+                problem: "it has no CUDA context",
+            }),
         }
     }
 

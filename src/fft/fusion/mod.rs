@@ -175,9 +175,11 @@ fn parse_env(v: &str) -> Result<Option<FftForm>> {
         "" | "auto" => Ok(None),
         "fused" => Ok(Some(FftForm::Fused)),
         "unfused" => Ok(Some(FftForm::Unfused)),
-        _ => Err(Error::Invalid(format!(
-            "{FUSION_ENV}={v:?}: expected `fused`, `unfused` or `auto`"
-        ))),
+        _ => Err(Error::BadEnv {
+            variable: FUSION_ENV,
+            value: v.to_string(),
+            expected: "`fused`, `unfused` or `auto`",
+        }),
     }
 }
 
