@@ -887,13 +887,26 @@ fn check(dag: &Dag, rec: &mut RecordingBackend) -> Option<Vec<Option<usize>>> {
     // DOT: one node line per node, one edge line per edge, balanced quotes.
     let dot = dag.to_dot();
     assert!(dot.starts_with("digraph cudagraph {\n") && dot.ends_with("}\n"));
+    // `  n<i> [label="…` and `  n<i> -> n<j>;` (a name may hold ` -> `, inside its label).
+    let numbered = |l: &str| -> Option<usize> {
+        let rest = l.strip_prefix("  n")?;
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        (digits > 0).then_some(digits + 3)
+    };
     let node_lines = dot
         .lines()
-        .filter(|l| l.starts_with("  n") && l.contains(" [label=\""))
+        .filter(|l| numbered(l).is_some_and(|at| l[at..].starts_with(" [label=\"")))
         .count();
     let edge_lines = dot
         .lines()
-        .filter(|l| l.starts_with("  n") && l.contains(" -> "))
+        .filter(|l| {
+            numbered(l).is_some_and(|at| {
+                l[at..]
+                    .strip_prefix(" -> n")
+                    .and_then(|r| r.strip_suffix(';'))
+                    .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
         .count();
     assert_eq!(node_lines, live.len(), "{dot}");
     assert_eq!(edge_lines, edges.len(), "{dot}");
