@@ -48,6 +48,7 @@ use crate::stream::Stream;
 use crate::sys;
 
 mod collective;
+mod graphs;
 mod matching;
 
 pub(crate) use collective::{collective_error, Collective, Kind};
