@@ -67,14 +67,12 @@ impl Collective {
         op: ReduceOp,
     ) -> Result<Collective, String> {
         let _ = comm;
-        if send.len() != recv.len() {
-            return Err(format!(
-                "an all-reduce sends and receives the same number of elements; the send buffer \
-                 has {} and the receive buffer {}",
-                send.len(),
-                recv.len()
-            ));
-        }
+        check_lengths(
+            "an all-reduce",
+            1,
+            ("send", send.len()),
+            ("receive", recv.len()),
+        )?;
         Ok(Self::new::<T>(
             Kind::AllReduce(op),
             Some(device_region(send)),
@@ -87,17 +85,12 @@ impl Collective {
         send: &DeviceBuffer<T>,
         recv: &DeviceBuffer<T>,
     ) -> Result<Collective, String> {
-        let n = comm.ranks();
-        if recv.len() != n * send.len() {
-            return Err(format!(
-                "an all-gather over {n} ranks receives {n} x the send length ({} x {} = {} \
-                 elements), but the receive buffer has {}",
-                n,
-                send.len(),
-                n * send.len(),
-                recv.len()
-            ));
-        }
+        check_lengths(
+            "an all-gather",
+            comm.ranks(),
+            ("send", send.len()),
+            ("receive", recv.len()),
+        )?;
         let (s, r) = (device_region(send), device_region(recv));
         if same_alloc(&s, &r) {
             return Err("an all-gather's send and receive buffers must be distinct".into());
@@ -111,17 +104,12 @@ impl Collective {
         recv: &DeviceBuffer<T>,
         op: ReduceOp,
     ) -> Result<Collective, String> {
-        let n = comm.ranks();
-        if send.len() != n * recv.len() {
-            return Err(format!(
-                "a reduce-scatter over {n} ranks sends {n} x the receive length ({} x {} = {} \
-                 elements), but the send buffer has {}",
-                n,
-                recv.len(),
-                n * recv.len(),
-                send.len()
-            ));
-        }
+        check_lengths(
+            "a reduce-scatter",
+            comm.ranks(),
+            ("receive", recv.len()),
+            ("send", send.len()),
+        )?;
         let (s, r) = (device_region(send), device_region(recv));
         if same_alloc(&s, &r) {
             return Err("a reduce-scatter's send and receive buffers must be distinct".into());
@@ -141,14 +129,12 @@ impl Collective {
                 comm.ranks()
             ));
         }
-        if send.len() != recv.len() {
-            return Err(format!(
-                "a broadcast sends and receives the same number of elements; the send buffer \
-                 has {} and the receive buffer {}",
-                send.len(),
-                recv.len()
-            ));
-        }
+        check_lengths(
+            "a broadcast",
+            1,
+            ("send", send.len()),
+            ("receive", recv.len()),
+        )?;
         Ok(Self::new::<T>(
             Kind::Broadcast { root },
             Some(device_region(send)),
@@ -339,4 +325,28 @@ pub(crate) fn collective_error(
         node: node.to_string(),
         problem: problem.into(),
     })
+}
+
+/// The one length check of the collectives: the `large` buffer holds `ranks` × the `small`
+/// one's elements (`ranks` 1: the same number). Each side is (its name, its length): an
+/// all-gather's receive buffer holds `ranks` × what it sends; a reduce-scatter's send buffer
+/// `ranks` × what it receives.
+fn check_lengths(
+    what: &str,
+    ranks: usize,
+    (small_name, small): (&str, usize),
+    (large_name, large): (&str, usize),
+) -> Result<(), String> {
+    match small.checked_mul(ranks) {
+        Some(want) if want == large => Ok(()),
+        _ if ranks == 1 => Err(format!(
+            "{what} sends and receives the same number of elements; the {small_name} buffer \
+             has {small} and the {large_name} buffer {large}"
+        )),
+        want => Err(format!(
+            "{what} over {ranks} ranks needs its {large_name} buffer to hold {ranks} x the \
+             {small_name} length ({ranks} x {small} = {} elements), but it has {large}",
+            want.map_or("more than usize::MAX".to_string(), |w| w.to_string())
+        )),
+    }
 }
