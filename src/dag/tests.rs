@@ -295,6 +295,27 @@ fn captured_uses_of_any_length_are_drawn() {
 }
 
 #[test]
+fn tall_copies_within_one_buffer_are_refused_at_once() {
+    // Found by the `dag` fuzz target (fuzz/) as a hang: a 2D copy within one buffer was
+    // checked for overlapping rows, row by row, before its bounds, so 2^40 interleaved rows
+    // (even bytes into odd ones) took hours to be found out of bounds.
+    let mut r = rec();
+    let x = r.device_buffer::<u8>(64);
+    let mut dag = Dag::new();
+    let e = dag
+        .add_memcpy_2d(Copy2d {
+            dst: x.region(0..),
+            dst_pitch: 2,
+            src: x.region(1..),
+            src_pitch: 2,
+            width: 1,
+            height: 1 << 40,
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("outside its 64-byte buffer"), "{e}");
+}
+
+#[test]
 fn copy_bounds_errors_name_the_node() {
     let mut r = rec();
     let a = r.device_buffer::<f32>(100);

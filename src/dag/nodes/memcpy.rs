@@ -390,16 +390,8 @@ fn check_memcpy(name: &(impl std::fmt::Display + ?Sized), m: &MemcpyNode) -> Res
             ),
         ));
     }
-    if rows_overlap(m) {
-        return Err(out_of_bounds(
-            name,
-            format!(
-                "the source (bytes {}..) and the destination (bytes {}..) overlap in one buffer; \
-                 CUDA copies need distinct memory",
-                m.src.offset, m.dst.offset
-            ),
-        ));
-    }
+    // Bounds first: within them, the overlap walk visits at most a row per pitch of the buffer
+    // (a huge height, out of bounds, would make it walk for ever).
     for (r, pitch, what) in [
         (&m.dst, m.dst_pitch, "destination"),
         (&m.src, m.src_pitch, "source"),
@@ -415,6 +407,16 @@ fn check_memcpy(name: &(impl std::fmt::Display + ?Sized), m: &MemcpyNode) -> Res
                 ),
             ));
         }
+    }
+    if rows_overlap(m) {
+        return Err(out_of_bounds(
+            name,
+            format!(
+                "the source (bytes {}..) and the destination (bytes {}..) overlap in one buffer; \
+                 CUDA copies need distinct memory",
+                m.src.offset, m.dst.offset
+            ),
+        ));
     }
     Ok(())
 }
