@@ -6,7 +6,6 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-
 /// One row of a table: a method (or a phase of one), its value per N in µs per node, and the
 /// row its ratio is taken against.
 #[derive(Debug, Clone)]
