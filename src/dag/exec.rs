@@ -324,6 +324,43 @@ pub(super) fn keep_enabled_flags(dag: &mut Dag, from: &Dag) {
     }
 }
 
+/// The host-side half of [`Exec::update`]: `new` has the nodes of `old` (same ids, same
+/// kinds) and the same dependencies, else `Error::UpdateRefused`. Nodes are then paired by
+/// id, and lowering both in canonical order pairs them the way CUDA does.
+pub(crate) fn check_same_topology(old: &Dag, new: &Dag) -> Result<()> {
+    for i in new.graph.node_indices() {
+        let node = &new.graph[i];
+        let same = old
+            .graph
+            .node_weight(i)
+            .map(|n| n.serial == node.serial && n.kind() == node.kind())
+            .unwrap_or(false);
+        if !same {
+            return Err(Error::UpdateRefused {
+                node: Some(node.name().to_string()),
+                reason: "the node is new or changed kind".into(),
+            });
+        }
+    }
+    if new.node_count() != old.node_count() {
+        return Err(Error::UpdateRefused {
+            node: None,
+            reason: format!(
+                "the graph has {} nodes; the instantiated one has {}",
+                new.node_count(),
+                old.node_count()
+            ),
+        });
+    }
+    if new.edge_serials() != old.edge_serials() {
+        return Err(Error::UpdateRefused {
+            node: None,
+            reason: "the dependencies differ from the instantiated graph's".into(),
+        });
+    }
+    Ok(())
+}
+
 /// Lowers `dag` into a new CUDA graph; FFT nodes whose plan did not change take their cuFFT
 /// state from `reuse` instead of making it again (it moves into the result). On failure,
 /// `reuse` is left whole.
@@ -608,37 +645,7 @@ impl Exec {
     /// [`Exec::to_dot`] keep the flags the executable graph has. [`Exec::set_enabled`]
     /// changes them.
     pub fn update(&mut self, dag: &Dag) -> Result<()> {
-        for i in dag.graph.node_indices() {
-            let new = &dag.graph[i];
-            let same = self
-                .dag
-                .graph
-                .node_weight(i)
-                .map(|n| n.serial == new.serial && n.kind() == new.kind())
-                .unwrap_or(false);
-            if !same {
-                return Err(Error::UpdateRefused {
-                    node: Some(new.name().to_string()),
-                    reason: "the node is new or changed kind".into(),
-                });
-            }
-        }
-        if dag.node_count() != self.dag.node_count() {
-            return Err(Error::UpdateRefused {
-                node: None,
-                reason: format!(
-                    "the graph has {} nodes; the instantiated one has {}",
-                    dag.node_count(),
-                    self.dag.node_count()
-                ),
-            });
-        }
-        if dag.edge_serials() != self.dag.edge_serials() {
-            return Err(Error::UpdateRefused {
-                node: None,
-                reason: "the dependencies differ from the instantiated graph's".into(),
-            });
-        }
+        check_same_topology(&self.dag, dag)?;
         dag.validate(&self.device)?;
         let mut reuse = Some(std::mem::take(&mut self.fft_capture));
         let device = &self.device;

@@ -764,4 +764,6 @@ mod kernel_tests;
 #[cfg(test)]
 mod placement_tests;
 #[cfg(test)]
+mod prop_tests;
+#[cfg(test)]
 mod tests;
