@@ -452,24 +452,46 @@ impl Dag {
 
     /// Chains `nodes`: each waits for the one before it.
     pub fn chain(&mut self, nodes: &[NodeId]) -> Result<()> {
-        for w in nodes.windows(2) {
-            self.add_dependency(w[0], w[1])?;
-        }
-        Ok(())
+        self.add_dependencies(nodes.windows(2).map(|w| (w[0], w[1])))
     }
 
     /// Makes every node of `after` wait for `before`.
     pub fn fan_out(&mut self, before: NodeId, after: &[NodeId]) -> Result<()> {
-        after
-            .iter()
-            .try_for_each(|&a| self.add_dependency(before, a))
+        self.add_dependencies(after.iter().map(|&a| (before, a)))
     }
 
     /// Makes `after` wait for every node of `before`.
     pub fn fan_in(&mut self, before: &[NodeId], after: NodeId) -> Result<()> {
-        before
-            .iter()
-            .try_for_each(|&b| self.add_dependency(b, after))
+        self.add_dependencies(before.iter().map(|&b| (b, after)))
+    }
+
+    /// Adds every `(before, after)` edge, or none: on an error the edges this call added are
+    /// taken out again, so a refused `chain`, `fan_out` or `fan_in` leaves the DAG as it was.
+    fn add_dependencies(&mut self, edges: impl Iterator<Item = (NodeId, NodeId)>) -> Result<()> {
+        let mut added = Vec::new();
+        for (before, after) in edges {
+            let had = self.graph.find_edge(before.idx, after.idx).is_some();
+            if let Err(e) = self.add_dependency(before, after) {
+                for (b, a) in added.into_iter().rev() {
+                    self.remove_dependency(b, a);
+                }
+                return Err(e);
+            }
+            if !had {
+                added.push((before, after));
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes out the edge `before -> after` that `add_dependency` added.
+    fn remove_dependency(&mut self, before: NodeId, after: NodeId) {
+        if let Some(e) = self.graph.find_edge(before.idx, after.idx) {
+            self.graph.remove_edge(e);
+            if before.serial > after.serial {
+                self.backward_edges -= 1;
+            }
+        }
     }
 
     /// The nodes `id` waits for (none for an unknown id).

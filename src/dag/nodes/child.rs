@@ -28,11 +28,39 @@ impl NodeOp for ChildNode {
         // may be placed elsewhere.
         let t = on.target;
         let inner = ValidationTarget::new(t.home, t.limits, t.devices, false);
+        // An error of a node inside names its path: `child/node`.
+        let path = |n: Option<String>| n.map(|n| format!("{name}/{n}"));
         self.dag.validate_on(&inner).map_err(|e| match e {
             Error::Dag(inner) => Error::Dag(DagError::WrongKind {
                 node: name.to_string(),
                 problem: format!("in the child graph: {inner}"),
             }),
+            Error::WrongDevice { node, problem } => Error::WrongDevice {
+                node: path(node),
+                problem,
+            },
+            Error::OutOfBounds { node, problem } => Error::OutOfBounds {
+                node: path(node),
+                problem,
+            },
+            Error::KernelArgs {
+                node,
+                kernel,
+                problem,
+            } => Error::KernelArgs {
+                node: path(node),
+                kernel,
+                problem,
+            },
+            Error::LaunchShape {
+                node,
+                kernel,
+                problem,
+            } => Error::LaunchShape {
+                node: path(node),
+                kernel,
+                problem,
+            },
             other => other,
         })
     }
