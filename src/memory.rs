@@ -13,6 +13,7 @@ use std::sync::Arc;
 use crate::device::{Device, Owner};
 use crate::error::{Error, Result};
 use crate::result::runtime as rt;
+use crate::stream::queue::Queued;
 use crate::stream::track::{self, GpuUses};
 use crate::stream::Stream;
 use crate::sys;
@@ -542,7 +543,7 @@ unsafe fn queue_copy(
     kind: sys::cudaMemcpyKind,
     stream: &Stream,
 ) -> Result<()> {
-    let mut tail = stream.queue()?;
+    let tail = stream.queue()?;
     // SAFETY: the caller's contract; the markers below keep both alive until the copy ran.
     unsafe {
         rt::memcpy_async(
@@ -553,11 +554,21 @@ unsafe fn queue_copy(
             tail.raw(),
         )?
     };
-    let m = tail.mark()?;
-    drop(tail);
-    dst.uses.add_marker(&m);
-    src.uses.add_marker(&m);
-    Ok(())
+    match tail.mark_queued() {
+        Queued::Marked(m) => {
+            dst.uses.add_marker(&m);
+            src.uses.add_marker(&m);
+            Ok(())
+        }
+        // The copy has run: nothing to note.
+        Queued::Ran(e) => Err(e),
+        Queued::Unknown(e) => {
+            // The copy may still run: neither end may ever be freed.
+            std::mem::forget(Arc::clone(dst));
+            std::mem::forget(Arc::clone(src));
+            Err(e)
+        }
+    }
 }
 
 /// A typed array in page-locked (pinned) host memory.

@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::kernel::{LaunchConfig, PackedArgs};
 use crate::memory::{Allocation, MemorySpace, Region};
 use crate::result::{cufft as cf, runtime as rt};
+use crate::stream::queue::Queued;
 use crate::stream::Stream;
 
 /// One cuFFT plan made from an [`FftPlan`], executed directly on streams: the baseline FFT
@@ -104,7 +105,7 @@ impl StreamFft {
         check_transform("StreamFft", &self.plan, direction, input, output, params)?;
         super::check_owners("StreamFft", input, output, params, self.device.key())?;
         stream.check_device(&self.device, "the StreamFft")?;
-        let mut tail = stream.queue()?;
+        let tail = stream.queue()?;
         if self.bound.as_ref().map(Stream::raw) != Some(stream.raw()) {
             // Work queued on the previous stream may still use the work area and parameters.
             if let Some(prev) = &self.bound {
@@ -147,12 +148,23 @@ impl StreamFft {
                 direction.raw(),
             )?
         };
-        let m = tail.mark()?;
-        drop(tail);
-        input.alloc.uses.add_marker(&m);
-        output.alloc.uses.add_marker(&m);
-        params.for_each_allocation(&mut |a| a.uses.add_marker(&m));
-        Ok(())
+        match tail.mark_queued() {
+            Queued::Marked(m) => {
+                input.alloc.uses.add_marker(&m);
+                output.alloc.uses.add_marker(&m);
+                params.for_each_allocation(&mut |a| a.uses.add_marker(&m));
+                Ok(())
+            }
+            // The transform has run: nothing to note.
+            Queued::Ran(e) => Err(e),
+            Queued::Unknown(e) => {
+                // The transform may still run: what it uses may never be freed.
+                std::mem::forget(Arc::clone(&input.alloc));
+                std::mem::forget(Arc::clone(&output.alloc));
+                params.for_each_allocation(&mut |a| std::mem::forget(Arc::clone(a)));
+                Err(e)
+            }
+        }
     }
 }
 

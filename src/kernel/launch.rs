@@ -12,6 +12,7 @@ use crate::device::{Device, DeviceKey, DeviceLimits};
 use crate::error::{Error, Result};
 use crate::memory::Allocation;
 use crate::result::runtime as rt;
+use crate::stream::queue::Queued;
 use crate::stream::Stream;
 use crate::sys;
 
@@ -411,20 +412,34 @@ impl Kernel {
         };
         self.check_args(args)?;
         self.check_launch(device.limits(), &cfg)?;
-        let mut tail = stream.queue()?;
+        let tail = stream.queue()?;
         // SAFETY: arguments and shape were just checked against the kernel's layout and the
         // device; the kernel is live (its module is held); the buffers and the module are kept
         // from being freed until the launch has run by the marker noted below.
         unsafe { self.launch_raw(tail.raw(), cfg, args)? };
-        let m = tail.mark()?;
-        drop(tail);
-        module.uses.add_marker(&m);
-        for a in args {
-            if let Some(b) = &a.buffer {
-                b.uses.add_marker(&m);
+        match tail.mark_queued() {
+            Queued::Marked(m) => {
+                module.uses.add_marker(&m);
+                for a in args {
+                    if let Some(b) = &a.buffer {
+                        b.uses.add_marker(&m);
+                    }
+                }
+                Ok(())
+            }
+            // The launch has run: nothing to note.
+            Queued::Ran(e) => Err(e),
+            Queued::Unknown(e) => {
+                // The launch may still run: its module and buffers may never be freed.
+                std::mem::forget(Arc::clone(module));
+                for a in args {
+                    if let Some(b) = &a.buffer {
+                        std::mem::forget(Arc::clone(b));
+                    }
+                }
+                Err(e)
             }
         }
-        Ok(())
     }
 
     /// Launches without checking anything.

@@ -43,6 +43,7 @@ use crate::device::{Device, DeviceKey};
 use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceRepr};
 use crate::result::nccl as nc;
+use crate::stream::queue::Queued;
 use crate::stream::track::GpuUses;
 use crate::stream::Stream;
 use crate::sys;
@@ -384,16 +385,24 @@ impl Communicators {
         };
         // Marked even when a call failed: a rank's work may be queued already, and its buffers
         // and communicator must not be freed before it ran.
-        let mut marks = Vec::with_capacity(tails.len());
-        for t in &mut tails {
-            marks.push(t.mark()?);
+        // A rank whose work can be neither marked nor waited for keeps its buffers forever.
+        let mut first_error = None;
+        for (rank, (p, t)) in parts.iter().zip(tails).enumerate() {
+            match t.mark_queued() {
+                Queued::Marked(m) => {
+                    c.uses[rank].add_marker(&m);
+                    p.for_each_allocation(&mut |a| a.uses.add_marker(&m));
+                }
+                Queued::Ran(e) => {
+                    first_error.get_or_insert(e);
+                }
+                Queued::Unknown(e) => {
+                    p.for_each_allocation(&mut |a| std::mem::forget(Arc::clone(a)));
+                    first_error.get_or_insert(e);
+                }
+            }
         }
-        drop(tails);
-        for (rank, (p, m)) in parts.iter().zip(&marks).enumerate() {
-            c.uses[rank].add_marker(m);
-            p.for_each_allocation(&mut |a| a.uses.add_marker(m));
-        }
-        issued
+        issued.and(first_error.map_or(Ok(()), Err))
     }
 
     /// `ncclAllReduce` on every rank at once: `recvs[r] = op over ranks of sends[r]`, each rank

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::result::runtime as rt;
 use crate::stream::marker::{Marker, MarkerPool};
 use crate::sys;
@@ -111,6 +111,20 @@ impl QueueGuard<'_> {
     /// The raw stream, for queuing work while the tail is locked.
     pub(crate) fn raw(&self) -> sys::cudaStream_t {
         self.queue.raw
+    }
+
+    /// Marks the work just queued at the tail (see [`Queued`]). If no marker can be
+    /// recorded, the tail is released and the stream waited for instead (longer, never
+    /// shorter), so that nothing the work uses is freed, or read or written by the host,
+    /// before it ran.
+    pub(crate) fn mark_queued(mut self) -> Queued {
+        let marked = self.mark();
+        let raw = self.queue.raw;
+        drop(self);
+        settle(marked, || {
+            // SAFETY: the stream is live: the caller holds the `Stream` this guard locked.
+            unsafe { rt::stream_synchronize(raw) }
+        })
     }
 
     /// Gives the graph launch at the tail its marker, before other work is queued after it.
@@ -246,5 +260,60 @@ impl ExecLaunches {
             Some(m) => m.wait(),
             None => Ok(()),
         }
+    }
+}
+
+/// What became of work just queued at a tail ([`QueueGuard::mark_queued`]).
+#[derive(Debug)]
+pub(crate) enum Queued<M = Arc<Marker>> {
+    /// The work's marker: note it on everything the work uses.
+    Marked(M),
+    /// No marker could be recorded (the error says why), but the stream was waited for: the
+    /// work has run, so what it used needs no marker.
+    Ran(Error),
+    /// Neither a marker nor a wait (the error is the marker's): the work may still run, as far
+    /// as anyone can tell. What it uses must never be freed; the caller leaks it. (Both calls
+    /// failing means the context is broken, so the work is not running, but nothing proves it.)
+    Unknown(Error),
+}
+
+/// [`QueueGuard::mark_queued`]'s decision: the marker if there is one, else the outcome of
+/// `wait` (called only then).
+fn settle<M>(marked: Result<M>, wait: impl FnOnce() -> Result<()>) -> Queued<M> {
+    match marked {
+        Ok(m) => Queued::Marked(m),
+        Err(e) => match wait() {
+            Ok(()) => Queued::Ran(e),
+            Err(_) => Queued::Unknown(e),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_without_a_marker_is_waited_for_or_reported_unknown() {
+        let failed = || Error::Invalid("no marker".into());
+        // A marker: no wait.
+        let q = settle(Ok(7), || panic!("waited although marked"));
+        assert!(matches!(q, Queued::Marked(7)));
+        // No marker, the wait succeeds: the work ran.
+        let mut waited = false;
+        let q: Queued<u8> = settle(Err(failed()), || {
+            waited = true;
+            Ok(())
+        });
+        assert!(
+            waited && matches!(q, Queued::Ran(Error::Invalid(_))),
+            "{q:?}"
+        );
+        // No marker and no wait: unknown, with the marker's error.
+        let q: Queued<u8> = settle(Err(failed()), || Err(Error::Invalid("no wait".into())));
+        assert!(
+            matches!(&q, Queued::Unknown(Error::Invalid(m)) if m == "no marker"),
+            "{q:?}"
+        );
     }
 }
