@@ -451,16 +451,22 @@ impl Dag {
     }
 
     /// Chains `nodes`: each waits for the one before it.
+    /// All or nothing: if one edge is refused (it would close a cycle, or names an unknown
+    /// node), none of them is added.
     pub fn chain(&mut self, nodes: &[NodeId]) -> Result<()> {
         self.add_dependencies(nodes.windows(2).map(|w| (w[0], w[1])))
     }
 
     /// Makes every node of `after` wait for `before`.
+    /// All or nothing: if one edge is refused (it would close a cycle, or names an unknown
+    /// node), none of them is added.
     pub fn fan_out(&mut self, before: NodeId, after: &[NodeId]) -> Result<()> {
         self.add_dependencies(after.iter().map(|&a| (before, a)))
     }
 
     /// Makes `after` wait for every node of `before`.
+    /// All or nothing: if one edge is refused (it would close a cycle, or names an unknown
+    /// node), none of them is added.
     pub fn fan_in(&mut self, before: &[NodeId], after: NodeId) -> Result<()> {
         self.add_dependencies(before.iter().map(|&b| (b, after)))
     }
