@@ -313,15 +313,35 @@ pub enum Error {
         /// What it cannot do.
         problem: &'static str,
     },
-    /// An environment variable the crate reads has a value it does not accept.
-    #[error("{variable}={value:?}: expected {expected}")]
+    /// An environment variable the crate reads is unset where it must be set, or has a value
+    /// it does not accept.
+    #[error("{variable}{}: expected {expected}", env_value(value))]
     BadEnv {
         /// The variable.
         variable: &'static str,
-        /// Its value.
-        value: String,
-        /// What it may be.
+        /// Its value (`None`: unset).
+        value: Option<String>,
+        /// What it may be, and how to set it.
         expected: &'static str,
+    },
+    /// Options given to a call do not fit together (e.g. an upload requested without an
+    /// upload stream, a compile without a device or an architecture); the call did nothing.
+    #[error("{what}: {problem}")]
+    BadOptions {
+        /// The call or options type.
+        what: &'static str,
+        /// What is wrong, and what to give instead.
+        problem: String,
+    },
+    /// A file the crate reads or writes itself (not one of the user's) could not be.
+    #[error("{what}: {kind}: {message}")]
+    Io {
+        /// What the crate was doing.
+        what: &'static str,
+        /// The kind of I/O error.
+        kind: std::io::ErrorKind,
+        /// The operating system's message.
+        message: String,
     },
     /// Any other invalid use, described in words.
     #[error("{0}")]
@@ -387,6 +407,25 @@ pub enum DagError {
         /// CUDA's instantiation result in words, and its error.
         problem: String,
     },
+}
+
+/// `="VALUE"` for a set variable, ` is unset` otherwise.
+fn env_value(value: &Option<String>) -> String {
+    match value {
+        Some(v) => format!("={v:?}"),
+        None => " is unset".into(),
+    }
+}
+
+impl Error {
+    /// An [`Error::Io`] for `e` while doing `what`.
+    pub(crate) fn io(what: &'static str, e: &std::io::Error) -> Error {
+        Error::Io {
+            what,
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
 }
 
 /// `node `NAME`: ` for an error of a node, nothing otherwise.

@@ -138,13 +138,14 @@ fn python_wheel_libs(dir: &Path, soname: &str) -> Vec<PathBuf> {
 pub fn nccl_nvls_setting() -> Result<String> {
     match std::env::var("NCCL_NVLS_ENABLE") {
         Ok(v) => Ok(v),
-        Err(_) => Err(Error::Invalid(
-            "NCCL_NVLS_ENABLE is unset: NVLink multicast must be off before NCCL is loaded. \
-             Start the program with NCCL_NVLS_ENABLE=0 in its environment, or call \
-             `unsafe { cudagraph::load::set_nccl_nvls_off() }` first thing in main, before \
-             any other thread starts"
-                .into(),
-        )),
+        Err(_) => Err(Error::BadEnv {
+            variable: "NCCL_NVLS_ENABLE",
+            value: None,
+            expected: "a value set before NCCL is loaded (NVLink multicast must be off: 0). \
+                       Start the program with NCCL_NVLS_ENABLE=0 in its environment, or call \
+                       `unsafe { cudagraph::load::set_nccl_nvls_off() }` first thing in main, \
+                       before any other thread starts",
+        }),
     }
 }
 
@@ -468,7 +469,19 @@ mod tests {
         match std::env::var("NCCL_NVLS_ENABLE") {
             Ok(v) => assert_eq!(nccl_nvls_setting().unwrap(), v),
             Err(_) => {
-                let e = nccl_nvls_setting().unwrap_err().to_string();
+                let e = nccl_nvls_setting().unwrap_err();
+                assert!(
+                    matches!(
+                        &e,
+                        Error::BadEnv {
+                            variable: "NCCL_NVLS_ENABLE",
+                            value: None,
+                            ..
+                        }
+                    ),
+                    "{e:?}"
+                );
+                let e = e.to_string();
                 assert!(e.contains("NCCL_NVLS_ENABLE is unset"), "{e}");
                 assert!(e.contains("set_nccl_nvls_off"), "{e}");
                 let e = nccl().map(|_| ()).unwrap_err().to_string();

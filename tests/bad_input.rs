@@ -482,4 +482,22 @@ fn environment_and_libraries() {
     }
     // 47. A device ordinal that does not exist.
     assert!(cudagraph::Device::get(1 << 20).is_err());
+    // 48. A compile with neither a device nor an architecture: refused before NVRTC is loaded.
+    let e = cudagraph::compile(
+        None,
+        "__global__ void k() {}",
+        &cudagraph::CompileOptions::default(),
+    )
+    .expect_err("no target");
+    assert!(
+        matches!(
+            &e,
+            Error::BadOptions {
+                what: "compile",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("CompileOptions::arch"), "{e}");
 }

@@ -171,9 +171,10 @@ impl Dag {
                 Some(s)
             }
             (true, None) => {
-                return Err(Error::Invalid(
-                    "InstantiateFlags::upload needs an upload stream".into(),
-                ))
+                return Err(Error::BadOptions {
+                    what: "InstantiateFlags",
+                    problem: "`upload` needs an upload stream".into(),
+                })
             }
         };
         let log = ExecLaunches::new();
@@ -798,8 +799,8 @@ impl Exec {
             })?;
         // SAFETY: the graph is live; CUDA writes the file.
         unsafe { rt::graph_debug_dot_print(graph, &c, sys::cudaGraphDebugDotFlagsVerbose)? };
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| Error::Invalid(format!("reading CUDA's DOT file: {e}")));
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| Error::io("reading CUDA's DOT file", &e));
         let _ = std::fs::remove_file(&path);
         text
     }

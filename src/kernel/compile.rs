@@ -122,9 +122,10 @@ pub fn compile(
         (Some(a), _) => a,
         (None, Some(d)) => d.limits().compute_capability,
         (None, None) => {
-            return Err(Error::Invalid(
-                "compile: give a device or CompileOptions::arch".into(),
-            ))
+            return Err(Error::BadOptions {
+                what: "compile",
+                problem: "give a device or CompileOptions::arch".into(),
+            })
         }
     };
     let arch = pick_arch(cc)?;

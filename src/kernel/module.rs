@@ -44,9 +44,12 @@ impl Module {
         options: &CompileOptions,
     ) -> Result<Module> {
         if options.kind != CodeKind::Cubin {
-            return Err(Error::Invalid(
-                "a module is loaded from a cubin; LTO-IR is for cuFFT callbacks".into(),
-            ));
+            return Err(Error::BadOptions {
+                what: "Module::from_source_with",
+                problem: "a module is loaded from a cubin (CodeKind::Cubin); LTO-IR is for \
+                          cuFFT callbacks"
+                    .into(),
+            });
         }
         let c = compile(Some(device), source, options)?;
         Module::load(device, &c.image, c.lowered_names)

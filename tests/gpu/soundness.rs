@@ -333,6 +333,16 @@ fn flags_and_priorities(gpu: &Gpu) -> anyhow::Result<()> {
         .instantiate_with(d, flags, None)
         .err()
         .expect("needs a stream");
+    ensure!(
+        matches!(
+            &e,
+            Error::BadOptions {
+                what: "InstantiateFlags",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
     ensure!(e.to_string().contains("upload stream"), "{e}");
     let mut exec = dag.instantiate_with(d, flags, Some(&gpu.stream))?;
     ensure!(exec.cuda_priority(k)? == -1);

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use super::{check_owner, Label, NodeOp, RunsOn};
 use crate::dag::nodes::backend::{CaptureWork, NodeParams};
 use crate::dag::{Dag, NodeId, NodeName, Op};
-use crate::error::{Error, Result};
+use crate::error::{DagError, Result};
 use crate::memory::{Allocation, Region};
 use crate::result::runtime as rt;
 use crate::sys;
@@ -248,10 +248,14 @@ pub(crate) unsafe fn set_captured_enabled(
         // SAFETY: `n` is a node of the graph `exec` was made from (caller's contract).
         let t = unsafe { rt::graph_node_type(n)? };
         if !allowed.contains(&t) {
-            return Err(Error::Invalid(format!(
-                "node `{node}`: its captured work contains a node of CUDA type {t}, and CUDA \
-                 can enable or disable only kernel, memcpy and memset nodes"
-            )));
+            return Err(DagError::WrongKind {
+                node: node.to_string(),
+                problem: format!(
+                    "its captured work contains a node of CUDA type {t}, and CUDA can enable \
+                     or disable only kernel, memcpy and memset nodes"
+                ),
+            }
+            .into());
         }
     }
     for (i, &n) in nodes.iter().enumerate() {

@@ -177,7 +177,7 @@ fn parse_env(v: &str) -> Result<Option<FftForm>> {
         "unfused" => Ok(Some(FftForm::Unfused)),
         _ => Err(Error::BadEnv {
             variable: FUSION_ENV,
-            value: v.to_string(),
+            value: Some(v.to_string()),
             expected: "`fused`, `unfused` or `auto`",
         }),
     }
