@@ -288,6 +288,47 @@ pub enum Error {
         /// `ncclGetErrorString` and, where NCCL kept one, `ncclGetLastError`'s text.
         message: String,
     },
+    /// A rank index that is not one of the communicators' ranks
+    /// ([`Communicators::comm`](crate::Communicators::comm)).
+    #[error("rank {rank} does not exist ({ranks} ranks)")]
+    NoSuchRank {
+        /// The rank asked for.
+        rank: usize,
+        /// How many ranks there are.
+        ranks: usize,
+    },
+    /// Per-rank arguments that do not fit the communicators: not one stream, buffer, peer or
+    /// DAG per rank, or devices that cannot make communicators (none, or one given twice).
+    #[error("{call}: {problem}")]
+    RankMismatch {
+        /// The call (`Communicators::new`, `all_reduce`, `check_ranks`, …).
+        call: &'static str,
+        /// What does not fit.
+        problem: String,
+    },
+    /// A collective called on streams ([`Communicators::all_reduce`](crate::Communicators::all_reduce)
+    /// and the others) was refused: a rank's buffers, root or peers do not fit the call, or the
+    /// ranks' calls do not match each other. (A collective *node* reports the same problems as
+    /// [`DagError::Collective`], naming the node.)
+    #[error("{call}: {problem}")]
+    CollectiveCall {
+        /// The call and the rank concerned, e.g. `all_reduce (rank 1)`.
+        call: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A collective node was lowered to CUDA other than by
+    /// [`Communicators::instantiate`](crate::Communicators::instantiate), which captures every
+    /// rank's DAG at once (a capture on its own could wait forever for the other ranks).
+    #[error(
+        "a collective node ({collective}) can only be lowered to CUDA by \
+         Communicators::instantiate, which captures every rank's DAG at once \
+         (Dag::instantiate, Dag::lower on a CudaBackend and Exec::update cannot)"
+    )]
+    CollectiveOutsideInstantiate {
+        /// The node's collective and rank, e.g. `all-reduce sum f32 x1024, rank 1 of 2`.
+        collective: String,
+    },
     /// A string handed to CUDA (kernel source, program, option, name, path) contains a NUL
     /// byte, which C strings cannot hold.
     #[error("{what} contains a NUL byte")]
