@@ -1,14 +1,208 @@
-//! One rank's part of a collective ([`Collective`]: the call, its element type, count and
-//! buffers), its checks, and how it is issued to NCCL.
+//! The table of the collectives ([`for_each_collective!`]: one row each, which every level
+//! expands) and one rank's part of a collective ([`Collective`]: the call, its element type,
+//! count and buffers), its checks, and how it is issued to NCCL.
 
 use std::sync::Arc;
 
-use super::{Comm, NcclType, ReduceOp};
+use super::{Comm, NcclType};
 use crate::device::DeviceKey;
 use crate::error::{DagError, Error, Result};
 use crate::memory::{Allocation, DeviceBuffer, MemorySpace, Region};
 use crate::result::nccl as nc;
 use crate::sys;
+
+/// The collectives, one row each: everything the crate says about a collective of one send
+/// and one receive buffer per rank, at every level. Each level expands the rows with its own
+/// macro (`for_each_collective!(its_macro)`), taking the parts it needs:
+///
+/// - `stream`: the docs and name of the stream call on [`Communicators`](super::Communicators)
+///   (`nccl/mod.rs`: `fn name(&self, sends, recvs, <fields>, streams)`);
+/// - `dag`: the docs and name of the builder call on [`Dag`](crate::Dag)
+///   (`dag/nodes/nccl.rs`: `fn name(&mut self, comm, send, recv, <fields>)`);
+/// - `kind`: the [`Kind`] variant and its fields, which are also the calls' parameters after
+///   the buffers; then, for this file: `what` (for errors), `lengths` ([`Lengths`]: how the
+///   send and receive lengths relate), an optional `check` of the fields against the number
+///   of ranks, `issue` (the call of the `result/nccl.rs` wrapper, given the raw send and
+///   receive pointers, NCCL's count, data type, communicator and stream) and `describe` (the
+///   words of labels and errors, given the type's name, the count and `" in place"` or `""`).
+///
+/// Adding a collective is a row here and its wrapper in `result/nccl.rs`. Point-to-point
+/// (`Kind::P2p`: optional buffers, a peer per rank, three builder calls) does not have this
+/// shape and is written out at each level.
+macro_rules! for_each_collective {
+    ($then:ident) => {
+        $then! {
+            /// `ncclAllReduce` on every rank at once: `recvs[r] = op over ranks of sends[r]`, each
+            /// rank on `streams[r]` (of its device). `sends[r]` may be `recvs[r]` (in place).
+            stream all_reduce;
+            /// Adds rank `comm.rank()`'s part of an all-reduce: `recv = op over ranks of send`
+            /// (`ncclAllReduce`). `send` and `recv` have the same length and are device memory of
+            /// the rank's device; passing one buffer twice reduces in place.
+            dag add_all_reduce;
+            kind AllReduce { op: $crate::nccl::ReduceOp } {
+                what: "an all-reduce",
+                lengths: Same,
+                issue(s, r, n, dtype, comm, stream) =>
+                    nc::all_reduce(s, r, n, dtype, op.raw(), comm, stream),
+                describe(t, n, place) => format!("all-reduce {} {t} x{n}{place}", op.as_str()),
+            }
+
+            /// `ncclAllGather` on every rank: `recvs[r]` (`ranks * n`) gets every rank's `sends`
+            /// (`n` each) in rank order.
+            stream all_gather;
+            /// Adds rank `comm.rank()`'s part of an all-gather (`ncclAllGather`): `recv` (`ranks`
+            /// times the length of `send`, a distinct buffer) gets every rank's `send`, in rank
+            /// order.
+            dag add_all_gather;
+            kind AllGather {} {
+                what: "an all-gather",
+                lengths: RecvTimesRanks,
+                issue(s, r, n, dtype, comm, stream) => nc::all_gather(s, r, n, dtype, comm, stream),
+                describe(t, n, _place) => format!("all-gather {t} x{n} per rank"),
+            }
+
+            /// `ncclReduceScatter` on every rank: `recvs[r]` (`n`) gets block `r` of the reduction
+            /// of the ranks' `sends` (`ranks * n`).
+            stream reduce_scatter;
+            /// Adds rank `comm.rank()`'s part of a reduce-scatter (`ncclReduceScatter`): `send`
+            /// holds `ranks` blocks of `recv`'s length; `recv` (a distinct buffer) gets block
+            /// `rank` of the reduction over ranks.
+            dag add_reduce_scatter;
+            kind ReduceScatter { op: $crate::nccl::ReduceOp } {
+                what: "a reduce-scatter",
+                lengths: SendTimesRanks,
+                issue(s, r, n, dtype, comm, stream) =>
+                    nc::reduce_scatter(s, r, n, dtype, op.raw(), comm, stream),
+                describe(t, n, _place) =>
+                    format!("reduce-scatter {} {t} x{n} per rank", op.as_str()),
+            }
+
+            /// `ncclBroadcast` on every rank: every `recvs[r]` gets rank `root`'s `sends[root]`
+            /// (the other ranks' sends are not read; a rank's send may be its receive buffer).
+            stream broadcast;
+            /// Adds rank `comm.rank()`'s part of a broadcast (`ncclBroadcast`): every rank's
+            /// `recv` gets rank `root`'s `send` (read on the root only; one buffer passed twice
+            /// broadcasts in place).
+            dag add_broadcast;
+            kind Broadcast { root: usize } {
+                what: "a broadcast",
+                lengths: Same,
+                check(ranks) => if root >= ranks {
+                    Err(format!("broadcast root {root} is not a rank ({ranks} ranks)"))
+                } else {
+                    Ok(())
+                },
+                issue(s, r, n, dtype, comm, stream) =>
+                    nc::broadcast(s, r, n, dtype, root as i32, comm, stream),
+                describe(t, n, place) => format!("broadcast {t} x{n} from rank {root}{place}"),
+            }
+        }
+    };
+}
+pub(crate) use for_each_collective;
+
+/// How a collective's send and receive lengths relate (`n`: NCCL's count).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lengths {
+    /// Both hold `n` elements; one buffer may be both (in place).
+    Same,
+    /// The receive buffer holds `ranks` × `n`, the send buffer `n`; distinct buffers.
+    RecvTimesRanks,
+    /// The send buffer holds `ranks` × `n`, the receive buffer `n`; distinct buffers.
+    SendTimesRanks,
+}
+
+/// This file's expansion of the table: [`Kind`] and what each collective's row says about one
+/// rank's call.
+macro_rules! rank_calls {
+    ($(
+        $(#[$sdoc:meta])* stream $stream:ident;
+        $(#[$ddoc:meta])* dag $dag:ident;
+        kind $kind:ident { $($field:ident: $ty:ty),* } {
+            what: $what:literal,
+            lengths: $lengths:ident,
+            $(check($ranks:ident) => $check:expr,)?
+            issue($s:ident, $r:ident, $n:ident, $dtype:ident, $comm:ident, $st:ident) =>
+                $issue:expr,
+            describe($t:ident, $count:ident, $place:ident) => $describe:expr $(,)?
+        }
+    )*) => {
+        /// The call.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum Kind {
+            $(
+                #[doc = concat!("`", stringify!($stream), "`.")]
+                $kind { $($field: $ty),* },
+            )*
+            /// Sends to `to` and/or receives from `from`, in one group.
+            P2p {
+                to: Option<usize>,
+                from: Option<usize>,
+            },
+        }
+
+        impl Kind {
+            /// What the call is (for errors) and how its lengths relate; `None` for
+            /// point-to-point.
+            fn shape(&self) -> Option<(&'static str, Lengths)> {
+                match self {
+                    $(Kind::$kind { .. } => Some(($what, Lengths::$lengths)),)*
+                    Kind::P2p { .. } => None,
+                }
+            }
+
+            /// The row's `check` of the fields against the number of ranks.
+            #[allow(unused_variables)] // reason: a row's check uses the fields it needs, or none
+            fn check(&self, ranks: usize) -> Result<(), String> {
+                match *self {
+                    $(Kind::$kind { $($field),* } => {
+                        Ok(()) $(.and_then(|()| {
+                            let $ranks = ranks;
+                            $check
+                        }))?
+                    })*
+                    Kind::P2p { .. } => Ok(()),
+                }
+            }
+
+            /// Issues the row's call (not point-to-point: `None`).
+            ///
+            /// # Safety
+            /// As [`Collective::issue`], whose checked parts these are.
+            unsafe fn issue_collective(
+                &self,
+                send: *const std::ffi::c_void,
+                recv: *mut std::ffi::c_void,
+                count: usize,
+                dtype: sys::ncclDataType_t,
+                comm: sys::ncclComm_t,
+                stream: sys::cudaStream_t,
+            ) -> Option<Result<()>> {
+                match *self {
+                    $(Kind::$kind { $($field),* } => {
+                        let ($s, $r, $n, $dtype, $comm, $st) =
+                            (send, recv, count, dtype, comm, stream);
+                        // SAFETY: the caller's contract.
+                        Some(unsafe { $issue })
+                    })*
+                    Kind::P2p { .. } => None,
+                }
+            }
+
+            /// The row's words (not point-to-point: `None`).
+            fn describe_collective(&self, t: &str, count: usize, place: &str) -> Option<String> {
+                match *self {
+                    $(Kind::$kind { $($field),* } => {
+                        let ($t, $count, $place) = (t, count, place);
+                        Some($describe)
+                    })*
+                    Kind::P2p { .. } => None,
+                }
+            }
+        }
+    };
+}
+for_each_collective!(rank_calls);
 
 /// What one rank does in one collective: the call, its element type, count and buffers.
 #[derive(Clone, Debug)]
@@ -19,22 +213,6 @@ pub(crate) struct Collective {
     /// Elements of the send buffer (all-reduce, broadcast: also of the receive buffer).
     pub(crate) send: Option<Region>,
     pub(crate) recv: Option<Region>,
-}
-
-/// The call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    AllReduce(ReduceOp),
-    AllGather,
-    ReduceScatter(ReduceOp),
-    Broadcast {
-        root: usize,
-    },
-    /// Sends to `to` and/or receives from `from`, in one group.
-    P2p {
-        to: Option<usize>,
-        from: Option<usize>,
-    },
 }
 
 fn elems(r: &Option<Region>) -> usize {
@@ -60,86 +238,32 @@ impl Collective {
         }
     }
 
-    pub(crate) fn all_reduce<T: NcclType>(
+    /// Rank `comm.rank()`'s part of the collective `kind` (a row of the table, not
+    /// point-to-point: see [`Collective::p2p`]), checked: the row's `check`, the lengths, and
+    /// distinct buffers where the lengths differ.
+    pub(crate) fn make<T: NcclType>(
         comm: &Comm,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        op: ReduceOp,
-    ) -> Result<Collective, String> {
-        let _ = comm;
-        check_lengths(
-            "an all-reduce",
-            1,
-            ("send", send.len()),
-            ("receive", recv.len()),
-        )?;
-        Ok(Self::new::<T>(
-            Kind::AllReduce(op),
-            Some(device_region(send)),
-            Some(device_region(recv)),
-        ))
-    }
-
-    pub(crate) fn all_gather<T: NcclType>(
-        comm: &Comm,
+        kind: Kind,
         send: &DeviceBuffer<T>,
         recv: &DeviceBuffer<T>,
     ) -> Result<Collective, String> {
-        check_lengths(
-            "an all-gather",
-            comm.ranks(),
-            ("send", send.len()),
-            ("receive", recv.len()),
-        )?;
+        let Some((what, lengths)) = kind.shape() else {
+            unreachable!("point-to-point is made by Collective::p2p");
+        };
+        kind.check(comm.ranks())?;
+        let (send_side, recv_side) = (("send", send.len()), ("receive", recv.len()));
+        match lengths {
+            Lengths::Same => check_lengths(what, 1, send_side, recv_side),
+            Lengths::RecvTimesRanks => check_lengths(what, comm.ranks(), send_side, recv_side),
+            Lengths::SendTimesRanks => check_lengths(what, comm.ranks(), recv_side, send_side),
+        }?;
         let (s, r) = (device_region(send), device_region(recv));
-        if same_alloc(&s, &r) {
-            return Err("an all-gather's send and receive buffers must be distinct".into());
-        }
-        Ok(Self::new::<T>(Kind::AllGather, Some(s), Some(r)))
-    }
-
-    pub(crate) fn reduce_scatter<T: NcclType>(
-        comm: &Comm,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        op: ReduceOp,
-    ) -> Result<Collective, String> {
-        check_lengths(
-            "a reduce-scatter",
-            comm.ranks(),
-            ("receive", recv.len()),
-            ("send", send.len()),
-        )?;
-        let (s, r) = (device_region(send), device_region(recv));
-        if same_alloc(&s, &r) {
-            return Err("a reduce-scatter's send and receive buffers must be distinct".into());
-        }
-        Ok(Self::new::<T>(Kind::ReduceScatter(op), Some(s), Some(r)))
-    }
-
-    pub(crate) fn broadcast<T: NcclType>(
-        comm: &Comm,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        root: usize,
-    ) -> Result<Collective, String> {
-        if root >= comm.ranks() {
+        if lengths != Lengths::Same && same_alloc(&s, &r) {
             return Err(format!(
-                "broadcast root {root} is not a rank ({} ranks)",
-                comm.ranks()
+                "{what}'s send and receive buffers must be distinct"
             ));
         }
-        check_lengths(
-            "a broadcast",
-            1,
-            ("send", send.len()),
-            ("receive", recv.len()),
-        )?;
-        Ok(Self::new::<T>(
-            Kind::Broadcast { root },
-            Some(device_region(send)),
-            Some(device_region(recv)),
-        ))
+        Ok(Self::new::<T>(kind, Some(s), Some(r)))
     }
 
     pub(crate) fn p2p<T: NcclType>(
@@ -183,12 +307,13 @@ impl Collective {
         Ok(Self::new::<T>(Kind::P2p { to, from }, s, r))
     }
 
-    /// The NCCL count argument of the call (per rank, as NCCL counts it).
+    /// The NCCL count argument of the call (per rank, as NCCL counts it): the elements of the
+    /// buffer that is not `ranks` × it.
     pub(crate) fn count(&self) -> usize {
-        match self.kind {
-            Kind::AllReduce(_) | Kind::Broadcast { .. } | Kind::AllGather => elems(&self.send),
-            Kind::ReduceScatter(_) => elems(&self.recv),
-            Kind::P2p { .. } => elems(&self.send).max(elems(&self.recv)),
+        match self.kind.shape() {
+            Some((_, Lengths::Same | Lengths::RecvTimesRanks)) => elems(&self.send),
+            Some((_, Lengths::SendTimesRanks)) => elems(&self.recv),
+            None => elems(&self.send).max(elems(&self.recv)),
         }
     }
 
@@ -257,30 +382,27 @@ impl Collective {
         // SAFETY: the caller's contract; the lengths were checked against `count` when the
         // collective was made.
         unsafe {
-            match self.kind {
-                Kind::AllReduce(op) => nc::all_reduce(s, r, n, self.dtype, op.raw(), comm, stream),
-                Kind::AllGather => nc::all_gather(s, r, n, self.dtype, comm, stream),
-                Kind::ReduceScatter(op) => {
-                    nc::reduce_scatter(s, r, n, self.dtype, op.raw(), comm, stream)
-                }
-                Kind::Broadcast { root } => {
-                    nc::broadcast(s, r, n, self.dtype, root as i32, comm, stream)
-                }
-                Kind::P2p { to, from } => {
-                    nc::group_start()?;
-                    let mut res = Ok(());
-                    if let Some(to) = to {
-                        res = nc::send(s, elems(&self.send), self.dtype, to as i32, comm, stream);
-                    }
-                    if let Some(from) = from {
-                        res = res.and_then(|()| {
-                            nc::recv(r, elems(&self.recv), self.dtype, from as i32, comm, stream)
-                        });
-                    }
-                    let end = nc::group_end();
-                    res.and(end)
-                }
+            if let Some(issued) = self
+                .kind
+                .issue_collective(s, r, n, self.dtype, comm, stream)
+            {
+                return issued;
             }
+            let Kind::P2p { to, from } = self.kind else {
+                unreachable!("issue_collective issues every other kind");
+            };
+            nc::group_start()?;
+            let mut res = Ok(());
+            if let Some(to) = to {
+                res = nc::send(s, elems(&self.send), self.dtype, to as i32, comm, stream);
+            }
+            if let Some(from) = from {
+                res = res.and_then(|()| {
+                    nc::recv(r, elems(&self.recv), self.dtype, from as i32, comm, stream)
+                });
+            }
+            let end = nc::group_end();
+            res.and(end)
         }
     }
 
@@ -288,32 +410,20 @@ impl Collective {
     pub(crate) fn describe(&self) -> String {
         let t = self.type_name;
         let place = if self.in_place() { " in place" } else { "" };
-        match self.kind {
-            Kind::AllReduce(op) => {
-                format!("all-reduce {} {t} x{}{place}", op.as_str(), self.count())
-            }
-            Kind::AllGather => format!("all-gather {t} x{} per rank", self.count()),
-            Kind::ReduceScatter(op) => {
-                format!(
-                    "reduce-scatter {} {t} x{} per rank",
-                    op.as_str(),
-                    self.count()
-                )
-            }
-            Kind::Broadcast { root } => {
-                format!("broadcast {t} x{} from rank {root}{place}", self.count())
-            }
-            Kind::P2p { to, from } => {
-                let mut parts = Vec::new();
-                if let Some(to) = to {
-                    parts.push(format!("send {t} x{} to rank {to}", elems(&self.send)));
-                }
-                if let Some(from) = from {
-                    parts.push(format!("recv {t} x{} from rank {from}", elems(&self.recv)));
-                }
-                parts.join(" + ")
-            }
+        if let Some(words) = self.kind.describe_collective(t, self.count(), place) {
+            return words;
         }
+        let Kind::P2p { to, from } = self.kind else {
+            unreachable!("describe_collective describes every other kind");
+        };
+        let mut parts = Vec::new();
+        if let Some(to) = to {
+            parts.push(format!("send {t} x{} to rank {to}", elems(&self.send)));
+        }
+        if let Some(from) = from {
+            parts.push(format!("recv {t} x{} from rank {from}", elems(&self.recv)));
+        }
+        parts.join(" + ")
     }
 }
 /// An [`Error::Dag`] for a collective (a node, or a stream call's rank).

@@ -62,7 +62,10 @@ pub(crate) fn match_ranks(ranks: &[RankOps], what: &str) -> Result<()> {
         if what.is_empty() {
             collective_error(name, problem)
         } else {
-            Error::Invalid(format!("{name}: {problem}"))
+            Error::CollectiveCall {
+                call: name.to_string(),
+                problem,
+            }
         }
     };
 

@@ -52,7 +52,7 @@ mod collective;
 mod graphs;
 mod matching;
 
-pub(crate) use collective::{collective_error, Collective, Kind};
+pub(crate) use collective::{collective_error, for_each_collective, Collective, Kind};
 use matching::check_group;
 pub(crate) use matching::{match_ranks, RankOps};
 
@@ -235,16 +235,18 @@ impl Communicators {
     /// `devices[i]`), with `ncclCommInitAll`. Loads NCCL (a typed error when it is missing).
     pub fn new(devices: &[Device]) -> Result<Communicators> {
         if devices.is_empty() {
-            return Err(Error::Invalid(
-                "Communicators::new needs at least one device".into(),
-            ));
+            return Err(Error::RankMismatch {
+                call: "Communicators::new",
+                problem: "needs at least one device".into(),
+            });
         }
         let ordinals: Vec<i32> = devices.iter().map(|d| d.ordinal() as i32).collect();
         for (i, o) in ordinals.iter().enumerate() {
             if ordinals[..i].contains(o) {
-                return Err(Error::Invalid(format!(
-                    "Communicators::new: device {o} is given twice (one rank per device)"
-                )));
+                return Err(Error::RankMismatch {
+                    call: "Communicators::new",
+                    problem: format!("device {o} is given twice (one rank per device)"),
+                });
             }
         }
         crate::load::nccl()?;
@@ -291,10 +293,10 @@ impl Communicators {
     /// Rank `rank`'s communicator.
     pub fn comm(&self, rank: usize) -> Result<Comm> {
         if rank >= self.len() {
-            return Err(Error::Invalid(format!(
-                "rank {rank} does not exist ({} ranks)",
-                self.len()
-            )));
+            return Err(Error::NoSuchRank {
+                rank,
+                ranks: self.len(),
+            });
         }
         Ok(Comm {
             clique: self.clique.clone(),
@@ -347,18 +349,26 @@ impl Communicators {
     /// Runs one group of per-rank calls on the ranks' streams: checks the streams, takes every
     /// rank's lock (in rank order), issues all calls inside one NCCL group, then notes the
     /// work on the buffers and communicators.
-    fn run_group(&self, parts: &[Collective], streams: &[&Stream], what: &str) -> Result<()> {
+    fn run_group(
+        &self,
+        parts: &[Collective],
+        streams: &[&Stream],
+        what: &'static str,
+    ) -> Result<()> {
         let c = &self.clique;
         if c.is_recording() {
             return Err(recording_error());
         }
         if streams.len() != self.len() || parts.len() != self.len() {
-            return Err(Error::Invalid(format!(
-                "{what}: {} ranks, but {} streams and {} ranks' buffers were given",
-                self.len(),
-                streams.len(),
-                parts.len()
-            )));
+            return Err(Error::RankMismatch {
+                call: what,
+                problem: format!(
+                    "{} ranks, but {} streams and {} ranks' buffers were given",
+                    self.len(),
+                    streams.len(),
+                    parts.len()
+                ),
+            });
         }
         for (r, s) in streams.iter().enumerate() {
             s.check_device(&c.devices[r], &format!("rank {r}'s collective"))?;
@@ -405,63 +415,6 @@ impl Communicators {
         issued.and(first_error.map_or(Ok(()), Err))
     }
 
-    /// `ncclAllReduce` on every rank at once: `recvs[r] = op over ranks of sends[r]`, each rank
-    /// on `streams[r]` (of its device). `sends[r]` may be `recvs[r]` (in place).
-    pub fn all_reduce<T: NcclType>(
-        &self,
-        sends: &[&DeviceBuffer<T>],
-        recvs: &[&DeviceBuffer<T>],
-        op: ReduceOp,
-        streams: &[&Stream],
-    ) -> Result<()> {
-        let parts = self.per_rank(sends, recvs, |comm, s, r| {
-            Collective::all_reduce(comm, s, r, op)
-        })?;
-        self.run_group(&parts, streams, "all_reduce")
-    }
-
-    /// `ncclAllGather` on every rank: `recvs[r]` (`ranks * n`) gets every rank's `sends` (`n`
-    /// each) in rank order.
-    pub fn all_gather<T: NcclType>(
-        &self,
-        sends: &[&DeviceBuffer<T>],
-        recvs: &[&DeviceBuffer<T>],
-        streams: &[&Stream],
-    ) -> Result<()> {
-        let parts = self.per_rank(sends, recvs, Collective::all_gather)?;
-        self.run_group(&parts, streams, "all_gather")
-    }
-
-    /// `ncclReduceScatter` on every rank: `recvs[r]` (`n`) gets block `r` of the reduction of
-    /// the ranks' `sends` (`ranks * n`).
-    pub fn reduce_scatter<T: NcclType>(
-        &self,
-        sends: &[&DeviceBuffer<T>],
-        recvs: &[&DeviceBuffer<T>],
-        op: ReduceOp,
-        streams: &[&Stream],
-    ) -> Result<()> {
-        let parts = self.per_rank(sends, recvs, |comm, s, r| {
-            Collective::reduce_scatter(comm, s, r, op)
-        })?;
-        self.run_group(&parts, streams, "reduce_scatter")
-    }
-
-    /// `ncclBroadcast` on every rank: every `recvs[r]` gets rank `root`'s `sends[root]` (the
-    /// other ranks' sends are not read; a rank's send may be its receive buffer).
-    pub fn broadcast<T: NcclType>(
-        &self,
-        sends: &[&DeviceBuffer<T>],
-        recvs: &[&DeviceBuffer<T>],
-        root: usize,
-        streams: &[&Stream],
-    ) -> Result<()> {
-        let parts = self.per_rank(sends, recvs, |comm, s, r| {
-            Collective::broadcast(comm, s, r, root)
-        })?;
-        self.run_group(&parts, streams, "broadcast")
-    }
-
     /// `ncclSend` + `ncclRecv` on every rank, in one group: rank `r` sends `sends[r]` to rank
     /// `to[r]` and receives `recvs[r]` from rank `from[r]` (a rank may send to itself).
     pub fn send_recv<T: NcclType>(
@@ -473,15 +426,18 @@ impl Communicators {
         streams: &[&Stream],
     ) -> Result<()> {
         if to.len() != self.len() || from.len() != self.len() {
-            return Err(Error::Invalid(format!(
-                "send_recv: {} ranks, but {} destinations and {} sources",
-                self.len(),
-                to.len(),
-                from.len()
-            )));
+            return Err(Error::RankMismatch {
+                call: "send_recv",
+                problem: format!(
+                    "{} ranks, but {} destinations and {} sources",
+                    self.len(),
+                    to.len(),
+                    from.len()
+                ),
+            });
         }
         let mut rank = 0;
-        let parts = self.per_rank(sends, recvs, |comm, s, r| {
+        let parts = self.per_rank(sends, recvs, "send_recv", |comm, s, r| {
             let p = Collective::p2p(comm, Some((s, to[rank])), Some((r, from[rank])));
             rank += 1;
             p
@@ -489,35 +445,70 @@ impl Communicators {
         self.run_group(&parts, streams, "send_recv")
     }
 
+    /// Each rank's part of the stream call `call`, made by `make` from the rank's buffers.
     fn per_rank<T: NcclType>(
         &self,
         sends: &[&DeviceBuffer<T>],
         recvs: &[&DeviceBuffer<T>],
+        call: &'static str,
         mut make: impl FnMut(&Comm, &DeviceBuffer<T>, &DeviceBuffer<T>) -> Result<Collective, String>,
     ) -> Result<Vec<Collective>> {
         if sends.len() != self.len() || recvs.len() != self.len() {
-            return Err(Error::Invalid(format!(
-                "{} ranks, but {} send and {} receive buffers",
-                self.len(),
-                sends.len(),
-                recvs.len()
-            )));
+            return Err(Error::RankMismatch {
+                call,
+                problem: format!(
+                    "{} ranks, but {} send and {} receive buffers",
+                    self.len(),
+                    sends.len(),
+                    recvs.len()
+                ),
+            });
         }
         self.comms()
             .iter()
             .zip(sends.iter().zip(recvs))
             .map(|(comm, (s, r))| {
-                make(comm, s, r).map_err(|e| Error::Invalid(format!("rank {}: {e}", comm.rank)))
+                make(comm, s, r).map_err(|problem| Error::CollectiveCall {
+                    call: format!("{call} (rank {})", comm.rank),
+                    problem,
+                })
             })
             .collect()
     }
 }
 
+/// The stream calls of the collectives' table ([`for_each_collective!`]): one method per
+/// row, `name(&self, sends, recvs, <the row's fields>, streams)`.
+macro_rules! stream_calls {
+    ($(
+        $(#[$sdoc:meta])* stream $stream:ident;
+        $(#[$ddoc:meta])* dag $dag:ident;
+        kind $kind:ident { $($field:ident: $ty:ty),* } $rank:tt
+    )*) => {
+        impl Communicators {$(
+            $(#[$sdoc])*
+            pub fn $stream<T: NcclType>(
+                &self,
+                sends: &[&DeviceBuffer<T>],
+                recvs: &[&DeviceBuffer<T>],
+                $($field: $ty,)*
+                streams: &[&Stream],
+            ) -> Result<()> {
+                let kind = Kind::$kind { $($field),* };
+                let parts = self.per_rank(sends, recvs, stringify!($stream), |comm, s, r| {
+                    Collective::make(comm, kind, s, r)
+                })?;
+                self.run_group(&parts, streams, stringify!($stream))
+            }
+        )*}
+    };
+}
+for_each_collective!(stream_calls);
+
 pub(crate) fn recording_error() -> Error {
-    Error::WrongDevice {
-        node: None,
-        problem: "these communicators were made for RecordingBackends and have no NCCL behind them"
-            .into(),
+    Error::Placeholder {
+        what: "this Communicators".into(),
+        problem: "it was made for RecordingBackends and has no NCCL behind it",
     }
 }
 

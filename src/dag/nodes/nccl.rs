@@ -15,7 +15,8 @@ use crate::dag::{Dag, NodeId, NodeKind, NodeName, Op};
 use crate::error::{Error, Result};
 use crate::memory::{Allocation, DeviceBuffer};
 use crate::nccl::{
-    collective_error, match_ranks, Collective, Comm, Communicators, NcclType, RankOps, ReduceOp,
+    collective_error, for_each_collective, match_ranks, Collective, Comm, Communicators, Kind,
+    NcclType, RankOps,
 };
 use crate::sys;
 
@@ -106,14 +107,14 @@ impl CaptureWork for CollectiveNode {
         // at the same time: a capture elsewhere could wait forever for the other ranks.
         let here = LOWERING.with(Cell::get);
         if here != Some((self.comm.clique.id, self.comm.rank)) {
-            return Err(Error::Invalid(format!(
-                "a collective node ({}, rank {} of {}) can only be lowered to CUDA by \
-                 Communicators::instantiate, which captures every rank's DAG at once \
-                 (Dag::instantiate, Dag::lower on a CudaBackend and Exec::update cannot)",
-                self.coll.describe(),
-                self.comm.rank,
-                self.comm.ranks()
-            )));
+            return Err(Error::CollectiveOutsideInstantiate {
+                collective: format!(
+                    "{}, rank {} of {}",
+                    self.coll.describe(),
+                    self.comm.rank,
+                    self.comm.ranks()
+                ),
+            });
         }
         self.comm.with_raw(|comm| {
             // SAFETY: validated node: the buffers are device memory of the comm's device (the
@@ -141,60 +142,6 @@ impl Dag {
             comm: comm.clone(),
             coll,
         }))))
-    }
-
-    /// Adds rank `comm.rank()`'s part of an all-reduce: `recv = op over ranks of send`
-    /// (`ncclAllReduce`). `send` and `recv` have the same length and are device memory of the
-    /// rank's device; passing one buffer twice reduces in place.
-    pub fn add_all_reduce<T: NcclType>(
-        &mut self,
-        comm: &Comm,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        op: ReduceOp,
-    ) -> Result<NodeId> {
-        let c = Collective::all_reduce(comm, send, recv, op);
-        self.add_collective(comm, c)
-    }
-
-    /// Adds rank `comm.rank()`'s part of an all-gather (`ncclAllGather`): `recv` (`ranks` times
-    /// the length of `send`, a distinct buffer) gets every rank's `send`, in rank order.
-    pub fn add_all_gather<T: NcclType>(
-        &mut self,
-        comm: &Comm,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-    ) -> Result<NodeId> {
-        let c = Collective::all_gather(comm, send, recv);
-        self.add_collective(comm, c)
-    }
-
-    /// Adds rank `comm.rank()`'s part of a reduce-scatter (`ncclReduceScatter`): `send` holds
-    /// `ranks` blocks of `recv`'s length; `recv` (a distinct buffer) gets block `rank` of the
-    /// reduction over ranks.
-    pub fn add_reduce_scatter<T: NcclType>(
-        &mut self,
-        comm: &Comm,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        op: ReduceOp,
-    ) -> Result<NodeId> {
-        let c = Collective::reduce_scatter(comm, send, recv, op);
-        self.add_collective(comm, c)
-    }
-
-    /// Adds rank `comm.rank()`'s part of a broadcast (`ncclBroadcast`): every rank's `recv`
-    /// gets rank `root`'s `send` (read on the root only; one buffer passed twice broadcasts in
-    /// place).
-    pub fn add_broadcast<T: NcclType>(
-        &mut self,
-        comm: &Comm,
-        send: &DeviceBuffer<T>,
-        recv: &DeviceBuffer<T>,
-        root: usize,
-    ) -> Result<NodeId> {
-        let c = Collective::broadcast(comm, send, recv, root);
-        self.add_collective(comm, c)
     }
 
     /// Adds a send of `buf` to rank `peer` (`ncclSend`); rank `peer`'s DAG needs the matching
@@ -238,6 +185,31 @@ impl Dag {
     }
 }
 
+/// The builder calls of the collectives' table ([`for_each_collective!`]): one method per
+/// row, `name(&mut self, comm, send, recv, <the row's fields>)`.
+macro_rules! dag_calls {
+    ($(
+        $(#[$sdoc:meta])* stream $stream:ident;
+        $(#[$ddoc:meta])* dag $dag:ident;
+        kind $kind:ident { $($field:ident: $ty:ty),* } $rank:tt
+    )*) => {
+        impl Dag {$(
+            $(#[$ddoc])*
+            pub fn $dag<T: NcclType>(
+                &mut self,
+                comm: &Comm,
+                send: &DeviceBuffer<T>,
+                recv: &DeviceBuffer<T>,
+                $($field: $ty,)*
+            ) -> Result<NodeId> {
+                let c = Collective::make(comm, Kind::$kind { $($field),* }, send, recv);
+                self.add_collective(comm, c)
+            }
+        )*}
+    };
+}
+for_each_collective!(dag_calls);
+
 /// Checks that the DAGs, one per rank of `comms` (`dags[r]` holds rank `r`'s collective
 /// nodes), fit together, so that their graphs, launched once each, complete:
 ///
@@ -255,10 +227,13 @@ impl Dag {
 pub(crate) fn check_ranks(comms: &Communicators, dags: &[&Dag]) -> Result<()> {
     let n = comms.len();
     if dags.len() != n {
-        return Err(Error::Invalid(format!(
-            "{n} ranks, but {} DAGs were given (one per rank)",
-            dags.len()
-        )));
+        return Err(Error::RankMismatch {
+            call: "Communicators::check_ranks",
+            problem: format!(
+                "{n} ranks, but {} DAGs were given (one per rank)",
+                dags.len()
+            ),
+        });
     }
     let mut ranks: Vec<RankOps> = Vec::with_capacity(n);
     for (r, dag) in dags.iter().enumerate() {
@@ -331,6 +306,7 @@ fn first_collective(dag: &Dag) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nccl::ReduceOp;
     use crate::{DagError, DeviceLimits, RecordingBackend};
 
     fn two_ranks() -> (Vec<RecordingBackend>, Communicators) {
@@ -476,12 +452,81 @@ mod tests {
         // The wrong rank order, a missing rank.
         let e = comms.check_ranks(&[&dags[1], &dags[0]]).unwrap_err();
         assert!(e.to_string().contains("is rank 1's"), "{e}");
-        assert!(comms.check_ranks(&[&dags[0]]).is_err());
+        let e = comms.check_ranks(&[&dags[0]]).unwrap_err();
+        assert!(
+            matches!(&e, Error::RankMismatch { call: "Communicators::check_ranks", problem }
+                if problem.contains("2 ranks, but 1 DAGs")),
+            "{e:?}"
+        );
         // Recording communicators cannot instantiate.
-        assert!(matches!(
-            comms.instantiate(&[&dags[0], &dags[1]]),
-            Err(Error::WrongDevice { .. })
-        ));
+        let Err(e) = comms.instantiate(&[&dags[0], &dags[1]]) else {
+            panic!("recording communicators instantiated");
+        };
+        assert!(matches!(e, Error::Placeholder { .. }), "{e:?}");
+        assert!(e.to_string().contains("no NCCL behind it"), "{e}");
+    }
+
+    #[test]
+    fn communicators_errors_are_typed() {
+        let (mut recs, comms) = two_ranks();
+        assert!(
+            matches!(comms.comm(2), Err(Error::NoSuchRank { rank: 2, ranks: 2 })),
+            "{:?}",
+            comms.comm(2)
+        );
+        assert_eq!(
+            comms.comm(5).unwrap_err().to_string(),
+            "rank 5 does not exist (2 ranks)"
+        );
+        let a0 = recs[0].device_buffer::<f32>(64);
+        let a1 = recs[1].device_buffer::<f32>(64);
+        let b1 = recs[1].device_buffer::<f32>(32);
+        // Not one buffer per rank: refused before the communicators are used.
+        let e = comms
+            .all_reduce(&[&a0], &[&a0], ReduceOp::Sum, &[])
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::RankMismatch { call: "all_reduce", problem }
+                if problem.contains("2 ranks, but 1 send and 1 receive buffers")),
+            "{e:?}"
+        );
+        // A rank's buffers that do not fit: the call and the rank are named.
+        let e = comms
+            .broadcast(&[&a0, &a1], &[&a0, &b1], 0, &[])
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::CollectiveCall { call, problem }
+                if call == "broadcast (rank 1)" && problem.contains("64") && problem.contains("32")),
+            "{e:?}"
+        );
+        let e = comms
+            .broadcast(&[&a0, &a1], &[&a0, &a1], 2, &[])
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::CollectiveCall { problem, .. } if problem.contains("root 2")),
+            "{e:?}"
+        );
+        let e = comms
+            .send_recv(&[&a0, &a1], &[1], &[&a0, &a1], &[1, 0], &[])
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::RankMismatch {
+                    call: "send_recv",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        // Well-formed, but the communicators are placeholders.
+        let e = comms.all_gather(&[&a0, &a1], &[&a0, &a1], &[]).unwrap_err();
+        assert!(matches!(e, Error::CollectiveCall { .. }), "{e:?}");
+        let e = comms
+            .all_reduce(&[&a0, &a1], &[&a0, &a1], ReduceOp::Sum, &[])
+            .unwrap_err();
+        assert!(matches!(e, Error::Placeholder { .. }), "{e:?}");
+        assert!(matches!(comms.nccl_info(), Err(Error::Placeholder { .. })));
     }
 
     #[test]
@@ -572,12 +617,19 @@ mod tests {
     fn capture_outside_instantiate_is_an_error_not_a_hang() {
         let (mut recs, comms) = two_ranks();
         let a = recs[0].device_buffer::<f64>(8);
+        let c0 = comms.comm(0).unwrap();
+        let op = ReduceOp::Avg;
         let node = CollectiveNode {
-            comm: comms.comm(0).unwrap(),
-            coll: Collective::all_reduce(&comms.comm(0).unwrap(), &a, &a, ReduceOp::Avg).unwrap(),
+            coll: Collective::make(&c0, Kind::AllReduce { op }, &a, &a).unwrap(),
+            comm: c0,
         };
         // SAFETY: the call returns before it would use the stream.
         let e = unsafe { node.enqueue(std::ptr::null_mut()) }.unwrap_err();
+        assert!(
+            matches!(&e, Error::CollectiveOutsideInstantiate { collective }
+                if collective == "all-reduce avg f64 x8 in place, rank 0 of 2"),
+            "{e:?}"
+        );
         assert!(e.to_string().contains("Communicators::instantiate"), "{e}");
     }
 }
