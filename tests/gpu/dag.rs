@@ -205,7 +205,10 @@ fn kernel_updates(gpu: &Gpu) -> anyhow::Result<()> {
     let e = exec
         .set_launch_config(s, LaunchConfig::new(1, 5000))
         .unwrap_err();
-    ensure!(matches!(e, Error::Dag(_)), "{e}");
+    ensure!(
+        matches!(&e, Error::LaunchShape { node: Some(n), .. } if n == "kernel#1"),
+        "{e:?}"
+    );
     ensure!(e.to_string().contains("block.x = 5000"), "{e}");
     Ok(())
 }

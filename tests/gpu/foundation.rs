@@ -251,8 +251,9 @@ fn wrong_arguments_rejected(gpu: &Gpu) -> anyhow::Result<()> {
     let e = scale
         .launch(&gpu.stream, cfg, &args![&x, 2.0f32])
         .unwrap_err();
+    ensure!(matches!(e, Error::KernelArgs { node: None, .. }), "{e:?}");
     ensure!(
-        e.to_string() == "kernel `scale`: takes 3 arguments but 2 were given",
+        e.to_string() == "kernel `scale` takes 3 arguments but 2 were given",
         "{e}"
     );
     let e = scale

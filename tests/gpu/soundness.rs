@@ -118,39 +118,33 @@ fn host_reads_wait_for_graph_launches(gpu: &Gpu) -> anyhow::Result<()> {
 register!(gpu "soundness::swapped_fan_out_update_pairs_nodes_by_id" => swapped_fan_out_update);
 /// The same fork/join DAG (memset `r`, kernels `a` and `b` writing slots 0 and 1, join `j`)
 /// built in two orders: the whole-graph update pairs the nodes by id, and per-node updates
-/// afterwards reach the right node. Both add the nodes join first, then `b`, `r`, `a` (so that
-/// the ids match, which the update requires, and the order nodes were added in is not one
-/// lowering could create them in); the first adds every node, then the edges, fan-out first;
-/// the second adds each edge as soon as both its nodes exist, in another order. Only an order
-/// that depends on neither (the canonical one) makes CUDA pair `a` with `a` and `b` with `b`.
+/// afterwards reach the right node. Both are clones of one DAG of the nodes, added join
+/// first, then `b`, `r`, `a` (the ids match, which the update requires, and the order nodes
+/// were added in is not one lowering could create them in); the first adds the edges fan-out
+/// first, the second the same edges in another order. Only a lowering order that depends on
+/// neither (the canonical one) makes CUDA pair `a` with `a` and `b` with `b`.
 fn swapped_fan_out_update(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let write = gpu.kernel("write_slot")?;
     let out = DeviceBuffer::<u32>::zeros(d, 2)?;
-    let build = |second: bool, va: u32, vb: u32| -> anyhow::Result<(Dag, [cudagraph::NodeId; 4])> {
-        let mut dag = Dag::new();
-        let one = LaunchConfig::new(1, 1);
-        let j = dag.add_empty();
-        let b = dag.add_kernel(&write, one, &args![&out, 1u32, vb])?;
-        if second {
-            dag.add_dependency(b, j)?;
-        }
-        let r = dag.add_memset(&out, 0u32)?;
-        if second {
-            dag.add_dependency(r, b)?;
-        }
-        let a = dag.add_kernel(&write, one, &args![&out, 0u32, va])?;
-        if second {
-            dag.add_dependency(a, j)?;
-            dag.add_dependency(r, a)?;
-        } else {
-            dag.fan_out(r, &[a, b])?;
-            dag.fan_in(&[a, b], j)?;
-        }
-        Ok((dag, [r, a, b, j]))
-    };
-    let (first, _) = build(false, 1, 2)?;
-    let (second, [_, a, b, _]) = build(true, 10, 20)?;
+    // One set of nodes (an update pairs nodes by id, so both DAGs are clones of it), two
+    // orders of adding the same edges.
+    let one = LaunchConfig::new(1, 1);
+    let mut base = Dag::new();
+    let j = base.add_empty();
+    let b = base.add_kernel(&write, one, &args![&out, 1u32, 2u32])?;
+    let r = base.add_memset(&out, 0u32)?;
+    let a = base.add_kernel(&write, one, &args![&out, 0u32, 1u32])?;
+    let mut first = base.clone();
+    first.fan_out(r, &[a, b])?;
+    first.fan_in(&[a, b], j)?;
+    let mut second = base;
+    second.add_dependency(b, j)?;
+    second.add_dependency(r, b)?;
+    second.add_dependency(a, j)?;
+    second.add_dependency(r, a)?;
+    second.set_kernel_args(a, &args![&out, 0u32, 10u32])?;
+    second.set_kernel_args(b, &args![&out, 1u32, 20u32])?;
     let mut exec = first.instantiate(d)?;
     gpu.launch_and_wait(&mut exec)?;
     ensure!(out.to_vec()? == [1, 2]);
@@ -261,9 +255,12 @@ fn replaced_closure_panic(gpu: &Gpu) -> anyhow::Result<()> {
         let h = dag.add_host(move || {
             let (open, cv) = &*g;
             // A bound, so that a wrong wait elsewhere fails the test instead of hanging it.
-            let (_open, _) = cv
+            let (opened, _) = cv
                 .wait_timeout_while(open.lock().unwrap(), Duration::from_secs(60), |o| !*o)
                 .unwrap();
+            // Released before the panic, so that the gate's mutex is not poisoned (the
+            // re-instantiation case opens the gate twice).
+            drop(opened);
             panic!("old closure failed");
         });
         dag.set_name(h, "stage");
