@@ -96,11 +96,17 @@ pub(crate) struct MarkerPool {
 /// Above this many markers, the pool stops keeping markers others still hold.
 const POOL_KEEP: usize = 64;
 
+/// How many markers the pool makes when none is free. A stream's steady state needs a few at
+/// once (its latest marker, those the use lists of buffers and an `Exec`'s retired entries
+/// hold, which `Exec` bounds): making them together, the first time, keeps later launches and
+/// updates from creating events or allocating when the GPU falls behind.
+const POOL_GROW: usize = 8;
+
 impl MarkerPool {
     pub(crate) fn new(device: &Device) -> Self {
         MarkerPool {
             device: device.clone(),
-            markers: Vec::new(),
+            markers: Vec::with_capacity(POOL_KEEP + POOL_GROW),
         }
     }
 
@@ -121,10 +127,9 @@ impl MarkerPool {
                     // Those still held elsewhere are released by their holders.
                     self.markers.retain(|m| Arc::strong_count(m) == 1);
                 }
-                // Two at a time: a stream's latest marker is held while the next one is
-                // recorded, so steady state alternates between two.
-                self.markers.push(Arc::new(Marker::new(&self.device)?));
-                self.markers.push(Arc::new(Marker::new(&self.device)?));
+                for _ in 0..POOL_GROW {
+                    self.markers.push(Arc::new(Marker::new(&self.device)?));
+                }
                 self.markers.len() - 1
             }
         };
