@@ -89,8 +89,6 @@ pub struct Exec {
     pinned: Vec<Arc<Allocation>>,
     /// What updates replaced, each with a launch that may still use it.
     retired: VecDeque<(Arc<Marker>, Replaced)>,
-    /// How many distinct markers `retired` holds (each a run of consecutive entries).
-    retired_markers: usize,
     pub(super) scratch: ArgScratch,
 }
 
@@ -118,16 +116,8 @@ impl Replaced {
     }
 }
 
-/// At most this many retired entries are kept (the queue's capacity, allocated with the
-/// `Exec`): an update that would retire one more first releases those whose launches have
-/// completed and, if none has, waits for the oldest. So updates allocate nothing.
-const MAX_RETIRED: usize = 256;
-
-/// At most this many distinct markers are held by the retired entries: a newer one takes over
-/// the entries of the newest held one (a later launch of the same graph completing implies the
-/// earlier ones have, so they are released later, never earlier). So updates ahead of the GPU
-/// do not grow the streams' marker pools.
-const RETIRED_MARKERS: usize = 4;
+/// Above this many retired entries, an update waits for the oldest launch holding them.
+const MAX_RETIRED: usize = 4096;
 
 /// `Exec` is `Send` but not `Sync` (updates and launches need `&mut`):
 ///
@@ -158,21 +148,24 @@ impl Dag {
     ) -> Result<Exec> {
         self.validate(device)?;
         self.clone()
-            .instantiate_validated(device, flags, upload_stream)
+            .instantiate_validated(device, flags, upload_stream, None)
     }
 
     /// As [`Dag::instantiate`], but consumes the DAG instead of copying it into the [`Exec`]
     /// (the copy costs a few hundred nanoseconds per node). [`Exec::dag`] still gives it back.
     pub fn into_exec(self, device: &Device) -> Result<Exec> {
         self.validate(device)?;
-        self.instantiate_validated(device, InstantiateFlags::default(), None)
+        self.instantiate_validated(device, InstantiateFlags::default(), None, None)
     }
 
+    /// Instantiates the validated DAG; FFT nodes take over the unchanged states of `reuse`,
+    /// which no launch may use (what a refused update made), the rest of it is dropped.
     fn instantiate_validated(
         self,
         device: &Device,
         flags: InstantiateFlags,
         upload_stream: Option<&Stream>,
+        mut reuse: Option<FftCaptureState>,
     ) -> Result<Exec> {
         let upload = match (flags.upload, upload_stream) {
             (false, _) => None,
@@ -188,7 +181,7 @@ impl Dag {
             }
         };
         let log = ExecLaunches::new();
-        let lowered = lower_to_cuda(&self, device, &mut None)?;
+        let lowered = lower_to_cuda(&self, device, &mut reuse)?;
         let (graph, handles, fft, captured, disabled) = (
             lowered.graph,
             lowered.handles,
@@ -235,8 +228,7 @@ impl Dag {
             held: HashMap::default(),
             pinned: Vec::new(),
             // Room for the retirements of a few updates without growing on the update path.
-            retired: VecDeque::with_capacity(MAX_RETIRED),
-            retired_markers: 0,
+            retired: VecDeque::with_capacity(64),
             scratch: ArgScratch::default(),
         };
         let Exec {
@@ -497,7 +489,6 @@ impl Exec {
             r.release_into(&mut self.unreported);
         }
         self.retired_hosts = 0;
-        self.retired_markers = 0;
         self.check_host_panics()?;
         self.device.take_deferred()
     }
@@ -510,69 +501,24 @@ impl Exec {
             }
             self.pop_retired();
         }
+        if self.retired.len() > MAX_RETIRED {
+            if let Some((m, _)) = self.retired.front() {
+                m.wait()?;
+            }
+            return self.collect();
+        }
         Ok(())
     }
 
     /// Releases the oldest retired entry (its launches completed), keeping the panics of the
     /// host closures it held for the next report.
     fn pop_retired(&mut self) {
-        if let Some((m, r)) = self.retired.pop_front() {
+        if let Some((_, r)) = self.retired.pop_front() {
             if matches!(r, Replaced::Hosts(_)) {
                 self.retired_hosts -= 1;
             }
-            if !matches!(self.retired.front(), Some((next, _)) if Arc::ptr_eq(next, &m)) {
-                self.retired_markers -= 1;
-            }
             r.release_into(&mut self.unreported);
         }
-    }
-
-    /// Makes room for one more retired entry: releases those whose launches have completed
-    /// and, if none has, waits for the oldest.
-    fn make_room(&mut self) -> Result<()> {
-        self.collect()?;
-        if self.retired.len() >= MAX_RETIRED {
-            if let Some((oldest, _)) = self.retired.front() {
-                oldest.wait()?;
-            }
-            self.collect()?;
-        }
-        Ok(())
-    }
-
-    /// Appends a retired entry released when `m` completes, keeping the bounds
-    /// [`MAX_RETIRED`] and [`RETIRED_MARKERS`] without allocating. Should waiting for room
-    /// fail, the entry is kept all the same (the queue grows past its bound rather than
-    /// release anything early) and the error is reported by a later call.
-    fn push_retired(&mut self, m: Arc<Marker>, item: Replaced) {
-        if self.retired.len() >= MAX_RETIRED {
-            if let Err(e) = self.make_room() {
-                self.device.defer(
-                    "an executable graph (waiting for a launch to release what an update \
-                     replaced)",
-                    e,
-                );
-            }
-        }
-        let newest = self.retired.back().map(|(b, _)| b.clone());
-        match newest {
-            Some(b) if Arc::ptr_eq(&b, &m) => {}
-            Some(b) if self.retired_markers >= RETIRED_MARKERS => {
-                // `m` follows a later launch than `b` (launches of one graph run in order):
-                // the entries of `b` now wait for `m`, and `b` goes back to its pool.
-                for (mark, _) in self.retired.iter_mut().rev() {
-                    if !Arc::ptr_eq(mark, &b) {
-                        break;
-                    }
-                    *mark = m.clone();
-                }
-            }
-            _ => self.retired_markers += 1,
-        }
-        if matches!(item, Replaced::Hosts(_)) {
-            self.retired_hosts += 1;
-        }
-        self.retired.push_back((m, item));
     }
 
     /// A marker that completes when the launches issued so far have, and not later; `None`
@@ -587,7 +533,12 @@ impl Exec {
     fn retire(&mut self, item: Replaced) {
         match self.launches_so_far() {
             Ok(None) => drop(item),
-            Ok(Some(m)) => self.push_retired(m, item),
+            Ok(Some(m)) => {
+                if matches!(item, Replaced::Hosts(_)) {
+                    self.retired_hosts += 1;
+                }
+                self.retired.push_back((m, item))
+            }
             Err(e) => {
                 self.device
                     .defer("an executable graph (keeping what an update replaced)", e);
@@ -698,6 +649,12 @@ impl Exec {
     /// [`Exec::to_dot`] keep the flags the executable graph has. [`Exec::set_enabled`]
     /// changes them.
     pub fn update(&mut self, dag: &Dag) -> Result<()> {
+        self.update_keeping(dag, &mut None)
+    }
+
+    /// [`Exec::update`]; when CUDA refuses, `made` gets the FFT states the update made (never
+    /// launched), for a fresh instantiation to take over.
+    fn update_keeping(&mut self, dag: &Dag, made: &mut Option<FftCaptureState>) -> Result<()> {
         check_same_topology(&self.dag, dag)?;
         dag.validate(&self.device)?;
         let mut reuse = Some(std::mem::take(&mut self.fft_capture));
@@ -747,6 +704,7 @@ impl Exec {
             let mut old = leftover.unwrap_or_default();
             old.reclaim(&mut new_fft);
             self.fft_capture = old;
+            *made = Some(new_fft);
             return Err(e);
         }
         if let Some(old) = self.latest.replace(graph) {
@@ -791,14 +749,23 @@ impl Exec {
     /// Updates in place if CUDA can, otherwise instantiates `dag` again. Either way the nodes
     /// of the instantiated graph stay enabled or disabled as they were (see [`Exec::update`]):
     /// a fresh instantiation disables the nodes this `Exec` had disabled (same id, same kind),
-    /// and gives the other nodes the flags of `dag`.
+    /// and gives the other nodes the flags of `dag`. The cuFFT plans a refused update made are
+    /// not made again: the fresh instantiation takes them over.
     pub fn update_or_reinstantiate(&mut self, dag: &Dag) -> Result<UpdateOutcome> {
-        match self.update(dag) {
+        let mut refused = None;
+        match self.update_keeping(dag, &mut refused) {
             Ok(()) => Ok(UpdateOutcome::Updated),
             Err(Error::UpdateRefused { .. }) => {
                 let mut fresh = dag.clone();
                 keep_enabled_flags(&mut fresh, &self.dag);
-                let fresh = fresh.into_exec(&self.device)?;
+                fresh.validate(&self.device)?;
+                let reuse = refused.map(FftCaptureState::into_states_only);
+                let fresh = fresh.instantiate_validated(
+                    &self.device,
+                    InstantiateFlags::default(),
+                    None,
+                    reuse,
+                )?;
                 let mut old = std::mem::replace(self, fresh);
                 // The old graph's launches may still call its host closures: once they have
                 // completed, their panics are reported by this Exec. (Should the wait fail,
@@ -821,7 +788,6 @@ impl Exec {
             r.release_into(&mut self.unreported);
         }
         self.retired_hosts = 0;
-        self.retired_markers = 0;
         let mut all = std::mem::take(&mut self.unreported);
         for (name, h) in &self.hosts {
             if let Some(message) = h.take_panic() {

@@ -96,6 +96,11 @@ impl<'a> NodeName<'a> {
         self.given
     }
 
+    /// The node's serial number (see [`NodeId::serial`]).
+    pub(crate) fn serial(&self) -> u64 {
+        self.serial
+    }
+
     /// The name's text: the given name, or the default one written into `buf` (without
     /// `core::fmt`, which costs several times as much: a recording backend writes every
     /// node's name).

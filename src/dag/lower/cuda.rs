@@ -168,7 +168,7 @@ impl sealed::Lower for CudaBackend {
     #[allow(private_interfaces)] // reason: the trait is sealed (see `sealed::Lower::add_node`)
     fn add_node(
         &mut self,
-        _: &NodeName<'_>,
+        name: &NodeName<'_>,
         deps: &[Self::Node],
         edges: &[EdgeData],
         params: NodeParams<'_>,
@@ -227,7 +227,15 @@ impl sealed::Lower for CudaBackend {
             }
             NodeParams::Child(child) => {
                 let mut sub = CudaBackend::new(&self.device)?;
-                child.lower_validated(&mut sub)?;
+                // The child's FFT states stay with the parent's lowering context (under the
+                // child node's serial), and an update's lowering takes over the unchanged
+                // ones of the same child; one capture stream serves the whole graph.
+                self.fft_capture.states.lower_child(
+                    name.serial(),
+                    &mut sub,
+                    |b| &mut b.fft_capture.states,
+                    |b| child.lower_validated(b).map(drop),
+                )?;
                 let mut raw = NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeGraph);
                 raw.__bindgen_anon_1.graph = sys::cudaChildGraphNodeParams {
                     graph: sub.graph,
@@ -237,17 +245,13 @@ impl sealed::Lower for CudaBackend {
                 };
                 // SAFETY: both graphs are live; CUDA clones the child.
                 let node = unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? };
-                // FFT states of the child stay with the parent's lowering context.
                 // The child's captured nodes are not enabled or disabled one by one (nor are
                 // any of a child's nodes): only its FFT state is kept.
-                let built = sub.into_graph();
                 debug_assert!(
-                    built.disabled.is_empty(),
+                    sub.disabled.is_empty(),
                     "validation refuses disabled nodes in a child graph"
                 );
-                // SAFETY: the clone lives in the parent; the original is ours to destroy.
-                unsafe { rt::graph_destroy(built.graph)? };
-                self.fft_capture.absorb(built.fft_capture);
+                // `sub` destroys the original graph: the clone lives in the parent.
                 Ok(node)
             }
             NodeParams::Fft { node } => {

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::dag::nodes::backend::{sealed, EdgeData, NodeParams};
+use crate::dag::nodes::fft::reuse::{FftKit, FftMaker, FftStates};
 use crate::dag::nodes::{FftNode, KernelNode};
 use crate::dag::NodeName;
 use crate::device::{DeviceKey, DeviceLimits, RECORDING_INDEX_BITS};
@@ -86,7 +87,11 @@ pub struct RecordingBackend {
     /// The device (index) the next recorded nodes run on.
     current: usize,
     next_addr: u64,
-    next_fft_handle: u64,
+    /// The FFT nodes' stand-in states (numbered handles), work areas and capture stream, kept
+    /// and reused as the CUDA backend's are (`nodes/fft/reuse.rs`).
+    fft: FftStates<RecordedFft>,
+    /// Makes (numbers and counts) what `fft` holds.
+    fft_made: RecordedFftMaker,
     /// The work-area share of each FFT node about to be lowered, by the node's uid (given by
     /// `prepare_ffts`, taken when the node is added).
     fft_shares: std::collections::HashMap<u64, WorkShare>,
@@ -160,7 +165,8 @@ impl RecordingBackend {
             peer_enabled: Vec::new(),
             current: 0,
             next_addr: 0x7000_0000_0000,
-            next_fft_handle: 0,
+            fft: FftStates::default(),
+            fft_made: RecordedFftMaker::default(),
             fft_shares: std::collections::HashMap::new(),
             fft_param_buffers: Vec::new(),
             entries: Vec::new(),
@@ -231,9 +237,10 @@ impl RecordingBackend {
             .expect("validation checked that nodes run on the backend's devices")
     }
 
-    /// Forgets the calls received so far and the peer access enabled (placeholders handed
-    /// out stay valid).
+    /// Forgets the calls received so far, the peer access enabled and the FFT nodes' states
+    /// (placeholders handed out stay valid).
     pub fn clear(&mut self) {
+        self.fft = FftStates::default();
         self.peer_enabled.clear();
         self.entries.clear();
         self.names.clear();
@@ -561,7 +568,7 @@ impl sealed::Lower for RecordingBackend {
                 self.fft_shares.insert(f.uid, share.clone());
             }
         }
-        Ok(())
+        self.fft.prepare(&mut self.fft_made, dag, shares)
     }
     fn disable(&mut self, name: &NodeName<'_>, node: usize) -> Result<()> {
         // The call instantiation makes on the executable graph, naming the node's call.
@@ -625,10 +632,19 @@ impl sealed::Lower for RecordingBackend {
                     count: self.count,
                     peer: self.peer.clone(),
                     next_addr: self.next_addr + 0x1000_0000,
-                    next_fft_handle: self.next_fft_handle + 1000,
                     ..RecordingBackend::new(self.limits.clone())
                 };
-                child.lower_validated(&mut sub)?;
+                sub.fft_made = self.fft_made.for_child();
+                // As the CUDA backend: the child's FFT states stay with this context, and an
+                // update's lowering takes over the unchanged ones of the same child.
+                let lowered = self.fft.lower_child(
+                    name.serial(),
+                    &mut sub,
+                    |b| &mut b.fft,
+                    |b| child.lower_validated(b).map(drop),
+                );
+                self.fft_made.count_child(&sub.fft_made);
+                lowered?;
                 let inner: Vec<String> = sub
                     .calls()
                     .iter()
@@ -645,13 +661,16 @@ impl sealed::Lower for RecordingBackend {
                 })?;
                 self.add_fft(name, deps, f, &work)
             }
-            NodeParams::Captured(work) => Ok(self.record(
-                "cudaStreamBeginCaptureToGraph",
-                "captured",
-                name,
-                deps,
-                Params::Words(work.describe()),
-            )),
+            NodeParams::Captured(work) => {
+                self.fft.capture_stream(&mut self.fft_made)?;
+                Ok(self.record(
+                    "cudaStreamBeginCaptureToGraph",
+                    "captured",
+                    name,
+                    deps,
+                    Params::Words(work.describe()),
+                ))
+            }
         }
     }
 }
@@ -700,8 +719,10 @@ impl RecordingBackend {
         // conversion kernel node writing the node's own scratch buffer, which the transform
         // reads. `Fusion::Auto` is fused here: this backend cannot time (and reads neither the
         // environment nor the on-disk decisions), so transcripts are deterministic.
-        self.next_fft_handle += 1;
-        let handle = self.next_fft_handle;
+        self.fft.capture_stream(&mut self.fft_made)?;
+        let state = self.fft.take_prepared(f.uid);
+        let handle = state.inner;
+        self.fft.push_lowered(state, ());
         let plan = f.plan();
         let decision = crate::fft::recording_decision(plan);
         let form = decision.form;
@@ -775,5 +796,104 @@ impl RecordingBackend {
             &capture_deps,
             Params::Words(words),
         ))
+    }
+}
+
+/// The recording backend's FFT state: a numbered stand-in per plan, work areas as addresses
+/// and sizes, a numbered stream.
+pub(crate) enum RecordedFft {}
+
+impl FftKit for RecordedFft {
+    /// The handle's number (`handle=#N` in the transcript).
+    type State = u64;
+    /// Address and bytes.
+    type Area = (u64, usize);
+    /// The stream's number.
+    type Stream = u64;
+    type Extra = ();
+    fn area_bytes(area: &(u64, usize)) -> usize {
+        area.1
+    }
+}
+
+/// Numbers what a recording backend's FFT states hold, and counts what it made (the CUDA
+/// backend would make a cuFFT plan, a device allocation, a stream for each).
+#[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RecordedFftMaker {
+    next_handle: u64,
+    next_area: u64,
+    next_stream: u64,
+    /// Plans made.
+    pub(crate) plans: usize,
+    /// Work areas allocated.
+    pub(crate) areas: usize,
+    /// Capture streams made.
+    pub(crate) streams: usize,
+}
+
+impl RecordedFftMaker {
+    /// The maker of a child graph's lowering: numbers go on from this one's, nothing counted.
+    fn for_child(&self) -> RecordedFftMaker {
+        RecordedFftMaker {
+            plans: 0,
+            areas: 0,
+            streams: 0,
+            ..*self
+        }
+    }
+
+    /// Adds what a child graph's lowering made, and goes on from its numbers.
+    fn count_child(&mut self, child: &RecordedFftMaker) {
+        *self = RecordedFftMaker {
+            plans: self.plans + child.plans,
+            areas: self.areas + child.areas,
+            streams: self.streams + child.streams,
+            ..*child
+        };
+    }
+}
+
+impl FftMaker<RecordedFft> for RecordedFftMaker {
+    fn state(&mut self, f: &FftNode) -> Result<(u64, usize)> {
+        self.plans += 1;
+        self.next_handle += 1;
+        // Work bytes as a plan might need them: grows with the transform.
+        Ok((self.next_handle, f.plan.inner.in_elems.max(1) as usize * 16))
+    }
+    fn area(&mut self, bytes: usize) -> Result<(u64, usize)> {
+        self.areas += 1;
+        self.next_area += 1;
+        Ok((0x5000_0000_0000 + (self.next_area << 32), bytes))
+    }
+    fn attach(&mut self, _: &u64, _: &(u64, usize)) -> Result<()> {
+        Ok(())
+    }
+    fn stream(&mut self) -> Result<u64> {
+        self.streams += 1;
+        self.next_stream += 1;
+        Ok(self.next_stream)
+    }
+}
+
+#[cfg(test)]
+impl RecordingBackend {
+    /// What the FFT states of the lowerings so far made.
+    pub(crate) fn fft_made(&self) -> RecordedFftMaker {
+        self.fft_made
+    }
+
+    /// Takes the FFT states of the lowering, and the reused context with what it did not take
+    /// (the parts of an `Exec`'s update: `LoweredGraph::fft_capture` and `leftover`).
+    pub(crate) fn take_fft_states(
+        &mut self,
+    ) -> (FftStates<RecordedFft>, Option<FftStates<RecordedFft>>) {
+        let mut states = std::mem::take(&mut self.fft);
+        let old = states.take_reuse();
+        (states, old)
+    }
+
+    /// Lowers next with the unchanged FFT states of `old` (as `Exec::update` does).
+    pub(crate) fn reuse_fft_states(&mut self, old: FftStates<RecordedFft>) {
+        self.fft.set_reuse(old);
     }
 }

@@ -1,6 +1,7 @@
 //! Per-node cuFFT state of FFT nodes: made in a prepare pass before lowering
 //! ([`FftCaptureState::prepare`]), keyed by node serial, kept across whole-graph updates while
-//! the plan is unchanged, and given back when CUDA refuses an update. The prepare pass is also
+//! the plan is unchanged (child graphs' too), and given back when CUDA refuses an update (the
+//! bookkeeping is `reuse.rs`'s, shared with the recording backend). The prepare pass is also
 //! where each node's form (fused, or unfused: conversion kernel + plan without the load
 //! callback) is decided, with `fft::decide_fusion` (which measures `Fusion::Auto` plans once
 //! per shape, outside any capture); the state keeps the form, so a reused state keeps it too.
@@ -11,6 +12,7 @@ use std::sync::Arc;
 
 use petgraph::visit::NodeIndexable;
 
+use super::reuse::{FftKit, FftMaker, FftStates};
 use super::FftNode;
 use crate::dag::nodes::captured::{capture_into, Captured};
 use crate::dag::nodes::KernelNode;
@@ -71,19 +73,13 @@ pub(crate) fn work_shares(dag: &Dag, order: &[crate::dag::NodeId]) -> Vec<Option
 }
 
 /// One FFT node's cuFFT state: its handle (plan made, callbacks attached), its parameter
-/// buffer, its work size and its form (unfused: the conversion kernel and scratch buffer).
-/// Kept across whole-graph updates while the plan does not change.
-struct FftState {
-    uid: u64,
-    desc: crate::fft::FftPlanDesc,
+/// buffer and its form (unfused: the conversion kernel and scratch buffer). Kept across
+/// whole-graph updates while the plan does not change.
+pub(crate) struct FftState {
     handle: Handle,
     params: Option<Arc<Allocation>>,
-    /// Work-area bytes the plan needs.
-    need: usize,
     /// Whether the plan was executed once outside capture (see [`FftCaptureState::lower`]).
     warmed: bool,
-    /// Whether it came from the context being reused (so a failed update gives it back).
-    reused: bool,
     /// The form the node runs in, and why.
     decision: FusionDecision,
     /// The unfused form's plan, conversion kernel and scratch buffer (the handle is made for
@@ -93,21 +89,18 @@ struct FftState {
 
 impl FftState {
     /// Decides the node's form (measuring once per shape for `Fusion::Auto`, see
-    /// `decide_fusion`), then makes its handle and buffers.
-    fn new(device: &Device, f: &FftNode) -> Result<FftState> {
+    /// `decide_fusion`), then makes its handle and buffers; returns the work-area bytes too.
+    fn new(device: &Device, f: &FftNode) -> Result<(FftState, usize)> {
         let decision = decide_fusion(device, &f.plan)?;
         let (unfused, handle, params, need) = planned_in_form(device, &f.plan, decision.form)?;
-        Ok(FftState {
-            uid: f.uid,
-            desc: f.plan.inner.desc.clone(),
+        let state = FftState {
             handle,
             params,
-            need,
             warmed: false,
-            reused: false,
             decision,
             unfused,
-        })
+        };
+        Ok((state, need))
     }
 
     /// The address the captured transform reads: the node's input, or (unfused) the
@@ -119,6 +112,36 @@ impl FftState {
     }
 }
 
+/// The CUDA backend's FFT state: cuFFT plans, device work areas, a stream.
+pub(crate) enum CudaFft {}
+
+impl FftKit for CudaFft {
+    type State = FftState;
+    type Area = Arc<Allocation>;
+    type Stream = Stream;
+    type Extra = LoweredNodes;
+    fn area_bytes(area: &Arc<Allocation>) -> usize {
+        area.bytes
+    }
+}
+
+impl FftMaker<CudaFft> for &Device {
+    fn state(&mut self, f: &FftNode) -> Result<(FftState, usize)> {
+        FftState::new(self, f)
+    }
+    fn area(&mut self, bytes: usize) -> Result<Arc<Allocation>> {
+        Allocation::new(self, bytes, MemorySpace::Device)
+    }
+    fn attach(&mut self, state: &FftState, area: &Arc<Allocation>) -> Result<()> {
+        // SAFETY: the area is at least as large as every plan of its slot needs, and kept
+        // alive by this context (and by an earlier one for launches captured with it).
+        unsafe { cf::set_work_area(state.handle.raw(), area.ptr as *mut c_void) }
+    }
+    fn stream(&mut self) -> Result<Stream> {
+        Stream::new(self)
+    }
+}
+
 /// A raw graph node handle, used only by the `Exec` owning the graph.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct NodeHandle(sys::cudaGraphNode_t);
@@ -127,11 +150,8 @@ struct NodeHandle(sys::cudaGraphNode_t);
 // only passed to CUDA calls made through that `Exec`'s `&mut self`. Not `Sync`.
 unsafe impl Send for NodeHandle {}
 
-/// One lowered FFT node.
-struct Lowered {
-    uid: u64,
-    /// `None` once a later lowering took it over.
-    state: Option<FftState>,
+/// What lowering one FFT node made besides its state.
+pub(crate) struct LoweredNodes {
     /// The parameter-setting kernel node (in the graph the Exec was instantiated from) and its
     /// launch, whose argument 1 is the parameter blob.
     setter: Option<(NodeHandle, KernelNode)>,
@@ -143,19 +163,14 @@ struct Lowered {
     decision: FusionDecision,
 }
 
-/// FFT state made while lowering one graph; an [`Exec`](crate::Exec) keeps it alive.
+/// FFT state made while lowering one graph (its child graphs' included); an
+/// [`Exec`](crate::Exec) keeps it alive.
 ///
 /// It is `Send` (an `Exec` may move between threads) but not `Sync`.
 #[derive(Default)]
 pub(crate) struct FftCaptureState {
-    stream: Option<Stream>,
-    nodes: Vec<Lowered>,
-    children: Vec<FftCaptureState>,
-    work: HashMap<usize, Arc<Allocation>>,
-    /// States made by [`FftCaptureState::prepare`], taken by their node's lowering.
-    prepared: Vec<FftState>,
-    /// An earlier lowering's context, whose unchanged FFT states this one takes over.
-    reuse: Option<Box<FftCaptureState>>,
+    /// The states, work areas and capture stream, and what is reused (`reuse.rs`).
+    pub(crate) states: FftStates<CudaFft>,
     /// Staging for parameter updates (no allocation per update).
     scratch: crate::kernel::ArgScratch,
 }
@@ -163,85 +178,48 @@ pub(crate) struct FftCaptureState {
 impl FftCaptureState {
     /// Lowers with the unchanged FFT states of `old` (an earlier lowering of the same nodes).
     pub(crate) fn set_reuse(&mut self, old: FftCaptureState) {
-        self.reuse = Some(Box::new(old));
+        self.states.set_reuse(old.states);
     }
 
     /// The reused context, with the states this lowering did not take.
     pub(crate) fn take_reuse(&mut self) -> Option<FftCaptureState> {
-        self.reuse.take().map(|b| *b)
+        self.states.take_reuse().map(|states| FftCaptureState {
+            states,
+            scratch: Default::default(),
+        })
     }
 
-    /// Gives back to this (older) context the states `newer` took from it.
+    /// Gives back to this (older) context the states `newer` took from it (child graphs'
+    /// included).
     pub(crate) fn reclaim(&mut self, newer: &mut FftCaptureState) {
-        let taken = newer
-            .nodes
-            .iter_mut()
-            .filter_map(|n| n.state.take_if(|s| s.reused))
-            .chain(newer.prepared.extract_if(.., |s| s.reused));
-        for mut st in taken.collect::<Vec<_>>() {
-            st.reused = false;
-            if let Some(n) = self.nodes.iter_mut().find(|n| n.uid == st.uid) {
-                n.state = Some(st);
-            }
+        self.states.reclaim(&mut newer.states);
+    }
+
+    /// What a refused update's lowering leaves for a fresh instantiation: the states it made
+    /// (and its capture stream), not its work areas (see `FftStates::into_states_only`).
+    pub(crate) fn into_states_only(self) -> FftCaptureState {
+        FftCaptureState {
+            states: self.states.into_states_only(),
+            scratch: self.scratch,
         }
     }
 
     /// Makes (or takes over from the reused context) the cuFFT state of every FFT node of
-    /// `dag`, then sizes each shared work area for the plans actually made and attaches it.
+    /// `dag`, then sizes each shared work area for the plans actually made (the reused
+    /// context's area when large enough) and attaches it.
     pub(crate) fn prepare(
         &mut self,
         device: &Device,
         dag: &Dag,
         shares: &[Option<WorkShare>],
     ) -> Result<()> {
-        let mut slot_need: HashMap<usize, usize> = HashMap::new();
-        let mut slots = Vec::new();
-        for (i, share) in shares.iter().enumerate() {
-            let Some(share) = share else { continue };
-            let Op::Fft(f) = &dag.graph[petgraph::graph::NodeIndex::new(i)].op else {
-                unreachable!("shares are given to FFT nodes only")
-            };
-            let reused = self.reuse.as_mut().and_then(|r| {
-                r.nodes
-                    .iter_mut()
-                    .find(|n| n.uid == f.uid)
-                    .and_then(|n| n.state.take_if(|s| s.desc == f.plan.inner.desc))
-            });
-            let state = match reused {
-                Some(mut s) => {
-                    s.reused = true;
-                    s
-                }
-                None => FftState::new(device, f)?,
-            };
-            let need = slot_need.entry(share.slot).or_insert(0);
-            *need = (*need).max(state.need);
-            slots.push(share.slot);
-            self.prepared.push(state);
-        }
-        for (state, slot) in self.prepared.iter().zip(slots) {
-            let area = match self.work.get(&slot) {
-                Some(a) => a.clone(),
-                None => {
-                    let a = Allocation::new(device, slot_need[&slot].max(16), MemorySpace::Device)?;
-                    self.work.insert(slot, a.clone());
-                    a
-                }
-            };
-            // SAFETY: the area is at least as large as every plan of its slot needs, and kept
-            // alive by this context (and by an earlier one for launches captured with it).
-            unsafe { cf::set_work_area(state.handle.raw(), area.ptr as *mut c_void)? };
-        }
-        Ok(())
+        self.states.prepare(&mut { device }, dag, shares)
     }
 
     /// The stream captures are made on (FFT nodes bind their plans to it; other captured
-    /// nodes use it too), made on first use and kept with the lowering state.
+    /// nodes use it too): the reused context's, else made on first use; kept with the state.
     pub(crate) fn capture_stream(&mut self, device: &Device) -> Result<Stream> {
-        if self.stream.is_none() {
-            self.stream = Some(Stream::new(device)?);
-        }
-        Ok(self.stream.clone().expect("just set"))
+        self.states.capture_stream(&mut { device })
     }
 
     /// Lowers one FFT node (prepared by [`FftCaptureState::prepare`]) into `graph` after
@@ -257,27 +235,22 @@ impl FftCaptureState {
     ) -> Result<Captured> {
         device.bind()?;
         let stream = self.capture_stream(device)?;
-        let at = self
-            .prepared
-            .iter()
-            .position(|s| s.uid == f.uid)
-            .expect("every FFT node is prepared before lowering");
-        let mut state = self.prepared.swap_remove(at);
-        match lower_state(device, &stream, graph, deps, f, &mut state) {
+        let mut state = self.states.take_prepared(f.uid);
+        match lower_state(device, &stream, graph, deps, f, &mut state.inner) {
             Ok((captured, setter, convert)) => {
-                self.nodes.push(Lowered {
-                    uid: f.uid,
-                    decision: state.decision,
-                    state: Some(state),
+                let decision = state.inner.decision;
+                let extra = LoweredNodes {
                     setter,
                     convert,
-                });
+                    decision,
+                };
+                self.states.push_lowered(state, extra);
                 Ok(captured)
             }
             Err(e) => {
                 // The state goes back where `reclaim` finds it: a reused state's plan and
                 // buffers are still used by the graph being updated, and must not be dropped.
-                self.prepared.push(state);
+                self.states.put_back(state);
                 Err(e)
             }
         }
@@ -286,22 +259,14 @@ impl FftCaptureState {
     /// The form FFT node `uid` was lowered in (`None`: not lowered by this context, e.g. in a
     /// child graph).
     pub(crate) fn decision(&self, uid: u64) -> Option<FusionDecision> {
-        self.nodes.iter().find(|n| n.uid == uid).map(|n| n.decision)
-    }
-
-    /// Keeps a child graph's FFT state alive with this one (its nodes are not updatable per
-    /// node).
-    pub(crate) fn absorb(&mut self, child: FftCaptureState) {
-        if !child.nodes.is_empty() || !child.children.is_empty() {
-            self.children.push(child);
-        }
+        self.states.extra(uid).map(|n| n.decision)
     }
 
     /// After a whole-graph update, per-node updates must still name the nodes of the graph
     /// the Exec was instantiated from: take those handles from `old`.
     pub(crate) fn adopt_node_handles_from(&mut self, old: &FftCaptureState) {
-        for n in &mut self.nodes {
-            let Some(o) = old.nodes.iter().find(|o| o.uid == n.uid) else {
+        for (uid, n) in self.states.extras_mut() {
+            let Some(o) = old.states.extra(uid) else {
                 continue;
             };
             if let (Some((h, _)), Some((oh, _))) = (&mut n.setter, &o.setter) {
@@ -325,10 +290,9 @@ impl FftCaptureState {
         plan: &FftPlan,
         params: &FftParams,
     ) -> Result<()> {
-        let FftCaptureState { nodes, scratch, .. } = self;
-        let Some(n) = nodes
-            .iter_mut()
-            .find(|n| n.uid == uid)
+        let FftCaptureState { states, scratch } = self;
+        let Some(n) = states
+            .extra_mut(uid)
             .filter(|n| n.setter.is_some() || n.convert.is_some())
         else {
             return Err(Error::Invalid(

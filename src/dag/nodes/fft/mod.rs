@@ -4,6 +4,7 @@
 //! [`context`].
 
 pub(crate) mod context;
+pub(crate) mod reuse;
 
 use std::sync::Arc;
 
