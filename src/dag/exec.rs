@@ -89,6 +89,8 @@ pub struct Exec {
     pinned: Vec<Arc<Allocation>>,
     /// What updates replaced, each with a launch that may still use it.
     retired: VecDeque<(Arc<Marker>, Replaced)>,
+    /// How many distinct markers `retired` holds (each a run of consecutive entries).
+    retired_markers: usize,
     pub(super) scratch: ArgScratch,
 }
 
@@ -116,8 +118,16 @@ impl Replaced {
     }
 }
 
-/// Above this many retired entries, an update waits for the oldest launch holding them.
-const MAX_RETIRED: usize = 4096;
+/// At most this many retired entries are kept (the queue's capacity, allocated with the
+/// `Exec`): an update that would retire one more first releases those whose launches have
+/// completed and, if none has, waits for the oldest. So updates allocate nothing.
+const MAX_RETIRED: usize = 256;
+
+/// At most this many distinct markers are held by the retired entries: a newer one takes over
+/// the entries of the newest held one (a later launch of the same graph completing implies the
+/// earlier ones have, so they are released later, never earlier). So updates ahead of the GPU
+/// do not grow the streams' marker pools.
+const RETIRED_MARKERS: usize = 4;
 
 /// `Exec` is `Send` but not `Sync` (updates and launches need `&mut`):
 ///
@@ -228,7 +238,8 @@ impl Dag {
             held: HashMap::default(),
             pinned: Vec::new(),
             // Room for the retirements of a few updates without growing on the update path.
-            retired: VecDeque::with_capacity(64),
+            retired: VecDeque::with_capacity(MAX_RETIRED),
+            retired_markers: 0,
             scratch: ArgScratch::default(),
         };
         let Exec {
@@ -489,6 +500,7 @@ impl Exec {
             r.release_into(&mut self.unreported);
         }
         self.retired_hosts = 0;
+        self.retired_markers = 0;
         self.check_host_panics()?;
         self.device.take_deferred()
     }
@@ -501,24 +513,69 @@ impl Exec {
             }
             self.pop_retired();
         }
-        if self.retired.len() > MAX_RETIRED {
-            if let Some((m, _)) = self.retired.front() {
-                m.wait()?;
-            }
-            return self.collect();
-        }
         Ok(())
     }
 
     /// Releases the oldest retired entry (its launches completed), keeping the panics of the
     /// host closures it held for the next report.
     fn pop_retired(&mut self) {
-        if let Some((_, r)) = self.retired.pop_front() {
+        if let Some((m, r)) = self.retired.pop_front() {
             if matches!(r, Replaced::Hosts(_)) {
                 self.retired_hosts -= 1;
             }
+            if !matches!(self.retired.front(), Some((next, _)) if Arc::ptr_eq(next, &m)) {
+                self.retired_markers -= 1;
+            }
             r.release_into(&mut self.unreported);
         }
+    }
+
+    /// Makes room for one more retired entry: releases those whose launches have completed
+    /// and, if none has, waits for the oldest.
+    fn make_room(&mut self) -> Result<()> {
+        self.collect()?;
+        if self.retired.len() >= MAX_RETIRED {
+            if let Some((oldest, _)) = self.retired.front() {
+                oldest.wait()?;
+            }
+            self.collect()?;
+        }
+        Ok(())
+    }
+
+    /// Appends a retired entry released when `m` completes, keeping the bounds
+    /// [`MAX_RETIRED`] and [`RETIRED_MARKERS`] without allocating. Should waiting for room
+    /// fail, the entry is kept all the same (the queue grows past its bound rather than
+    /// release anything early) and the error is reported by a later call.
+    fn push_retired(&mut self, m: Arc<Marker>, item: Replaced) {
+        if self.retired.len() >= MAX_RETIRED {
+            if let Err(e) = self.make_room() {
+                self.device.defer(
+                    "an executable graph (waiting for a launch to release what an update \
+                     replaced)",
+                    e,
+                );
+            }
+        }
+        let newest = self.retired.back().map(|(b, _)| b.clone());
+        match newest {
+            Some(b) if Arc::ptr_eq(&b, &m) => {}
+            Some(b) if self.retired_markers >= RETIRED_MARKERS => {
+                // `m` follows a later launch than `b` (launches of one graph run in order):
+                // the entries of `b` now wait for `m`, and `b` goes back to its pool.
+                for (mark, _) in self.retired.iter_mut().rev() {
+                    if !Arc::ptr_eq(mark, &b) {
+                        break;
+                    }
+                    *mark = m.clone();
+                }
+            }
+            _ => self.retired_markers += 1,
+        }
+        if matches!(item, Replaced::Hosts(_)) {
+            self.retired_hosts += 1;
+        }
+        self.retired.push_back((m, item));
     }
 
     /// A marker that completes when the launches issued so far have, and not later; `None`
@@ -533,12 +590,7 @@ impl Exec {
     fn retire(&mut self, item: Replaced) {
         match self.launches_so_far() {
             Ok(None) => drop(item),
-            Ok(Some(m)) => {
-                if matches!(item, Replaced::Hosts(_)) {
-                    self.retired_hosts += 1;
-                }
-                self.retired.push_back((m, item))
-            }
+            Ok(Some(m)) => self.push_retired(m, item),
             Err(e) => {
                 self.device
                     .defer("an executable graph (keeping what an update replaced)", e);
@@ -788,6 +840,7 @@ impl Exec {
             r.release_into(&mut self.unreported);
         }
         self.retired_hosts = 0;
+        self.retired_markers = 0;
         let mut all = std::mem::take(&mut self.unreported);
         for (name, h) in &self.hosts {
             if let Some(message) = h.take_panic() {
