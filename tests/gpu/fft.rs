@@ -12,13 +12,13 @@ use rustfft::FftPlanner;
 
 use crate::common::Gpu;
 
-const TOL: f64 = 2e-5;
+pub(crate) const TOL: f64 = 2e-5;
 
-type C32 = Complex<f32>;
-type C64 = Complex<f64>;
+pub(crate) type C32 = Complex<f32>;
+pub(crate) type C64 = Complex<f64>;
 
 /// Batched 1D transforms of `x` (each `n` long), in f64.
-fn reference(x: &[C64], n: usize, inverse: bool) -> Vec<C64> {
+pub(crate) fn reference(x: &[C64], n: usize, inverse: bool) -> Vec<C64> {
     let mut p = FftPlanner::<f64>::new();
     let f = if inverse {
         p.plan_fft_inverse(n)
@@ -32,13 +32,13 @@ fn reference(x: &[C64], n: usize, inverse: bool) -> Vec<C64> {
     out
 }
 
-fn to64(x: &[C32]) -> Vec<C64> {
+pub(crate) fn to64(x: &[C32]) -> Vec<C64> {
     x.iter()
         .map(|c| C64::new(c.re as f64, c.im as f64))
         .collect()
 }
 
-fn check(got: &[C32], want: &[C64], what: &str) -> anyhow::Result<()> {
+pub(crate) fn check(got: &[C32], want: &[C64], what: &str) -> anyhow::Result<()> {
     ensure!(
         got.len() == want.len(),
         "{what}: {} vs {} elements",
@@ -73,7 +73,7 @@ fn check_real(got: &[f32], want: &[f64], what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn signal(len: usize, seed: u32) -> Vec<C32> {
+pub(crate) fn signal(len: usize, seed: u32) -> Vec<C32> {
     let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
     (0..len)
         .map(|_| {
@@ -89,7 +89,7 @@ fn signal(len: usize, seed: u32) -> Vec<C32> {
         .collect()
 }
 
-fn spec(
+pub(crate) fn spec(
     plan: &FftPlan,
     dir: Direction,
     i: &DeviceBuffer<impl cudagraph::DeviceRepr>,
@@ -105,7 +105,7 @@ fn spec(
     }
 }
 
-fn ld_st(load: Option<CallbackParams>, store: Option<CallbackParams>) -> FftParams {
+pub(crate) fn ld_st(load: Option<CallbackParams>, store: Option<CallbackParams>) -> FftParams {
     FftParams { load, store }
 }
 

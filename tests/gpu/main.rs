@@ -14,6 +14,7 @@ mod dag;
 mod enabled;
 mod events;
 mod fft;
+mod fft_update;
 mod foundation;
 mod nccl;
 mod placement;
