@@ -157,9 +157,9 @@ pub use fft::{
     FftPlanDesc, FftType, Fusion, FusionDecision, Layout, LoadCallback, StoreCallback, StreamFft,
 };
 pub use kernel::{
-    compile, nvrtc_version, AccessPolicy, AccessProperty, CodeKind, CompileOptions, Compiled, Dim3,
-    Kernel, KernelArg, LaunchAttributes, LaunchConfig, MemSyncDomain, Module, ParamInfo,
-    ParamSource, MAX_PORTABLE_CLUSTER,
+    compile, nvrtc_version, toolkit_include_dir, AccessPolicy, AccessProperty, CodeKind,
+    CompileOptions, Compiled, Conditional, Dim3, Kernel, KernelArg, LaunchAttributes, LaunchConfig,
+    MemSyncDomain, Module, ParamInfo, ParamSource, CONDITIONAL_INCLUDE, MAX_PORTABLE_CLUSTER,
 };
 pub use memory::{DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace, Region};
 pub use nccl::{Comm, Communicators, NcclType, ReduceOp};

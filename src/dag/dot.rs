@@ -1,5 +1,6 @@
 //! DOT export: node names, kinds (a shape and colour per kind), launch shapes, bytes copied,
-//! and dependencies. The text is deterministic (nodes in index order, edges in insertion
+//! and dependencies; the bodies of conditional nodes as clusters labelled with their
+//! condition. The text is deterministic (nodes in index order, edges in insertion
 //! order) and meant for inspection with Graphviz; its exact form may change between versions.
 
 use std::fmt::Write;
@@ -39,6 +40,22 @@ impl Dag {
         s.push_str("digraph cudagraph {\n");
         s.push_str("  rankdir=TB;\n");
         s.push_str("  node [fontname=\"Helvetica\", fontsize=10, style=filled];\n");
+        self.write_dot(&mut s, "n", 1, fft);
+        s.push_str("}\n");
+        s
+    }
+
+    /// Writes the nodes (ids `{prefix}{index}`) and edges, indented `depth` levels; each body
+    /// of a conditional node as a cluster labelled with its condition, with dashed edges
+    /// from the node to the body's first nodes.
+    fn write_dot(
+        &self,
+        s: &mut String,
+        prefix: &str,
+        depth: usize,
+        fft: &dyn Fn(u64) -> Option<crate::fft::FusionDecision>,
+    ) {
+        let indent = "  ".repeat(depth);
         for idx in self.graph.node_indices() {
             let node = &self.graph[idx];
             let super::nodes::Label {
@@ -65,14 +82,55 @@ impl Dag {
             };
             let _ = writeln!(
                 s,
-                "  n{} [label=\"{label}\", shape={shape}, fillcolor=\"{color}\", style=\"{style}\"];",
+                "{indent}{prefix}{} [label=\"{label}\", shape={shape}, fillcolor=\"{color}\", style=\"{style}\"];",
                 idx.index()
             );
+            if let super::Op::Conditional(c) = &node.op {
+                for (b, body) in c.bodies().iter().enumerate() {
+                    let sub = format!("{prefix}{}_{b}_", idx.index());
+                    let _ = writeln!(s, "{indent}subgraph cluster_{sub} {{");
+                    let _ = writeln!(
+                        s,
+                        "{indent}  label=\"{}\"; style=\"rounded,dashed\"; color=\"#b08800\"; fontname=\"Helvetica\"; fontsize=10;",
+                        esc(&c.cluster_label(b))
+                    );
+                    let mut entries: Vec<String> = body
+                        .graph
+                        .node_indices()
+                        .filter(|&i| {
+                            body.graph
+                                .neighbors_directed(i, petgraph::Direction::Incoming)
+                                .next()
+                                .is_none()
+                        })
+                        .map(|i| format!("{sub}{}", i.index()))
+                        .collect();
+                    if entries.is_empty() {
+                        let _ = writeln!(
+                            s,
+                            "{indent}  {sub}empty [label=\"(empty)\", shape=plaintext, style=\"\"];"
+                        );
+                        entries.push(format!("{sub}empty"));
+                    }
+                    body.write_dot(s, &sub, depth + 1, fft);
+                    let _ = writeln!(s, "{indent}}}");
+                    for e in entries {
+                        let _ = writeln!(
+                            s,
+                            "{indent}{prefix}{} -> {e} [style=dashed, arrowhead=empty];",
+                            idx.index()
+                        );
+                    }
+                }
+            }
         }
         for e in self.graph.edge_references() {
-            let _ = writeln!(s, "  n{} -> n{};", e.source().index(), e.target().index());
+            let _ = writeln!(
+                s,
+                "{indent}{prefix}{} -> {prefix}{};",
+                e.source().index(),
+                e.target().index()
+            );
         }
-        s.push_str("}\n");
-        s
     }
 }

@@ -242,6 +242,9 @@ impl Dag {
             retired_markers: 0,
             scratch: ArgScratch::default(),
         };
+        // Kernel arguments passing a conditional handle hold the graph's from here on (the
+        // per-node updates of their other arguments pass them on).
+        crate::dag::nodes::conditional::set_handle_values(&mut exec.dag, &lowered.conditionals);
         let Exec {
             dag,
             held,
@@ -730,6 +733,7 @@ impl Exec {
             handles,
             fft_capture: mut new_fft,
             leftover,
+            conditionals,
             ..
         } = lowered;
         // SAFETY: both are live.
@@ -777,6 +781,7 @@ impl Exec {
             dag.for_each_allocation(&mut |a| hold_in(held, pinned, log, a));
         }
         let old_dag = std::mem::replace(&mut self.dag, dag.clone());
+        crate::dag::nodes::conditional::set_handle_values(&mut self.dag, &conditionals);
         // CUDA kept each node's enabled state: so does the DAG the Exec reports.
         keep_enabled_flags(&mut self.dag, &old_dag);
         let mut old_allocs = Vec::new();

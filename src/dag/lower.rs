@@ -20,6 +20,7 @@
 use petgraph::visit::NodeIndexable;
 
 use super::nodes::backend::Backend;
+use super::nodes::conditional::{self, Scopes};
 use super::nodes::ValidationTarget;
 use super::{Dag, NodeId, Op, SerialOrder};
 use crate::device::DeviceKey;
@@ -91,6 +92,16 @@ impl Dag {
         &self,
         backend: &mut B,
     ) -> Result<Vec<Option<B::Node>>> {
+        self.lower_scoped(backend, &Scopes::default())
+    }
+
+    /// [`Dag::lower_validated`] for a graph with the conditional handles of `outer` in scope
+    /// (a conditional body: the handles of the graphs it is inside).
+    pub(crate) fn lower_scoped<B: Backend>(
+        &self,
+        backend: &mut B,
+        outer: &Scopes,
+    ) -> Result<Vec<Option<B::Node>>> {
         let mut handles: Vec<Option<B::Node>> = vec![None; self.graph.node_bound()];
         let mut deps: Vec<B::Node> = Vec::new();
         let mut dep_idx = Vec::new();
@@ -117,6 +128,16 @@ impl Dag {
         if !plan.peer_pairs.is_empty() {
             backend.use_device(home)?;
         }
+        // The conditional handles, before any node (kernels that set them may come before the
+        // node that reads them); none in most DAGs.
+        let own;
+        let scopes = if self.conditionals.is_empty() {
+            outer
+        } else {
+            own = conditional::create_handles(self, backend, outer)?;
+            &own
+        };
+        let with_handles = self.conditionals.has_uses();
         // Each node on its device, switched only when it changes (never, unplaced).
         let mut current = home;
         // Nodes disabled in the DAG (an `Exec` disabled them): none in most DAGs, so nothing
@@ -136,7 +157,12 @@ impl Dag {
                 backend.use_device(device)?;
                 current = device;
             }
-            let h = node.op.lower(&node.name(), &deps, backend)?;
+            let h = match &node.op {
+                Op::Kernel(k) if with_handles => {
+                    conditional::lower_kernel(self, id, k, &node.name(), &deps, backend, scopes)?
+                }
+                op => op.lower(&node.name(), &deps, backend, scopes)?,
+            };
             handles[id.index()] = Some(h);
             if !node.enabled {
                 disabled.push((id, h));

@@ -34,9 +34,9 @@ pub use exec::{Exec, InstantiateFlags, UpdateOutcome};
 pub use lower::{CudaBackend, RecordedCall, RecordingBackend};
 pub use nodes::{
     dst, src, Backend, CaptureFn, CaptureStream, CaptureWork, CapturedNode, ChildNode,
-    CollectiveNode, Copy2d, CopyKind, Dst, EdgeData, EmptyNode, EventRecordNode, EventWaitNode,
-    FftNode, FftSpec, HostNode, KernelNode, MemcpyNode, Memset2d, MemsetNode, MemsetValue,
-    NodeKind, NodeParams, Op, Src,
+    CollectiveNode, ConditionalKind, ConditionalNode, Copy2d, CopyKind, Dst, EdgeData, EmptyNode,
+    EventRecordNode, EventWaitNode, FftNode, FftSpec, HostNode, KernelNode, MemcpyNode, Memset2d,
+    MemsetNode, MemsetValue, NodeKind, NodeParams, Op, Src,
 };
 
 /// A node of a [`Dag`]: a small copyable id.
@@ -284,6 +284,8 @@ pub struct Dag {
     backward_edges: usize,
     /// Where kernel nodes added to this DAG keep their arguments (a copy starts a new one).
     pub(crate) arg_arena: crate::kernel::ArgArena,
+    /// The conditional handles it declared, and its kernel arguments that pass one.
+    pub(crate) conditionals: nodes::conditional::Handles,
 }
 
 impl Dag {
@@ -588,6 +590,13 @@ impl Dag {
 
     /// Validates every node on its device within `target`.
     pub(crate) fn validate_on(&self, target: &ValidationTarget<'_>) -> Result<()> {
+        // A DAG that declares conditional handles validates its nodes in its own scope.
+        let own = if self.conditionals.is_empty() {
+            None
+        } else {
+            nodes::conditional::validate_handles(self, target)?
+        };
+        let target = own.as_ref().unwrap_or(target);
         for idx in self.graph.node_indices() {
             let node = &self.graph[idx];
             if !node.enabled && !target.placeable {
@@ -788,6 +797,8 @@ impl Node {
 
 #[cfg(test)]
 mod attribute_tests;
+#[cfg(test)]
+mod conditional_tests;
 #[cfg(test)]
 mod enabled_tests;
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
+use super::conditional::Conditional;
 use crate::memory::Region;
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer};
 
@@ -31,6 +32,9 @@ pub struct KernelArg<'a> {
     bytes: ArgBytes,
     type_name: &'static str,
     pub(crate) buffer: Option<&'a Arc<Allocation>>,
+    /// The conditional handle this argument passes ([`Conditional`]): its bytes are a
+    /// placeholder until lowering puts the graph's handle in their place.
+    pub(crate) conditional: Option<Conditional>,
 }
 
 impl std::fmt::Debug for KernelArg<'_> {
@@ -56,7 +60,18 @@ impl<'a> KernelArg<'a> {
             bytes,
             type_name: std::any::type_name::<T>(),
             buffer: None,
+            conditional: None,
         }
+    }
+
+    /// An argument passing conditional handle `c` (a `cudaGraphConditionalHandle`, 8 bytes):
+    /// only a kernel node of the graph that declared it (or of a conditional body inside that
+    /// graph) can take it, and lowering passes the handle of the graph being built.
+    pub fn conditional(c: &Conditional) -> Self {
+        let mut a = KernelArg::value(c.placeholder());
+        a.type_name = "Conditional";
+        a.conditional = Some(*c);
+        a
     }
 
     /// An argument passing a buffer's device address (kept alive by whatever uses the
@@ -114,6 +129,23 @@ impl<'a> KernelArg<'a> {
     /// Whether this argument passes a buffer.
     pub fn is_buffer(&self) -> bool {
         self.buffer.is_some()
+    }
+
+    /// The conditional handle this argument passes, if it passes one.
+    pub fn as_conditional(&self) -> Option<&Conditional> {
+        self.conditional.as_ref()
+    }
+}
+
+impl From<&Conditional> for KernelArg<'_> {
+    fn from(c: &Conditional) -> Self {
+        KernelArg::conditional(c)
+    }
+}
+
+impl From<Conditional> for KernelArg<'_> {
+    fn from(c: Conditional) -> Self {
+        KernelArg::conditional(&c)
     }
 }
 

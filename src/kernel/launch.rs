@@ -221,9 +221,16 @@ impl Kernel {
 
     pub(crate) fn args_problem(&self, args: &[KernelArg]) -> Option<String> {
         self.args_layout_problem(args).or_else(|| {
-            args.iter()
-                .enumerate()
-                .find_map(|(i, a)| self.arg_device_problem(i, a))
+            args.iter().enumerate().find_map(|(i, a)| {
+                if a.conditional.is_some() {
+                    // Its bytes are a placeholder: only lowering a graph gives the handle.
+                    return Some(format!(
+                        "argument {i} is a conditional handle, which only a kernel node of the \
+                         graph that declared it can take (not a stream launch)"
+                    ));
+                }
+                self.arg_device_problem(i, a)
+            })
         })
     }
 

@@ -9,6 +9,8 @@
 //! - `launch`: [`Kernel`] and its [`ParamInfo`] layout, argument and launch-shape checks,
 //!   stream launches, [`Dim3`], [`LaunchConfig`].
 //! - `args`: [`KernelArg`], [`args!`](crate::args).
+//! - `conditional`: [`Conditional`] (a conditional node's handle as a kernel argument) and
+//!   [`CONDITIONAL_INCLUDE`], what source that sets one needs.
 //! - `attributes`: [`LaunchAttributes`] of kernel nodes (priority, clusters, cooperative
 //!   launch, carve-out, L2 access-policy window, memory-sync domain) and their checks.
 //! - `packed`: `PackedArgs` (arguments at the parameter offsets, as nodes keep them),
@@ -21,6 +23,7 @@ mod arena;
 mod args;
 mod attributes;
 mod compile;
+mod conditional;
 mod cubin;
 mod launch;
 mod library;
@@ -32,6 +35,7 @@ pub use attributes::{
     AccessPolicy, AccessProperty, LaunchAttributes, MemSyncDomain, MAX_PORTABLE_CLUSTER,
 };
 pub use compile::{compile, nvrtc_version, CodeKind, CompileOptions, Compiled};
+pub use conditional::{toolkit_include_dir, Conditional, CONDITIONAL_INCLUDE};
 pub use launch::{Dim3, Kernel, LaunchConfig, ParamInfo, ParamSource};
 pub use module::Module;
 pub(crate) use packed::{ArgArena, ArgScratch, PackedArgs};

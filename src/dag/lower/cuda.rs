@@ -28,6 +28,8 @@ pub(crate) struct LoweredGraph {
     pub(crate) disabled: Vec<(sys::cudaGraphNode_t, String)>,
     /// The FFT states of an earlier lowering that this one did not reuse.
     pub(crate) leftover: Option<crate::dag::nodes::fft::FftCaptureState>,
+    /// The conditional handles created on the graph, `(index, handle)` (the DAG's own).
+    pub(crate) conditionals: Vec<(u32, u64)>,
 }
 
 /// The CUDA devices as validation sees them: every device of the machine, peer access as
@@ -67,6 +69,11 @@ pub struct CudaBackend {
     pub(crate) captured: HashMap<CudaNodeKey, Vec<sys::cudaGraphNode_t>>,
     /// The nodes disabled in the DAG, with their names (see `Lower::disable`).
     disabled: Vec<(sys::cudaGraphNode_t, String)>,
+    /// The conditional handles created on the graph, `(index, handle)`.
+    conditionals: Vec<(u32, u64)>,
+    /// Whether the graph is a conditional body, owned by its node (CUDA's): never destroyed
+    /// here.
+    body: bool,
 }
 
 /// A CUDA node handle as a map key.
@@ -85,7 +92,24 @@ impl CudaBackend {
             fft_capture: crate::dag::nodes::fft::FftCaptureState::default(),
             captured: HashMap::new(),
             disabled: Vec::new(),
+            conditionals: Vec::new(),
+            body: false,
         })
+    }
+
+    /// A backend adding nodes to `graph`, a body graph of a conditional node (CUDA owns it:
+    /// it is not destroyed with the backend).
+    fn for_body(device: &Device, graph: sys::cudaGraph_t) -> Self {
+        CudaBackend {
+            graph,
+            device: device.clone(),
+            devices: CudaDevices::default(),
+            fft_capture: crate::dag::nodes::fft::FftCaptureState::default(),
+            captured: HashMap::new(),
+            disabled: Vec::new(),
+            conditionals: Vec::new(),
+            body: true,
+        }
     }
 
     /// Notes the nodes a capture made; returns the node later nodes depend on.
@@ -109,14 +133,15 @@ impl CudaBackend {
             fft_capture,
             captured: std::mem::take(&mut self.captured),
             disabled: std::mem::take(&mut self.disabled),
+            conditionals: std::mem::take(&mut self.conditionals),
         }
     }
 }
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
-        if self.graph.is_null() {
-            return; // handed over by `into_graph`
+        if self.graph.is_null() || self.body {
+            return; // handed over by `into_graph`, or a conditional node's (CUDA's)
         }
         // SAFETY: the graph is owned and not referenced elsewhere.
         if let Err(e) = unsafe { rt::graph_destroy(self.graph) } {
@@ -164,6 +189,19 @@ impl sealed::Lower for CudaBackend {
     }
     fn limits(&self) -> &DeviceLimits {
         self.device.limits()
+    }
+    fn conditional_handle(&mut self, index: u32, default: u32) -> Result<u64> {
+        // SAFETY: the graph is live; lowering gives the handle to one conditional node of
+        // this graph and to kernels of this graph or of bodies inside it (validated).
+        let h = unsafe {
+            rt::graph_conditional_handle_create(
+                self.graph,
+                default,
+                sys::cudaGraphCondAssignDefault,
+            )?
+        };
+        self.conditionals.push((index, h));
+        Ok(h)
     }
     #[allow(private_interfaces)] // reason: the trait is sealed (see `sealed::Lower::add_node`)
     fn add_node(
@@ -252,6 +290,37 @@ impl sealed::Lower for CudaBackend {
                     "validation refuses disabled nodes in a child graph"
                 );
                 // `sub` destroys the original graph: the clone lives in the parent.
+                Ok(node)
+            }
+            NodeParams::Conditional {
+                kind,
+                handle,
+                bodies,
+                scopes,
+                ..
+            } => {
+                let mut raw =
+                    NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeConditional);
+                raw.__bindgen_anon_1.conditional = sys::cudaConditionalNodeParams {
+                    handle,
+                    type_: kind,
+                    // The builder refused more bodies than a `u32` counts.
+                    size: bodies.len() as u32,
+                    phGraph_out: std::ptr::null_mut(),
+                };
+                // SAFETY: the graph is live, `deps` are its nodes; the handle was created on
+                // this graph; CUDA fills `phGraph_out` with the body graphs it owns.
+                let node = unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? };
+                // SAFETY: the node type is conditional, so `conditional` is the member CUDA
+                // wrote: `phGraph_out` points at `size` body graphs, valid while the node lives
+                // (it lives with this graph, which outlives this call).
+                let out = unsafe { raw.__bindgen_anon_1.conditional.phGraph_out };
+                for (i, body) in bodies.iter().enumerate() {
+                    // SAFETY: `i < size` (see above).
+                    let graph = unsafe { *out.add(i) };
+                    let mut sub = CudaBackend::for_body(&self.device, graph);
+                    body.lower_scoped(&mut sub, scopes)?;
+                }
                 Ok(node)
             }
             NodeParams::Fft { node } => {

@@ -26,8 +26,9 @@ pub struct RecordedCall {
     /// disabled in the DAG, `cudaGraphNodeSetEnabled` (made on the executable graph right
     /// after instantiation; these calls come after every node's, with params `enabled=0`).
     pub function: &'static str,
-    /// The node type it adds (`kernel`, `memcpy`, `memset`, `host`, `empty`, `graph`, or
-    /// `captured` for work captured from a stream), or disables.
+    /// The node type it adds (`kernel`, `memcpy`, `memset`, `host`, `empty`, `graph`,
+    /// `conditional`, or `captured` for work captured from a stream), or disables; `handle`
+    /// for a conditional handle (`cudaGraphConditionalHandleCreate`, named `handle#<index>`).
     pub kind: &'static str,
     /// The node's name.
     pub name: String,
@@ -87,6 +88,8 @@ pub struct RecordingBackend {
     /// The device (index) the next recorded nodes run on.
     current: usize,
     next_addr: u64,
+    /// The value the next conditional handle gets (from `0xc0de_0000_0000`).
+    next_conditional: u64,
     /// The FFT nodes' stand-in states (numbered handles), work areas and capture stream, kept
     /// and reused as the CUDA backend's are (`nodes/fft/reuse.rs`).
     fft: FftStates<RecordedFft>,
@@ -165,6 +168,7 @@ impl RecordingBackend {
             peer_enabled: Vec::new(),
             current: 0,
             next_addr: 0x7000_0000_0000,
+            next_conditional: 0xc0de_0000_0000,
             fft: FftStates::default(),
             fft_made: RecordedFftMaker::default(),
             fft_shares: std::collections::HashMap::new(),
@@ -580,6 +584,20 @@ impl sealed::Lower for RecordingBackend {
     fn key(&self) -> DeviceKey {
         DeviceKey::Recording(self.id)
     }
+    fn conditional_handle(&mut self, index: u32, default: u32) -> Result<u64> {
+        let h = self.next_conditional;
+        self.next_conditional += 1;
+        let name = NodeName {
+            given: None,
+            kind: "handle",
+            serial: u64::from(index),
+        };
+        let p = Params::Words(format!(
+            "default={default} flags=assign_default handle={h:#x}"
+        ));
+        self.record("cudaGraphConditionalHandleCreate", "handle", &name, &[], p);
+        Ok(h)
+    }
     fn limits(&self) -> &DeviceLimits {
         &self.limits
     }
@@ -660,6 +678,42 @@ impl sealed::Lower for RecordingBackend {
                     ))
                 })?;
                 self.add_fft(name, deps, f, &work)
+            }
+            NodeParams::Conditional {
+                kind_words,
+                handle,
+                bodies,
+                scopes,
+                ..
+            } => {
+                let mut words =
+                    format!("type={kind_words} handle={handle:#x} size={}", bodies.len());
+                for (i, body) in bodies.iter().enumerate() {
+                    // Each body into a recording of its own, as CUDA gives each its graph.
+                    let mut sub = RecordingBackend {
+                        id: self.id,
+                        count: self.count,
+                        peer: self.peer.clone(),
+                        next_addr: self.next_addr + 0x1000_0000,
+                        next_conditional: self.next_conditional + 0x100 * (i as u64 + 1),
+                        ..RecordingBackend::new(self.limits.clone())
+                    };
+                    body.lower_scoped(&mut sub, scopes)?;
+                    let inner: Vec<String> = sub
+                        .calls()
+                        .iter()
+                        .map(|c| {
+                            let s = format!(
+                                "{} {} `{}` deps={:?} {}",
+                                c.function, c.kind, c.name, c.deps, c.params
+                            );
+                            s.trim_end().to_string()
+                        })
+                        .collect();
+                    words.push_str(&format!(" body{i}=[{}]", inner.join("; ")));
+                }
+                let p = Params::Words(words);
+                Ok(self.record("cudaGraphAddNode", "conditional", name, deps, p))
             }
             NodeParams::Captured(work) => {
                 self.fft.capture_stream(&mut self.fft_made)?;

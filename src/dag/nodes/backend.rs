@@ -4,6 +4,7 @@
 //! backends in `dag/lower/`, which import this; the node kinds import this and never
 //! `dag::lower`.
 
+use super::conditional::Scopes;
 use super::{FftNode, KernelNode};
 use crate::dag::{Dag, NodeName};
 use crate::device::{DeviceKey, DeviceLimits};
@@ -61,6 +62,21 @@ pub enum NodeParams<'a> {
     Fft {
         /// The node (its work-area share was given to the backend's `prepare_ffts`).
         node: &'a FftNode,
+    },
+    /// A conditional node: `cudaGraphAddNode` with `cudaConditionalNodeParams`, then each body
+    /// lowered by a backend of the same kind into the body graph CUDA returns for it in
+    /// `phGraph_out` (a variant of its own: the generic parameters cannot carry the bodies).
+    Conditional {
+        /// CUDA's type.
+        kind: sys::cudaGraphConditionalNodeType,
+        /// The kind in words (`IF`, `IF/ELSE`, `WHILE`, `SWITCH`).
+        kind_words: &'static str,
+        /// The handle, created on the graph being built.
+        handle: sys::cudaGraphConditionalHandle,
+        /// The bodies (`size` is their count).
+        bodies: &'a [Dag],
+        /// The handles in scope for the bodies.
+        scopes: &'a Scopes,
     },
 }
 
@@ -135,6 +151,11 @@ pub(crate) mod sealed {
         /// the node for instantiation to disable; the recording backend records the call.
         /// Called after every node was added, in canonical order, with the home device current.
         fn disable(&mut self, name: &NodeName<'_>, node: Self::Node) -> Result<()>;
+        /// Creates conditional handle `index` of the DAG being lowered on the graph being
+        /// built (`cudaGraphConditionalHandleCreate`, reset to `default` at every launch);
+        /// returns it. Called before the graph's first node, for the handles a conditional
+        /// node of the DAG reads, in index order.
+        fn conditional_handle(&mut self, index: u32, default: u32) -> Result<u64>;
         /// Called once before the nodes of `dag` are added, with the work-area share of each
         /// FFT node (by node index), when the DAG has FFT nodes. The CUDA backend makes the
         /// cuFFT plans here, so that shared work areas are sized for the plans actually made.

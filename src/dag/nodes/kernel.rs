@@ -393,8 +393,10 @@ impl Dag {
                 problem,
             });
         }
-        let args = PackedArgs::new_in(&mut self.arg_arena, kernel, args);
-        Ok(self.push(Op::Kernel(KernelNode::new(config, args))))
+        let packed = PackedArgs::new_in(&mut self.arg_arena, kernel, args);
+        let id = self.push(Op::Kernel(KernelNode::new(config, packed)));
+        self.conditionals.note_args(id, args);
+        Ok(id)
     }
 
     /// Sets the launch priority of kernel node `id` (`cudaLaunchAttributePriority`; a lower
@@ -436,6 +438,7 @@ impl Dag {
         for (i, a) in args.iter().enumerate() {
             k.args.set(i, a);
         }
+        self.conditionals.note_args(id, args);
         Ok(())
     }
 
@@ -615,7 +618,14 @@ impl Exec {
 
     /// Replaces all arguments of kernel node `id` (checked against the kernel's layout).
     /// When CUDA refuses, nothing changes.
+    ///
+    /// A kernel node passing a conditional handle keeps it: an update passing a handle, or
+    /// replacing the argument that passes one, is refused (update its other arguments with
+    /// [`Exec::set_kernel_arg`]).
     pub fn set_kernel_args(&mut self, id: NodeId, args: &[KernelArg]) -> Result<()> {
+        if self.dag.conditionals.has_uses() || args.iter().any(|a| a.conditional.is_some()) {
+            self.check_handle_update(id, args.iter().enumerate())?;
+        }
         // One lookup of the node (the fields are borrowed apart).
         let node = self.dag.node_mut(id)?;
         let h = Self::handle_in(&self.handles, id)?;
@@ -632,7 +642,25 @@ impl Exec {
         Ok(())
     }
 
+    /// Refuses an update of kernel node `id` that passes a conditional handle or replaces one
+    /// (see [`Exec::set_kernel_args`]), naming the node.
+    #[cold]
+    fn check_handle_update<'a>(
+        &self,
+        id: NodeId,
+        args: impl Iterator<Item = (usize, &'a KernelArg<'a>)>,
+    ) -> Result<()> {
+        let node = self.dag.node(id)?;
+        let k = node.kernel()?;
+        match self.dag.conditionals.exec_update_problem(id, args) {
+            None => Ok(()),
+            Some(problem) => Err(node.kernel_args_error(k, problem)),
+        }
+    }
+
     /// Replaces argument `index` of kernel node `id`. When CUDA refuses, nothing changes.
+    /// An argument passing a conditional handle is not replaced (see
+    /// [`Exec::set_kernel_args`]).
     pub fn set_kernel_arg<'a>(
         &mut self,
         id: NodeId,
@@ -640,6 +668,9 @@ impl Exec {
         arg: impl Into<KernelArg<'a>>,
     ) -> Result<()> {
         let arg = arg.into();
+        if self.dag.conditionals.has_uses() || arg.conditional.is_some() {
+            self.check_handle_update(id, std::iter::once((index, &arg)))?;
+        }
         // One lookup of the node (the fields are borrowed apart).
         let node = self.dag.node_mut(id)?;
         let h = Self::handle_in(&self.handles, id)?;

@@ -10,6 +10,7 @@
 pub(crate) mod backend;
 pub(crate) mod captured;
 pub(crate) mod child;
+pub(crate) mod conditional;
 pub(crate) mod empty;
 pub(crate) mod event;
 pub(crate) mod fft;
@@ -25,6 +26,7 @@ pub(crate) use backend::sealed::Devices;
 pub use backend::{Backend, CaptureWork, EdgeData, NodeParams};
 pub use captured::{CaptureFn, CaptureStream, CapturedNode};
 pub use child::ChildNode;
+pub use conditional::{ConditionalKind, ConditionalNode};
 pub use empty::EmptyNode;
 pub use event::{EventRecordNode, EventWaitNode};
 pub use fft::{FftNode, FftSpec};
@@ -59,6 +61,9 @@ pub(crate) struct ValidationTarget<'a> {
     /// the key.
     pub(crate) accepted_launch:
         std::cell::Cell<Option<(usize, usize, crate::kernel::LaunchConfig)>>,
+    /// The conditional-handle scopes of the DAGs the validated one is a conditional body of,
+    /// and its own once it declares handles (empty for most DAGs: nothing allocated).
+    pub(crate) enclosing: Vec<conditional::ScopeInfo>,
 }
 
 impl<'a> ValidationTarget<'a> {
@@ -75,6 +80,7 @@ impl<'a> ValidationTarget<'a> {
             devices,
             placeable,
             accepted_launch: std::cell::Cell::new(None),
+            enclosing: Vec::new(),
         }
     }
 }
@@ -266,6 +272,8 @@ node_kinds! {
     EventRecord(EventRecordNode) = "record",
     /// Waits for an event.
     EventWait(EventWaitNode) = "wait",
+    /// IF, IF/ELSE, WHILE or SWITCH over bodies of their own (boxed, like copies).
+    Conditional(Box<ConditionalNode>) = "conditional",
 }
 
 impl Op {
@@ -295,14 +303,19 @@ impl Op {
         self.as_node_op().label()
     }
     /// Adds the node to `backend` after `deps` (in canonical order); returns the handle later
-    /// nodes depend on.
+    /// nodes depend on. `scopes`: the conditional handles of the graph being built and of the
+    /// graphs it is a body of.
     pub(crate) fn lower<B: Backend>(
         &self,
         name: &NodeName<'_>,
         deps: &[B::Node],
         backend: &mut B,
+        scopes: &conditional::Scopes,
     ) -> Result<B::Node> {
-        backend.add_node(name, deps, &[], self.as_node_op().params())
+        match self {
+            Op::Conditional(c) => c.lower(name, deps, backend, scopes),
+            _ => backend.add_node(name, deps, &[], self.as_node_op().params()),
+        }
     }
 }
 

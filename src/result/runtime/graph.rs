@@ -86,6 +86,24 @@ pub unsafe fn graph_add_node(
     Ok(n)
 }
 
+/// `cudaGraphConditionalHandleCreate`: a conditional handle of `graph`, reset to `default`
+/// at the start of every launch when `flags` is `cudaGraphCondAssignDefault`.
+///
+/// # Safety
+/// `graph` is live; the handle is used only by one conditional node of `graph` (or of a body
+/// inside it) and by kernels of those graphs.
+pub unsafe fn graph_conditional_handle_create(
+    graph: sys::cudaGraph_t,
+    default: u32,
+    flags: u32,
+) -> Result<sys::cudaGraphConditionalHandle> {
+    let mut h: sys::cudaGraphConditionalHandle = 0;
+    rt!(cudaGraphConditionalHandleCreate(
+        &mut h, graph, default, flags
+    ))?;
+    Ok(h)
+}
+
 /// `cudaGraphAddMemcpyNode1D`.
 ///
 /// # Safety
