@@ -15,7 +15,8 @@
 //!
 //! 1. **Build**: [`Dag::add_kernel`], [`Dag::add_copy`], [`Dag::add_memset`], [`Dag::add_host`],
 //!    [`Dag::add_empty`], [`Dag::add_child`], [`Dag::add_fft`], [`Dag::add_event_record`],
-//!    [`Dag::add_event_wait`]; [`Dag::add_dependency`],
+//!    [`Dag::add_event_wait`], [`Dag::add_if`], [`Dag::add_if_else`], [`Dag::add_while`],
+//!    [`Dag::add_switch`] (over a [`Dag::conditional_handle`]); [`Dag::add_dependency`],
 //!    [`Dag::chain`], [`Dag::fan_out`], [`Dag::fan_in`]. Arguments, bounds and cycles are checked
 //!    here, and errors name the node.
 //! 2. **Validate** for a device: [`Dag::validate`] (launch shapes, devices). [`Dag::to_dot`]
@@ -52,6 +53,7 @@
 //! | empty | [`Dag::add_empty`] | `cudaGraphAddNode` (empty) | — |
 //! | event record / wait | [`Dag::add_event_record`], [`Dag::add_event_wait`] | `cudaGraphAddNode` (event record, wait event); the node keeps its [`Event`] alive | [`Exec::set_event`]: `cudaGraphExecNodeSetParams` |
 //! | child DAG | [`Dag::add_child`] | `cudaGraphAddNode` (graph, cloned) | whole-graph update |
+//! | conditional (IF, IF/ELSE, WHILE, SWITCH) | [`Dag::add_if`], [`Dag::add_if_else`], [`Dag::add_while`], [`Dag::add_switch`]; bodies are [`Dag`]s; the handle from [`Dag::conditional_handle`] is a kernel argument ([`Conditional`]; source includes [`CONDITIONAL_INCLUDE`]) | `cudaGraphConditionalHandleCreate` (reset to its default at each launch), then `cudaGraphAddNode` (conditional); each body lowered into its graph from `phGraph_out` | whole-graph update (reaches the bodies' nodes) |
 //! | FFT | [`Dag::add_fft`] | a parameter kernel node (`cudaGraphAddNode`) + `cufftExec*` captured with `cudaStreamBeginCaptureToGraph` ([`fft`]); unfused ([`Fusion`]): also a conversion kernel node | `cudaGraphExecKernelNodeSetParams` on the parameter (and conversion) node |
 //! | collective (NCCL) | [`Dag::add_all_reduce`] and the others of [`nccl`] | `ncclAllReduce` & co. captured with `cudaStreamBeginCaptureToGraph`, inside [`Communicators::instantiate`] | whole-graph rebuild |
 //! | enable/disable | — | — | `cudaGraphNodeSetEnabled` |

@@ -10,6 +10,7 @@
 #[macro_use]
 mod common;
 mod attributes;
+mod conditional;
 mod dag;
 mod enabled;
 mod events;
