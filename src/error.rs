@@ -317,6 +317,21 @@ pub enum Error {
         /// What is wrong.
         problem: String,
     },
+    /// An FFT plan that cannot be made or run as described, whichever node or call uses it:
+    /// [`FftPlan::new`](crate::FftPlan::new)'s checks (rank, sizes, batch, layout, callbacks
+    /// that do not fit the type or precision, `Fusion::Unfused` without a load callback, sizes
+    /// that overflow); a plan with callbacks whose sizes, strides or batch do not fit in 32 bits
+    /// (cuFFT's LTO callbacks need them to, found when the cuFFT plan is made); an unfused form
+    /// asked of a plan without one ([`measure_fusion`](crate::fft::measure_fusion) of a plan
+    /// without a load callback); a transform whose stream capture added nothing to the graph.
+    /// All but the last are fixed in the [`FftPlanDesc`](crate::fft::FftPlanDesc). (An FFT
+    /// node's buffers and callback parameters that do not fit its plan are [`DagError::Fft`],
+    /// naming the node.)
+    #[error("FFT plan: {problem}")]
+    FftPlan {
+        /// What is wrong.
+        problem: String,
+    },
     /// A collective node was lowered to CUDA other than by
     /// [`Communicators::instantiate`](crate::Communicators::instantiate), which captures every
     /// rank's DAG at once (a capture on its own could wait forever for the other ranks).

@@ -128,7 +128,7 @@ fn python_wheel_libs(dir: &Path, soname: &str) -> Vec<PathBuf> {
 /// multicast (NVLS) must be off in everything the crate starts (a program using it can put a
 /// host's shared GPUs out of service), so the variable must be set. `Ok` with the value when it
 /// is set (an explicit `1` is the program's own choice and is left alone); an
-/// [`Error::Invalid`] saying how to set it when it is unset.
+/// [`Error::BadEnv`] (`value: None`) saying how to set it when it is unset.
 ///
 /// The crate never writes the environment from safe code: `std::env::set_var` races with C
 /// code reading the environment (`getenv`) on another thread — the CUDA runtime's threads, a

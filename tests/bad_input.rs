@@ -398,7 +398,8 @@ fn events_children_and_ffts() {
         |e| matches!(e, Error::WrongDevice { node: Some(n), .. } if n == "outer/inner"),
     );
     assert!(has(&t, &["outer/inner", "source buffer"]), "{t}");
-    // 35-37. FFT plans that cannot be made: no sizes, a zero size, a zero batch.
+    // 35-37. FFT plans that cannot be made (`Error::FftPlan`): no sizes, a zero size, a zero
+    // batch (and sizes that overflow).
     for (case, desc) in [
         ("FFT without sizes", FftPlanDesc::new(FftType::C2C, &[], 1)),
         ("FFT of size 0", FftPlanDesc::new(FftType::C2C, &[0], 1)),
@@ -409,7 +410,8 @@ fn events_children_and_ffts() {
         ),
     ] {
         let e = FftPlan::new(desc).expect_err(case);
-        assert!(!e.to_string().is_empty(), "{case}");
+        assert!(matches!(&e, Error::FftPlan { .. }), "{case}: {e:?}");
+        assert!(e.to_string().starts_with("FFT plan: "), "{case}: {e}");
     }
 }
 

@@ -375,13 +375,21 @@ pub fn plans_made() -> u64 {
     PLANS_MADE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Makes a cuFFT plan for `plan` on `handle` (advanced layout if any); returns the work size.
-/// Uses the 32-bit `cufftMakePlanMany` when every value fits (LTO callbacks need it; the 64-bit
-/// call answers `CUFFT_INVALID_SIZE` for them), else `cufftMakePlanMany64`.
-pub(crate) fn make_plan(handle: sys::cufftHandle, plan: &FftPlan) -> Result<usize> {
-    PLANS_MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+/// The shape cuFFT makes `plan` with.
+#[derive(Debug)]
+pub(crate) enum Shape {
+    /// Every value fits in 32 bits: `cufftMakePlanMany`.
+    Narrow(cf::PlanShape<i32>),
+    /// `cufftMakePlanMany64`.
+    Wide(cf::PlanShape<i64>),
+}
+
+/// The shape of `plan` (advanced layout if any): 32-bit when every value fits (LTO callbacks
+/// need it; the 64-bit call answers `CUFFT_INVALID_SIZE` for them), else 64-bit, which a plan
+/// with callbacks cannot use ([`Error::FftPlan`]).
+pub(crate) fn plan_shape(plan: &FftPlan) -> Result<Shape> {
     let d = &plan.inner.desc;
-    let mut shape = match &d.layout {
+    let shape = match &d.layout {
         None => cf::PlanShape {
             n: d.sizes.clone(),
             inembed: None,
@@ -403,17 +411,41 @@ pub(crate) fn make_plan(handle: sys::cufftHandle, plan: &FftPlan) -> Result<usiz
             batch: d.batch,
         },
     };
-    if let Some(mut small) = shape.narrow() {
-        // SAFETY: the handle is live and not yet made; the embed arrays have rank entries.
-        return unsafe { cf::make_plan_many(handle, &mut small, d.kind.raw()) };
+    if let Some(small) = shape.narrow() {
+        return Ok(Shape::Narrow(small));
     }
     if d.load.is_some() || d.store.is_some() {
-        return Err(Error::Invalid(
-            "cuFFT LTO callbacks need sizes, strides and batch that fit in 32 bits".into(),
-        ));
+        return Err(Error::FftPlan {
+            problem: format!(
+                "cuFFT LTO callbacks need sizes, strides and batch that fit in 32 bits \
+                 (plan {:?} {:?} x{}{}{})",
+                d.kind,
+                d.sizes,
+                d.batch,
+                if d.layout.is_some() {
+                    " with a layout"
+                } else {
+                    ""
+                },
+                plan.callback_summary(),
+            ),
+        });
     }
-    // SAFETY: as above, 64-bit variant.
-    unsafe { cf::make_plan_many(handle, &mut shape, d.kind.raw()) }
+    Ok(Shape::Wide(shape))
+}
+
+/// Makes a cuFFT plan for `plan` on `handle` in its [`plan_shape`]; returns the work size.
+pub(crate) fn make_plan(handle: sys::cufftHandle, plan: &FftPlan) -> Result<usize> {
+    let shape = plan_shape(plan)?;
+    PLANS_MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let kind = plan.inner.desc.kind.raw();
+    // SAFETY: the handle is live and not yet made; the embed arrays have rank entries.
+    unsafe {
+        match shape {
+            Shape::Narrow(mut s) => cf::make_plan_many(handle, &mut s, kind),
+            Shape::Wide(mut s) => cf::make_plan_many(handle, &mut s, kind),
+        }
+    }
 }
 
 /// A cuFFT handle for `plan` with its callbacks attached to a new zeroed parameter buffer of

@@ -299,7 +299,7 @@ impl std::fmt::Debug for FftPlan {
 }
 
 fn plan_err(problem: String) -> Error {
-    Error::Invalid(format!("FFT plan: {problem}"))
+    Error::FftPlan { problem }
 }
 
 /// Elements spanned by `batch` transforms with logical sizes `n` in storage `embed` with

@@ -10,8 +10,12 @@ fn c2c(n: i64, batch: i64) -> FftPlanDesc {
 #[test]
 fn plan_validation() {
     let bad = |d: FftPlanDesc, want: &str| {
-        let e = FftPlan::new(d).unwrap_err().to_string();
-        assert!(e.contains(want), "{e} (wanted {want})");
+        let e = FftPlan::new(d).unwrap_err();
+        assert!(
+            matches!(&e, Error::FftPlan { problem } if problem.contains(want)),
+            "{e:?} (wanted {want})"
+        );
+        assert!(e.to_string().starts_with("FFT plan: "), "{e}");
     };
     bad(FftPlanDesc::new(FftType::C2C, &[], 1), "rank 0");
     bad(FftPlanDesc::new(FftType::C2C, &[2, 2, 2, 2], 1), "rank 4");
@@ -271,10 +275,16 @@ fn params_update_in_the_dag_is_checked() {
 #[test]
 fn sizes_that_overflow_are_errors() {
     let huge = FftPlanDesc::new(FftType::C2C, &[1 << 40, 1 << 30], 1 << 20);
-    let e = FftPlan::new(huge).unwrap_err().to_string();
-    assert!(e.contains("more elements than fit in 64 bits"), "{e}");
+    let e = FftPlan::new(huge).unwrap_err();
+    assert!(
+        matches!(&e, Error::FftPlan { problem } if problem.contains("more elements than fit in 64 bits")),
+        "{e:?}"
+    );
     let bytes_overflow = FftPlanDesc::new(FftType::C2C, &[1 << 31], 1 << 30);
-    assert!(FftPlan::new(bytes_overflow).is_err());
+    assert!(matches!(
+        FftPlan::new(bytes_overflow),
+        Err(Error::FftPlan { .. })
+    ));
     let layout = FftPlanDesc::new(FftType::C2C, &[16], 4).with_layout(Layout {
         inembed: vec![16],
         istride: i64::MAX / 2,
@@ -283,7 +293,37 @@ fn sizes_that_overflow_are_errors() {
         ostride: 1,
         odist: 16,
     });
-    assert!(FftPlan::new(layout).is_err());
+    assert!(matches!(FftPlan::new(layout), Err(Error::FftPlan { .. })));
+}
+
+/// cuFFT's LTO callbacks need the 32-bit plan call: a plan with callbacks whose sizes do not
+/// fit is refused before cuFFT is asked (the same plan without callbacks takes the 64-bit
+/// call).
+#[test]
+fn callbacks_need_32_bit_shapes() {
+    use handle::{plan_shape, Shape};
+    let big = || FftPlanDesc::new(FftType::C2C, &[1 << 31], 1);
+    let plain = FftPlan::new(big()).unwrap();
+    assert!(matches!(plan_shape(&plain), Ok(Shape::Wide(_))));
+    let small = FftPlan::new(c2c(1 << 20, 4).with_store(StoreCallback::Scale)).unwrap();
+    assert!(matches!(plan_shape(&small), Ok(Shape::Narrow(_))));
+    for desc in [
+        big().with_store(StoreCallback::Scale),
+        big().with_load(LoadCallback::ComplexI8),
+        c2c(16, 1 << 31).with_store(StoreCallback::Power),
+    ] {
+        let plan = FftPlan::new(desc).unwrap();
+        let e = plan_shape(&plan).unwrap_err();
+        assert!(
+            matches!(&e, Error::FftPlan { problem } if problem.starts_with("cuFFT LTO callbacks need")),
+            "{e:?}"
+        );
+    }
+    let e = plan_shape(&FftPlan::new(big().with_store(StoreCallback::Scale)).unwrap()).unwrap_err();
+    assert!(
+        e.to_string().contains("[2147483648] x1, store Scale"),
+        "{e}"
+    );
 }
 
 /// The FFT lowering state (and so an `Exec`, which owns it) is `Send`: checked when this
@@ -296,12 +336,11 @@ const _: () = {
 
 #[test]
 fn unfused_needs_a_load_callback() {
-    let e = FftPlan::new(c2c(8, 1).with_fusion(Fusion::Unfused))
-        .unwrap_err()
-        .to_string();
+    let e = FftPlan::new(c2c(8, 1).with_fusion(Fusion::Unfused)).unwrap_err();
     assert!(
-        e.contains("Fusion::Unfused needs a load callback") && e.contains("has none"),
-        "{e}"
+        matches!(&e, Error::FftPlan { problem }
+            if problem.contains("Fusion::Unfused needs a load callback") && problem.contains("has none")),
+        "{e:?}"
     );
     let custom = LoadCallback::Custom(CustomCallback {
         source: String::new(),

@@ -331,27 +331,35 @@ impl Collective {
         }
     }
 
-    /// Every buffer is device memory of `key`.
-    pub(crate) fn check_owners(
-        &self,
-        name: &(impl std::fmt::Display + ?Sized),
-        key: DeviceKey,
-    ) -> Result<()> {
+    /// Every buffer is device memory of `key`: checked for a collective node (the error names
+    /// it, [`OwnerCheck::Node`]) or a rank of a stream call ([`OwnerCheck::Call`]).
+    pub(crate) fn check_owners(&self, at: OwnerCheck<'_>, key: DeviceKey) -> Result<()> {
         for (what, r) in [("send", &self.send), ("receive", &self.recv)] {
             let Some(r) = r else { continue };
             if r.alloc.space != MemorySpace::Device {
-                return Err(Error::Dag(DagError::Collective {
-                    node: name.to_string(),
-                    problem: format!("the {what} buffer is not device memory"),
-                }));
+                let problem = format!("the {what} buffer is not device memory");
+                return Err(match at {
+                    OwnerCheck::Node(node) => collective_error(node, problem),
+                    OwnerCheck::Call { call, rank } => Error::CollectiveCall {
+                        call: format!("{call} (rank {rank})"),
+                        problem,
+                    },
+                });
             }
             if r.alloc.owner.key() != key {
-                return Err(Error::WrongDevice {
-                    node: Some(name.to_string()),
-                    problem: format!(
-                        "the {what} buffer belongs to {}, but the collective's rank is on {key}",
-                        r.alloc.owner.key()
-                    ),
+                let problem = format!(
+                    "the {what} buffer belongs to {}, but the collective's rank is on {key}",
+                    r.alloc.owner.key()
+                );
+                return Err(match at {
+                    OwnerCheck::Node(node) => Error::WrongDevice {
+                        node: Some(node.to_string()),
+                        problem,
+                    },
+                    OwnerCheck::Call { call, rank } => Error::WrongDevice {
+                        node: None,
+                        problem: format!("{call} (rank {rank}): {problem}"),
+                    },
                 });
             }
         }
@@ -427,6 +435,23 @@ impl Collective {
     }
 }
 /// An [`Error::Dag`] for a collective (a node, or a stream call's rank).
+/// What a collective's buffers are checked for ([`Collective::check_owners`]), which the error
+/// names.
+#[derive(Clone, Copy)]
+pub(crate) enum OwnerCheck<'a> {
+    /// A collective node (its name): [`DagError::Collective`] or [`Error::WrongDevice`] with
+    /// the node.
+    Node(&'a dyn std::fmt::Display),
+    /// A rank's part of a stream call, named `all_reduce (rank 1)` in
+    /// [`Error::CollectiveCall`], or in the problem of an [`Error::WrongDevice`] without a node.
+    Call {
+        /// The call, e.g. `all_reduce`.
+        call: &'static str,
+        /// The rank.
+        rank: usize,
+    },
+}
+
 pub(crate) fn collective_error(
     node: &(impl std::fmt::Display + ?Sized),
     problem: impl Into<String>,

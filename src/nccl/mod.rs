@@ -52,7 +52,7 @@ mod collective;
 mod graphs;
 mod matching;
 
-pub(crate) use collective::{collective_error, for_each_collective, Collective, Kind};
+pub(crate) use collective::{collective_error, for_each_collective, Collective, Kind, OwnerCheck};
 use matching::check_group;
 pub(crate) use matching::{match_ranks, RankOps};
 
@@ -346,9 +346,10 @@ impl Communicators {
         Ok(())
     }
 
-    /// Runs one group of per-rank calls on the ranks' streams: checks the streams, takes every
-    /// rank's lock (in rank order), issues all calls inside one NCCL group, then notes the
-    /// work on the buffers and communicators.
+    /// Runs one group of per-rank calls on the ranks' streams: checks the buffers (first, so
+    /// that recording communicators check them too) and the streams, takes every rank's lock
+    /// (in rank order), issues all calls inside one NCCL group, then notes the work on the
+    /// buffers and communicators.
     fn run_group(
         &self,
         parts: &[Collective],
@@ -356,6 +357,9 @@ impl Communicators {
         what: &'static str,
     ) -> Result<()> {
         let c = &self.clique;
+        for (rank, (p, &key)) in parts.iter().zip(&c.keys).enumerate() {
+            p.check_owners(OwnerCheck::Call { call: what, rank }, key)?;
+        }
         if c.is_recording() {
             return Err(recording_error());
         }
@@ -372,7 +376,6 @@ impl Communicators {
         }
         for (r, s) in streams.iter().enumerate() {
             s.check_device(&c.devices[r], &format!("rank {r}'s collective"))?;
-            parts[r].check_owners(what, c.keys[r])?;
         }
         check_group(self, parts, what)?;
         let _guards: Vec<_> = (0..self.len()).map(|r| c.lock(r)).collect();

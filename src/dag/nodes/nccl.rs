@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::memory::{Allocation, DeviceBuffer};
 use crate::nccl::{
     collective_error, for_each_collective, match_ranks, Collective, Comm, Communicators, Kind,
-    NcclType, RankOps,
+    NcclType, OwnerCheck, RankOps,
 };
 use crate::sys;
 
@@ -62,7 +62,7 @@ impl NodeOp for CollectiveNode {
                 ),
             ));
         }
-        self.coll.check_owners(name, key)
+        self.coll.check_owners(OwnerCheck::Node(name), key)
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
         self.coll.for_each_allocation(f)
@@ -137,7 +137,7 @@ impl Dag {
     fn add_collective(&mut self, comm: &Comm, made: Result<Collective, String>) -> Result<NodeId> {
         let name = self.next_default_name(NodeKind::Collective);
         let coll = made.map_err(|p| collective_error(&name, p))?;
-        coll.check_owners(&name, comm.key())?;
+        coll.check_owners(OwnerCheck::Node(&name), comm.key())?;
         Ok(self.push(Op::Collective(Box::new(CollectiveNode {
             comm: comm.clone(),
             coll,
@@ -306,6 +306,7 @@ fn first_collective(dag: &Dag) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::Region;
     use crate::nccl::ReduceOp;
     use crate::{DagError, DeviceLimits, RecordingBackend};
 
@@ -383,6 +384,58 @@ mod tests {
         assert_eq!(node, "grad sum");
         assert!(p.contains("rank 1"), "{p}");
         dag.lower(&mut recs[1]).unwrap();
+    }
+
+    /// A stream call's buffer checks name the call and rank, not a node (issue 25): they run
+    /// before the recording communicators are refused as placeholders.
+    #[test]
+    fn stream_calls_name_the_call_not_a_node() {
+        let (mut recs, comms) = two_ranks();
+        let a0 = recs[0].device_buffer::<f32>(64);
+        let a1 = recs[1].device_buffer::<f32>(64);
+        // Rank 1 given rank 0's buffer.
+        let e = comms
+            .all_reduce(&[&a0, &a0], &[&a0, &a1], ReduceOp::Sum, &[])
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::WrongDevice { node: None, problem }
+                if problem.starts_with("all_reduce (rank 1): the send buffer belongs to")),
+            "{e:?}"
+        );
+        // A buffer that is not device memory (no stream call takes one: checked on the parts).
+        let h = recs[0].host_buffer::<f32>(64);
+        let c0 = comms.comm(0).unwrap();
+        let mut part =
+            Collective::make(&c0, Kind::AllReduce { op: ReduceOp::Sum }, &a0, &a0).unwrap();
+        part.recv = Some(Region::from(&h));
+        let key = recs[0].device_key(0);
+        let e = part
+            .check_owners(
+                OwnerCheck::Call {
+                    call: "all_reduce",
+                    rank: 0,
+                },
+                key,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::CollectiveCall { call, problem }
+                if call == "all_reduce (rank 0)" && problem == "the receive buffer is not device memory"),
+            "{e:?}"
+        );
+        let e = part
+            .check_owners(OwnerCheck::Node(&"sum"), key)
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::Dag(DagError::Collective { node, problem })
+                if node == "sum" && problem == "the receive buffer is not device memory"),
+            "{e:?}"
+        );
+        // Well-formed buffers: the placeholders are refused.
+        let e = comms
+            .all_reduce(&[&a0, &a1], &[&a0, &a1], ReduceOp::Sum, &[])
+            .unwrap_err();
+        assert!(matches!(e, Error::Placeholder { .. }), "{e:?}");
     }
 
     fn ring_dags(recs: &mut [RecordingBackend], comms: &Communicators) -> Vec<Dag> {

@@ -370,10 +370,12 @@ pub fn decide_fusion(device: &Device, plan: &FftPlan) -> Result<FusionDecision> 
 /// for a plan without an unfused form.
 pub fn measure_fusion(device: &Device, plan: &FftPlan) -> Result<FusionTimings> {
     if !plan.has_unfused_form() {
-        return Err(Error::Invalid(format!(
-            "FFT plan: {:?} has no unfused form to measure (it needs a load callback)",
-            plan.desc().load
-        )));
+        return Err(Error::FftPlan {
+            problem: format!(
+                "{:?} has no unfused form to measure (it needs a load callback)",
+                plan.desc().load
+            ),
+        });
     }
     MEASUREMENTS.fetch_add(1, Ordering::Relaxed);
     device.bind()?;

@@ -57,9 +57,9 @@ impl Unfused {
     /// conversion kernel (compiled once per device and load callback) and a zeroed scratch
     /// buffer.
     pub(crate) fn new(device: &Device, plan: &FftPlan) -> Result<Unfused> {
-        let inner = plan
-            .unfused_plan()
-            .ok_or_else(|| Error::Invalid("this FFT plan has no unfused form".into()))?;
+        let inner = plan.unfused_plan().ok_or_else(|| Error::FftPlan {
+            problem: "this plan has no unfused form (it needs a load callback)".into(),
+        })?;
         let load = plan
             .desc()
             .load

@@ -18,7 +18,7 @@ use crate::dag::nodes::captured::{capture_into, Captured};
 use crate::dag::nodes::KernelNode;
 use crate::dag::{Dag, Op};
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{DagError, Error, Result};
 use crate::fft::handle::{setter_launch, zeroed_device, Handle};
 use crate::fft::{
     decide_fusion, planned_in_form, FftParams, FftPlan, FusionDecision, Unfused, WorkShare,
@@ -279,6 +279,7 @@ impl FftCaptureState {
     }
 
     /// Writes new parameters `params` (checked for `plan`, the node's) into FFT node `uid`'s
+    /// (named `name`)
     /// kernel nodes of `exec`: the parameter-setting node's blob and, unfused with a built-in
     /// load callback, the conversion node's load parameters (only when they changed; a custom
     /// one's conversion reads them from the parameter buffer). All or nothing: when CUDA
@@ -287,6 +288,7 @@ impl FftCaptureState {
         &mut self,
         exec: sys::cudaGraphExec_t,
         uid: u64,
+        name: &(impl std::fmt::Display + ?Sized),
         plan: &FftPlan,
         params: &FftParams,
     ) -> Result<()> {
@@ -295,9 +297,10 @@ impl FftCaptureState {
             .extra_mut(uid)
             .filter(|n| n.setter.is_some() || n.convert.is_some())
         else {
-            return Err(Error::Invalid(
-                "this FFT node has no callback parameters to update".into(),
-            ));
+            return Err(Error::Dag(DagError::Fft {
+                node: name.to_string(),
+                problem: "has no callback parameters to update".into(),
+            }));
         };
         let load = FftPlan::load_param_bytes(params);
         let convert = match &n.convert {
@@ -431,10 +434,12 @@ fn lower_state(
         })?
     };
     if captured.nodes.is_empty() {
-        return Err(Error::Invalid(format!(
-            "capturing the cuFFT call for a {:?} plan added no nodes to the graph",
-            d.kind
-        )));
+        return Err(Error::FftPlan {
+            problem: format!(
+                "capturing the cuFFT call for a {:?} plan added no nodes to the graph",
+                d.kind
+            ),
+        });
     }
     // Enabled and disabled together: the transform, the parameter setter and (unfused)
     // the conversion.

@@ -196,10 +196,10 @@ impl Exec {
             return Err(node.wrong_kind("an FFT node"));
         };
         self.fft_capture.decision(f.uid).ok_or_else(|| {
-            Error::Invalid(format!(
-                "node `{}` was not lowered by this graph's FFT context",
-                node.name()
-            ))
+            Error::Dag(DagError::Fft {
+                node: node.name().to_string(),
+                problem: "was not lowered by this graph's FFT context".into(),
+            })
         })
     }
 
@@ -219,7 +219,7 @@ impl Exec {
         f.check_params(&node.name(), &params)?;
         check_owners(&node.name(), &f.input, &f.output, &params, key)?;
         self.fft_capture
-            .set_params(self.raw, f.uid, &f.plan, &params)?;
+            .set_params(self.raw, f.uid, &node.name(), &f.plan, &params)?;
         params.for_each_allocation(&mut |a| self.hold(a));
         let Op::Fft(f) = &mut self.dag.node_mut(id)?.op else {
             unreachable!("checked above")
