@@ -12,6 +12,7 @@ mod common;
 mod attributes;
 mod conditional;
 mod dag;
+mod drop_order;
 mod enabled;
 mod events;
 mod fft;
@@ -34,14 +35,17 @@ fn main() {
     }
     // The registered tests, module by module in this order, by name within a module (the
     // link order of the registrations is not the source order).
-    const ORDER: [&str; 10] = [
+    const ORDER: [&str; 13] = [
         "foundation::",
         "dag::",
         "enabled::",
         "events::",
         "attributes::",
+        "conditional::",
         "fft::",
+        "fft_update::",
         "soundness::",
+        "drop_order::",
         "nccl::",
         "placement::",
         "sources::",
