@@ -177,6 +177,7 @@ fn main() -> anyhow::Result<()> {
     let scan =
         Scan::open(&scans[0].dir.join(&scans[0].stem)).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut pinned = Vec::new();
+    let mut profiles = Vec::new();
     for c in configs.iter().filter(|c| c.scan == 0) {
         for mode in [GpuMode::Graph, GpuMode::Stream] {
             // A scan too short for the products (the trio's 2^20x51 below 13 GiB): said, and
@@ -204,7 +205,33 @@ fn main() -> anyhow::Result<()> {
                 100.0 * rate / h2d
             );
             pinned.push((c.label, mode, rate));
+            profiles.push((
+                c.label,
+                mode,
+                rate,
+                engine
+                    .profile_from_pinned(16)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            ));
         }
+    }
+    println!();
+    println!(
+        "Where the GPU stages' time goes (16 blocks, each block's copy and work timed alone \
+         with events; the pipelined rate above lies between the serial and the overlapped \
+         rate):"
+    );
+    println!("| products | mode | H2D ms/block | GPU work ms/block | serial GB/s | overlapped GB/s | pipelined GB/s |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for (label, mode, rate, p) in &profiles {
+        println!(
+            "| {label} | {mode:?} | {:.3} | {:.3} | {:.1} | {:.1} | {:.1} |",
+            p.h2d_ms,
+            p.work_ms,
+            p.serial_rate() / 1e9,
+            p.overlapped_rate() / 1e9,
+            rate / 1e9
+        );
     }
 
     println!();
