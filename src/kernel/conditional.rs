@@ -11,8 +11,8 @@
 
 /// The include line CUDA C++ source needs to call `cudaGraphSetConditional` and to name the
 /// `cudaGraphConditionalHandle` parameter type. Put it at the top of the source given to
-/// [`compile`](super::compile); nothing else is needed (no `-rdc`, no device-runtime library):
-/// [`compile`](super::compile) adds the CUDA toolkit's include directory, where the header is,
+/// [`compile`](fn@crate::compile); nothing else is needed (no `-rdc`, no device-runtime library):
+/// [`compile`](fn@crate::compile) adds the CUDA toolkit's include directory, where the header is,
 /// when it finds one (`$CUDA_PATH/include`, `$CUDA_HOME/include`, `/usr/local/cuda/include`:
 /// [`toolkit_include_dir`]).
 ///
@@ -26,7 +26,7 @@
 /// ```
 pub const CONDITIONAL_INCLUDE: &str = "#include <cuda_device_runtime_api.h>\n";
 
-/// The CUDA toolkit's include directory that [`compile`](super::compile) adds to the include
+/// The CUDA toolkit's include directory that [`compile`](fn@crate::compile) adds to the include
 /// path, if one is installed: the header of [`CONDITIONAL_INCLUDE`] is found there (`None`:
 /// source that includes it does not compile; set `CUDA_PATH`).
 pub fn toolkit_include_dir() -> Option<std::path::PathBuf> {
