@@ -1,13 +1,23 @@
-//! The DAG side of [`Communicators`]: checking that the ranks' DAGs fit together and
-//! instantiating them, one thread per rank (the collective nodes themselves are
-//! `dag/nodes/nccl.rs`'s).
+//! The DAG side of [`Communicators`]: placeholders for recording backends, checking that the
+//! ranks' DAGs fit together and instantiating them, one thread per rank (the collective nodes
+//! themselves are `dag/nodes/nccl.rs`'s).
 
 use super::{recording_error, Communicators};
+use crate::dag::nodes::backend::sealed;
 use crate::dag::nodes::nccl::{check_ranks, lowering_rank};
 use crate::dag::Dag;
 use crate::error::Result;
+use crate::RecordingBackend;
 
 impl Communicators {
+    /// Placeholder communicators for recording backends (no NCCL, no GPU): rank `i` belongs to
+    /// `backends[i]`, so DAGs with collective nodes can be built, validated and lowered to
+    /// [`RecordingBackend`]s, and checked with
+    /// [`Communicators::check_ranks`].
+    pub fn recording(backends: &[&RecordingBackend]) -> Communicators {
+        Communicators::placeholders(backends.iter().map(|b| sealed::Lower::key(*b)).collect())
+    }
+
     /// Checks that the DAGs, one per rank (`dags[r]` holds rank `r`'s collective nodes), fit
     /// together, so that their graphs, launched once each, complete. No GPU needed.
     ///

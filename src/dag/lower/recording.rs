@@ -16,7 +16,6 @@ use crate::error::Result;
 use crate::fft::{FftForm, FftPlan, WorkShare};
 use crate::kernel::{Dim3, Kernel};
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace};
-use crate::nccl::Communicators;
 use crate::sys;
 
 /// One call a [`RecordingBackend`] received.
@@ -458,16 +457,6 @@ impl RecordingBackend {
             suffix,
         };
         self.record(function, "kernel", name, deps, params)
-    }
-}
-
-impl Communicators {
-    /// Placeholder communicators for recording backends (no NCCL, no GPU): rank `i` belongs to
-    /// `backends[i]`, so DAGs with collective nodes can be built, validated and lowered to
-    /// [`RecordingBackend`]s, and checked with
-    /// [`Communicators::check_ranks`].
-    pub fn recording(backends: &[&RecordingBackend]) -> Communicators {
-        Communicators::placeholders(backends.iter().map(|b| sealed::Lower::key(*b)).collect())
     }
 }
 
