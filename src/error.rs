@@ -453,6 +453,19 @@ pub enum DagError {
         /// What is wrong.
         problem: String,
     },
+    /// A graph memory node ([`Dag::add_alloc`](crate::Dag::add_alloc),
+    /// [`Dag::add_free`](crate::Dag::add_free)) or a node using a graph-allocated buffer breaks
+    /// a rule of graph allocations: a use outside the span between the allocation and its free,
+    /// a free without an allocation, a second free, a buffer of another DAG, a memory node
+    /// where CUDA allows none (child graphs, conditional bodies), an allocation never freed
+    /// without `auto_free_on_launch`, or an update CUDA cannot make to such a graph.
+    #[error("node `{node}`: {problem}")]
+    GraphMemory {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// CUDA refused to instantiate the graph and blamed this node
     /// (`cudaGraphInstantiateWithParams`' error node; a node a captured or FFT node made is
     /// named by that node).

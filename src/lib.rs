@@ -137,6 +137,7 @@ pub mod dag;
 mod device;
 pub mod error;
 pub mod fft;
+mod graph_buffer;
 mod kernel;
 pub mod load;
 mod memory;
@@ -158,6 +159,7 @@ pub use fft::{
     nvjitlink_available, CallbackParams, CustomCallback, Direction, FftForm, FftParams, FftPlan,
     FftPlanDesc, FftType, Fusion, FusionDecision, Layout, LoadCallback, StoreCallback, StreamFft,
 };
+pub use graph_buffer::GraphBuffer;
 pub use kernel::{
     compile, nvrtc_version, toolkit_include_dir, AccessPolicy, AccessProperty, CodeKind,
     CompileOptions, Compiled, Conditional, Dim3, Kernel, KernelArg, LaunchAttributes, LaunchConfig,

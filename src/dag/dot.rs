@@ -1,6 +1,7 @@
 //! DOT export: node names, kinds (a shape and colour per kind), launch shapes, bytes copied,
 //! and dependencies; the bodies of conditional nodes as clusters labelled with their
-//! condition. The text is deterministic (nodes in index order, edges in insertion
+//! condition; an allocation node with the span it allocates (its free node, the nodes using
+//! the buffer, a dotted `span` edge to the free). The text is deterministic (nodes in index order, edges in insertion
 //! order) and meant for inspection with Graphviz; its exact form may change between versions.
 
 use std::fmt::Write;
@@ -56,16 +57,26 @@ impl Dag {
         fft: &dyn Fn(u64) -> Option<crate::fft::FusionDecision>,
     ) {
         let indent = "  ".repeat(depth);
+        let mut spans = Vec::new();
         for idx in self.graph.node_indices() {
             let node = &self.graph[idx];
             let super::nodes::Label {
-                lines,
+                mut lines,
                 shape,
                 color,
             } = match &node.op {
                 super::Op::Fft(f) => f.label_with(fft(f.uid)),
                 op => op.label(),
             };
+            if let super::Op::MemAlloc(_) = &node.op {
+                // The span it allocates: its free node and the nodes using the buffer, and a
+                // dotted edge to the free.
+                let (span, free) = super::nodes::graph_memory::span_words(self, self.id_at(idx));
+                lines.extend(span);
+                if let Some(f) = free {
+                    spans.push((idx.index(), f.index()));
+                }
+            }
             let mut label = esc(&node.name().to_string());
             for l in &lines {
                 label.push_str("\\n");
@@ -130,6 +141,12 @@ impl Dag {
                 "{indent}{prefix}{} -> {prefix}{};",
                 e.source().index(),
                 e.target().index()
+            );
+        }
+        for (alloc, free) in spans {
+            let _ = writeln!(
+                s,
+                "{indent}{prefix}{alloc} -> {prefix}{free} [style=dotted, arrowhead=none, color=\"#1098ad\", constraint=false, label=\"span\"];"
             );
         }
     }

@@ -29,6 +29,11 @@ pub struct InstantiateFlags {
     pub upload: bool,
     /// Honour per-node launch priorities (`cudaGraphInstantiateFlagUseNodePriority`).
     pub use_node_priority: bool,
+    /// Free the graph allocations a launch left (allocation nodes without a free node,
+    /// [`Dag::add_alloc`]) before the next launch (`cudaGraphInstantiateFlagAutoFreeOnLaunch`);
+    /// the [`Exec`] frees those of its last launch when dropped. Without it, instantiation
+    /// refuses a DAG with an allocation it does not free.
+    pub auto_free_on_launch: bool,
 }
 
 /// What [`Exec::update_or_reinstantiate`] did.
@@ -92,6 +97,12 @@ pub struct Exec {
     /// How many distinct markers `retired` holds (each a run of consecutive entries).
     retired_markers: usize,
     pub(super) scratch: ArgScratch,
+    /// The flags it was instantiated with (a fresh instantiation by
+    /// [`Exec::update_or_reinstantiate`] uses them too).
+    flags: InstantiateFlags,
+    /// The addresses of the graph allocations the graph does not free (with
+    /// `auto_free_on_launch`): the last launch's are freed on drop.
+    unfreed: Vec<u64>,
 }
 
 /// Something an update replaced, kept until the launches that may use it have completed.
@@ -190,6 +201,7 @@ impl Dag {
                 })
             }
         };
+        crate::dag::nodes::graph_memory::check_unfreed(&self, flags.auto_free_on_launch)?;
         let log = ExecLaunches::new();
         let lowered = lower_to_cuda(&self, device, &mut reuse)?;
         let (graph, handles, fft, captured, disabled) = (
@@ -203,6 +215,20 @@ impl Dag {
         if flags.use_node_priority {
             f |= sys::cudaGraphInstantiateFlagUseNodePriority as u64;
         }
+        if flags.auto_free_on_launch {
+            f |= sys::cudaGraphInstantiateFlagAutoFreeOnLaunch as u64;
+        }
+        let unfreed = if flags.auto_free_on_launch {
+            let unfreed = crate::dag::nodes::graph_memory::unfreed(&self);
+            let addr = |i: u32| lowered.graph_allocs.iter().find(|(j, _)| *j == i);
+            unfreed
+                .iter()
+                .filter_map(|&(i, _)| addr(i))
+                .map(|&(_, a)| a)
+                .collect()
+        } else {
+            Vec::new()
+        };
         let instantiated = match upload {
             // SAFETY: `graph` is live and complete.
             None => unsafe { rt::graph_instantiate_with_params(graph, f, None) }
@@ -241,10 +267,14 @@ impl Dag {
             retired: VecDeque::with_capacity(MAX_RETIRED),
             retired_markers: 0,
             scratch: ArgScratch::default(),
+            flags,
+            unfreed,
         };
         // Kernel arguments passing a conditional handle hold the graph's from here on (the
-        // per-node updates of their other arguments pass them on).
+        // per-node updates of their other arguments pass them on); so do the nodes using a
+        // graph buffer, its address.
         crate::dag::nodes::conditional::set_handle_values(&mut exec.dag, &lowered.conditionals);
+        crate::dag::nodes::graph_memory::set_addresses(&mut exec.dag, &lowered.graph_allocs);
         let Exec {
             dag,
             held,
@@ -703,6 +733,10 @@ impl Exec {
     /// ignored, and [`Exec::dag`] (with [`Node::is_enabled`](super::Node::is_enabled)) and
     /// [`Exec::to_dot`] keep the flags the executable graph has. [`Exec::set_enabled`]
     /// changes them.
+    ///
+    /// A graph with memory nodes ([`Dag::add_alloc`]) cannot be updated this way (its
+    /// allocations are the executable graph's): [`Error::UpdateRefused`] names its first
+    /// memory node, and [`Exec::update_or_reinstantiate`] instantiates again.
     pub fn update(&mut self, dag: &Dag) -> Result<()> {
         self.update_keeping(dag, &mut None)
     }
@@ -711,6 +745,16 @@ impl Exec {
     /// launched), for a fresh instantiation to take over.
     fn update_keeping(&mut self, dag: &Dag, made: &mut Option<FftCaptureState>) -> Result<()> {
         check_same_topology(&self.dag, dag)?;
+        if let Some(a) = dag.graph_memory_node() {
+            // The update's graph would allocate at other addresses than this one's, which its
+            // kernels and fills would be given (CUDA keeps the executable graph's allocations).
+            return Err(Error::UpdateRefused {
+                node: Some(a),
+                reason: "the graph has memory nodes, whose allocations a whole-graph update \
+                         cannot carry over (Exec::update_or_reinstantiate instantiates again)"
+                    .into(),
+            });
+        }
         dag.validate(&self.device)?;
         let mut reuse = Some(std::mem::take(&mut self.fft_capture));
         let device = &self.device;
@@ -807,7 +851,8 @@ impl Exec {
     /// of the instantiated graph stay enabled or disabled as they were (see [`Exec::update`]):
     /// a fresh instantiation disables the nodes this `Exec` had disabled (same id, same kind),
     /// and gives the other nodes the flags of `dag`. The cuFFT plans a refused update made are
-    /// not made again: the fresh instantiation takes them over.
+    /// not made again: the fresh instantiation takes them over. It is made with this `Exec`'s
+    /// [`InstantiateFlags`] (without `upload`).
     pub fn update_or_reinstantiate(&mut self, dag: &Dag) -> Result<UpdateOutcome> {
         let mut refused = None;
         match self.update_keeping(dag, &mut refused) {
@@ -817,12 +862,12 @@ impl Exec {
                 keep_enabled_flags(&mut fresh, &self.dag);
                 fresh.validate(&self.device)?;
                 let reuse = refused.map(FftCaptureState::into_states_only);
-                let fresh = fresh.instantiate_validated(
-                    &self.device,
-                    InstantiateFlags::default(),
-                    None,
-                    reuse,
-                )?;
+                // The same flags (an upload is the first launch's business: not repeated).
+                let flags = InstantiateFlags {
+                    upload: false,
+                    ..self.flags
+                };
+                let fresh = fresh.instantiate_validated(&self.device, flags, None, reuse)?;
                 let mut old = std::mem::replace(self, fresh);
                 // The old graph's launches may still call its host closures: once they have
                 // completed, their panics are reported by this Exec. (Should the wait fail,
@@ -973,6 +1018,17 @@ impl Drop for Exec {
             std::mem::forget(std::mem::take(&mut self.pinned));
             std::mem::forget(std::mem::take(&mut self.hosts));
             return;
+        }
+        // The graph allocations the last launch left (auto_free_on_launch): no launch is
+        // pending, nothing outside the graph knows their addresses. None before a launch.
+        if !self.unfreed.is_empty() && matches!(self.log.so_far(), Ok(Some(_))) {
+            for &a in &self.unfreed {
+                // SAFETY: `a` is an allocation of this graph that it does not free, made by
+                // its last launch (completed: waited for above), freed once here.
+                if let Err(e) = unsafe { rt::free(a as *mut std::ffi::c_void) } {
+                    self.device.defer("a graph allocation", e);
+                }
+            }
         }
         // SAFETY: the exec and graphs are owned and no launch is pending.
         unsafe {

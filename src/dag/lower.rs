@@ -21,6 +21,7 @@ use petgraph::visit::NodeIndexable;
 
 use super::nodes::backend::Backend;
 use super::nodes::conditional::{self, Scopes};
+use super::nodes::graph_memory;
 use super::nodes::ValidationTarget;
 use super::{Dag, NodeId, Op, SerialOrder};
 use crate::device::DeviceKey;
@@ -138,6 +139,10 @@ impl Dag {
             &own
         };
         let with_handles = self.conditionals.has_uses();
+        // The graph allocations' addresses, by index, as their nodes are added (none in most
+        // DAGs: nothing allocated).
+        let with_memory = !self.graph_memory.is_empty();
+        let mut addrs = vec![0u64; self.graph_memory.alloc_count()];
         // Each node on its device, switched only when it changes (never, unplaced).
         let mut current = home;
         // Nodes disabled in the DAG (an `Exec` disabled them): none in most DAGs, so nothing
@@ -157,11 +162,18 @@ impl Dag {
                 backend.use_device(device)?;
                 current = device;
             }
+            let name = node.name();
             let h = match &node.op {
-                Op::Kernel(k) if with_handles => {
-                    conditional::lower_kernel(self, id, k, &node.name(), &deps, backend, scopes)?
+                Op::Kernel(k) if with_handles || with_memory => {
+                    self.lower_kernel(id, k, &name, &deps, backend, scopes, &addrs)?
                 }
-                op => op.lower(&node.name(), &deps, backend, scopes)?,
+                op if with_memory => {
+                    match graph_memory::lower_node(op, &name, &deps, backend, &mut addrs)? {
+                        Some(h) => h,
+                        None => op.lower(&name, &deps, backend, scopes)?,
+                    }
+                }
+                op => op.lower(&name, &deps, backend, scopes)?,
             };
             handles[id.index()] = Some(h);
             if !node.enabled {
@@ -177,5 +189,34 @@ impl Dag {
             backend.disable(&self.graph[id.idx].name(), h)?;
         }
         Ok(handles)
+    }
+
+    /// Adds kernel node `id` (`k`), whose arguments may pass conditional handles or graph
+    /// buffers: a copy of its arguments with the handles (`scopes`) and addresses (`addrs`) of
+    /// the graph being built; the node itself when it passes neither.
+    #[allow(clippy::too_many_arguments)] // reason: the lowering loop's state, passed as is
+    fn lower_kernel<B: Backend>(
+        &self,
+        id: NodeId,
+        k: &super::KernelNode,
+        name: &super::NodeName<'_>,
+        deps: &[B::Node],
+        backend: &mut B,
+        scopes: &Scopes,
+        addrs: &[u64],
+    ) -> Result<B::Node> {
+        let handles = conditional::kernel_uses(self, id);
+        let buffers = self.graph_memory.kernel_uses(id);
+        if !handles && !buffers {
+            return backend.add_node(name, deps, &[], super::nodes::NodeParams::Kernel(k));
+        }
+        let mut patched = k.clone();
+        if handles {
+            conditional::patch_kernel(self, id, &mut patched, name, scopes)?;
+        }
+        if buffers {
+            graph_memory::patch_kernel(self, id, &mut patched, name, addrs)?;
+        }
+        backend.add_node(name, deps, &[], super::nodes::NodeParams::Kernel(&patched))
     }
 }

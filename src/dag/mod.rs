@@ -35,8 +35,8 @@ pub use lower::{CudaBackend, RecordedCall, RecordingBackend};
 pub use nodes::{
     dst, src, Backend, CaptureFn, CaptureStream, CaptureWork, CapturedNode, ChildNode,
     CollectiveNode, ConditionalKind, ConditionalNode, Copy2d, CopyKind, Dst, EdgeData, EmptyNode,
-    EventRecordNode, EventWaitNode, FftNode, FftSpec, HostNode, KernelNode, MemcpyNode, Memset2d,
-    MemsetNode, MemsetValue, NodeKind, NodeParams, Op, Src,
+    EventRecordNode, EventWaitNode, FftNode, FftSpec, HostNode, KernelNode, MemAllocNode,
+    MemFreeNode, MemcpyNode, Memset2d, MemsetNode, MemsetValue, NodeKind, NodeParams, Op, Src,
 };
 
 /// A node of a [`Dag`]: a small copyable id.
@@ -286,6 +286,8 @@ pub struct Dag {
     pub(crate) arg_arena: crate::kernel::ArgArena,
     /// The conditional handles it declared, and its kernel arguments that pass one.
     pub(crate) conditionals: nodes::conditional::Handles,
+    /// Its graph allocations, and the nodes that use a graph buffer.
+    pub(crate) graph_memory: nodes::graph_memory::GraphMemory,
 }
 
 impl Dag {
@@ -597,6 +599,9 @@ impl Dag {
             nodes::conditional::validate_handles(self, target)?
         };
         let target = own.as_ref().unwrap_or(target);
+        if !self.graph_memory.is_empty() {
+            nodes::graph_memory::validate(self, target)?;
+        }
         for idx in self.graph.node_indices() {
             let node = &self.graph[idx];
             if !node.enabled && !target.placeable {
@@ -803,6 +808,8 @@ mod conditional_tests;
 mod enabled_tests;
 #[cfg(test)]
 mod event_tests;
+#[cfg(test)]
+mod graph_memory_tests;
 #[cfg(test)]
 mod kernel_tests;
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use super::conditional::Conditional;
+use crate::graph_buffer::{GraphBuffer, GraphBufferKey};
 use crate::memory::Region;
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer};
 
@@ -35,6 +36,9 @@ pub struct KernelArg<'a> {
     /// The conditional handle this argument passes ([`Conditional`]): its bytes are a
     /// placeholder until lowering puts the graph's handle in their place.
     pub(crate) conditional: Option<Conditional>,
+    /// The graph-allocated buffer this argument passes ([`GraphBuffer`]): its bytes are a
+    /// placeholder until lowering puts the allocation's address in their place.
+    pub(crate) graph_buffer: Option<GraphBufferKey>,
 }
 
 impl std::fmt::Debug for KernelArg<'_> {
@@ -61,6 +65,7 @@ impl<'a> KernelArg<'a> {
             type_name: std::any::type_name::<T>(),
             buffer: None,
             conditional: None,
+            graph_buffer: None,
         }
     }
 
@@ -71,6 +76,16 @@ impl<'a> KernelArg<'a> {
         let mut a = KernelArg::value(c.placeholder());
         a.type_name = "Conditional";
         a.conditional = Some(*c);
+        a
+    }
+
+    /// An argument passing the address of a graph-allocated buffer (a pointer, 8 bytes):
+    /// only a kernel node of the DAG that allocates it, ordered between its allocation and
+    /// its free, can take it; lowering passes the address CUDA gave the allocation.
+    pub fn graph_buffer<T: DeviceRepr>(b: &GraphBuffer<T>) -> Self {
+        let mut a = KernelArg::value(0u64);
+        a.type_name = std::any::type_name::<GraphBuffer<T>>();
+        a.graph_buffer = Some(b.key);
         a
     }
 
@@ -131,6 +146,11 @@ impl<'a> KernelArg<'a> {
         self.buffer.is_some()
     }
 
+    /// Whether this argument passes a graph-allocated buffer ([`GraphBuffer`]).
+    pub fn is_graph_buffer(&self) -> bool {
+        self.graph_buffer.is_some()
+    }
+
     /// The conditional handle this argument passes, if it passes one.
     pub fn as_conditional(&self) -> Option<&Conditional> {
         self.conditional.as_ref()
@@ -146,6 +166,12 @@ impl From<&Conditional> for KernelArg<'_> {
 impl From<Conditional> for KernelArg<'_> {
     fn from(c: Conditional) -> Self {
         KernelArg::conditional(&c)
+    }
+}
+
+impl<T: DeviceRepr> From<&GraphBuffer<T>> for KernelArg<'_> {
+    fn from(b: &GraphBuffer<T>) -> Self {
+        KernelArg::graph_buffer(b)
     }
 }
 

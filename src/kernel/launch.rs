@@ -229,6 +229,13 @@ impl Kernel {
                          graph that declared it can take (not a stream launch)"
                     ));
                 }
+                if a.graph_buffer.is_some() {
+                    // No address outside a built graph: the allocation lives in its span.
+                    return Some(format!(
+                        "argument {i} is a graph-allocated buffer, which only a kernel node of \
+                         the DAG that allocates it can take (not a stream launch)"
+                    ));
+                }
                 self.arg_device_problem(i, a)
             })
         })

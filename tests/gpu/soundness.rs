@@ -325,6 +325,7 @@ fn flags_and_priorities(gpu: &Gpu) -> anyhow::Result<()> {
     let flags = InstantiateFlags {
         upload: true,
         use_node_priority: true,
+        ..InstantiateFlags::default()
     };
     let e = dag
         .instantiate_with(d, flags, None)

@@ -30,6 +30,8 @@ pub(crate) struct LoweredGraph {
     pub(crate) leftover: Option<crate::dag::nodes::fft::FftCaptureState>,
     /// The conditional handles created on the graph, `(index, handle)` (the DAG's own).
     pub(crate) conditionals: Vec<(u32, u64)>,
+    /// The graph allocations' addresses, `(index, address)`.
+    pub(crate) graph_allocs: Vec<(u32, u64)>,
 }
 
 /// The CUDA devices as validation sees them: every device of the machine, peer access as
@@ -71,6 +73,8 @@ pub struct CudaBackend {
     disabled: Vec<(sys::cudaGraphNode_t, String)>,
     /// The conditional handles created on the graph, `(index, handle)`.
     conditionals: Vec<(u32, u64)>,
+    /// The graph allocations' addresses, `(index, address)`.
+    graph_allocs: Vec<(u32, u64)>,
     /// Whether the graph is a conditional body, owned by its node (CUDA's): never destroyed
     /// here.
     body: bool,
@@ -93,6 +97,7 @@ impl CudaBackend {
             captured: HashMap::new(),
             disabled: Vec::new(),
             conditionals: Vec::new(),
+            graph_allocs: Vec::new(),
             body: false,
         })
     }
@@ -108,6 +113,7 @@ impl CudaBackend {
             captured: HashMap::new(),
             disabled: Vec::new(),
             conditionals: Vec::new(),
+            graph_allocs: Vec::new(),
             body: true,
         }
     }
@@ -134,6 +140,7 @@ impl CudaBackend {
             captured: std::mem::take(&mut self.captured),
             disabled: std::mem::take(&mut self.disabled),
             conditionals: std::mem::take(&mut self.conditionals),
+            graph_allocs: std::mem::take(&mut self.graph_allocs),
         }
     }
 }
@@ -321,6 +328,26 @@ impl sealed::Lower for CudaBackend {
                     let mut sub = CudaBackend::for_body(&self.device, graph);
                     body.lower_scoped(&mut sub, scopes)?;
                 }
+                Ok(node)
+            }
+            NodeParams::MemAlloc { index, bytes, dptr } => {
+                let mut raw = NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeMemAlloc);
+                let ordinal = self.device.ordinal() as i32;
+                // SAFETY: writing a plain-data member of the zeroed union.
+                let alloc = unsafe { &mut raw.__bindgen_anon_1.alloc };
+                alloc.poolProps.allocType = sys::cudaMemAllocationType::cudaMemAllocationTypePinned;
+                alloc.poolProps.location = sys::cudaMemLocation {
+                    type_: sys::cudaMemLocationType::cudaMemLocationTypeDevice,
+                    id: ordinal,
+                };
+                alloc.bytesize = bytes;
+                // SAFETY: the graph is live, `deps` are its nodes; no access descriptors (the
+                // graph's device only); CUDA writes the address into `dptr`.
+                let node = unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? };
+                // SAFETY: the node type is MemAlloc, so `alloc` is the member CUDA wrote.
+                let addr = unsafe { raw.__bindgen_anon_1.alloc.dptr } as u64;
+                dptr.set(addr);
+                self.graph_allocs.push((index, addr));
                 Ok(node)
             }
             NodeParams::Fft { node } => {

@@ -26,7 +26,8 @@ pub struct RecordedCall {
     /// after instantiation; these calls come after every node's, with params `enabled=0`).
     pub function: &'static str,
     /// The node type it adds (`kernel`, `memcpy`, `memset`, `host`, `empty`, `graph`,
-    /// `conditional`, or `captured` for work captured from a stream), or disables; `handle`
+    /// `conditional`, `mem_alloc`, `mem_free`, or `captured` for work captured from a
+    /// stream), or disables; `handle`
     /// for a conditional handle (`cudaGraphConditionalHandleCreate`, named `handle#<index>`).
     pub kind: &'static str,
     /// The node's name.
@@ -89,6 +90,9 @@ pub struct RecordingBackend {
     next_addr: u64,
     /// The value the next conditional handle gets (from `0xc0de_0000_0000`).
     next_conditional: u64,
+    /// The address the next graph allocation gets (from `0x6a00_0000_0000`, 256-byte
+    /// aligned, like the pool's).
+    next_graph_alloc: u64,
     /// The FFT nodes' stand-in states (numbered handles), work areas and capture stream, kept
     /// and reused as the CUDA backend's are (`nodes/fft/reuse.rs`).
     fft: FftStates<RecordedFft>,
@@ -168,6 +172,7 @@ impl RecordingBackend {
             current: 0,
             next_addr: 0x7000_0000_0000,
             next_conditional: 0xc0de_0000_0000,
+            next_graph_alloc: 0x6a00_0000_0000,
             fft: FftStates::default(),
             fft_made: RecordedFftMaker::default(),
             fft_shares: std::collections::HashMap::new(),
@@ -521,6 +526,12 @@ fn describe_generic(raw: &sys::cudaGraphNodeParams) -> (&'static str, String) {
             ("event_wait", format!("event={:#x}", e as usize))
         }
         T::cudaGraphNodeTypeEmpty => ("empty", String::new()),
+        T::cudaGraphNodeTypeMemFree => {
+            // SAFETY: the node type names `free` as the union member in use (the crate wrote
+            // it so); it is a plain address.
+            let d = unsafe { u.free.dptr };
+            ("mem_free", format!("dptr={:#x}", d as u64))
+        }
         other => ("other", format!("{other:?}")),
     }
 }
@@ -703,6 +714,15 @@ impl sealed::Lower for RecordingBackend {
                 }
                 let p = Params::Words(words);
                 Ok(self.record("cudaGraphAddNode", "conditional", name, deps, p))
+            }
+            NodeParams::MemAlloc { index, bytes, dptr } => {
+                let addr = self.next_graph_alloc;
+                self.next_graph_alloc += (bytes as u64).div_ceil(256).max(1) * 256;
+                dptr.set(addr);
+                let p = Params::Words(format!(
+                    "graph_buffer=#{index} bytes={bytes} location=device dptr={addr:#x}{edge_words}"
+                ));
+                Ok(self.record("cudaGraphAddNode", "mem_alloc", name, deps, p))
             }
             NodeParams::Captured(work) => {
                 self.fft.capture_stream(&mut self.fft_made)?;

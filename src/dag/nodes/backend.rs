@@ -78,6 +78,19 @@ pub enum NodeParams<'a> {
         /// The handles in scope for the bodies.
         scopes: &'a Scopes,
     },
+    /// A graph allocation (`cudaGraphAddNode` with `cudaMemAllocNodeParams`: pinned device
+    /// memory of the graph's device, no peer access): CUDA returns the allocation's address
+    /// in the parameters, which the backend writes to `dptr` (a variant of its own: the
+    /// generic parameters have no way back to lowering, which writes the address into the
+    /// nodes that use the buffer and into the free node).
+    MemAlloc {
+        /// Which of the DAG's graph allocations (`GraphBuffer::index`).
+        index: u32,
+        /// Bytes (at least 1).
+        bytes: usize,
+        /// Where the backend puts the address.
+        dptr: &'a std::cell::Cell<u64>,
+    },
 }
 
 /// Work that a captured node enqueues on a stream while CUDA records it into the graph.

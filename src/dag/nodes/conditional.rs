@@ -443,6 +443,10 @@ fn in_body(name: &NodeName<'_>, body: &str, e: Error) -> Error {
             node: path(node),
             problem,
         }),
+        Error::Dag(DagError::GraphMemory { node, problem }) => Error::Dag(DagError::GraphMemory {
+            node: path(node),
+            problem,
+        }),
         Error::Dag(inner) => Error::Dag(DagError::WrongKind {
             node: name.to_string(),
             problem: format!("in its {body}: {inner}"),
@@ -602,21 +606,20 @@ pub(crate) fn create_handles<B: Backend>(
     Ok(scopes)
 }
 
-/// Adds kernel node `id` (`k`) of `dag`, whose arguments may pass handles: a copy of its
-/// arguments with the handles of the graph being built.
-pub(crate) fn lower_kernel<B: Backend>(
+/// Whether kernel node `id` of `dag` passes a handle.
+pub(crate) fn kernel_uses(dag: &Dag, id: NodeId) -> bool {
+    dag.conditionals.uses_of(id).next().is_some()
+}
+
+/// Writes the handles of the graph being built into `k`, a copy of kernel node `id` of `dag`
+/// (whose arguments pass handles) being lowered.
+pub(crate) fn patch_kernel(
     dag: &Dag,
     id: NodeId,
-    k: &super::KernelNode,
+    k: &mut super::KernelNode,
     name: &NodeName<'_>,
-    deps: &[B::Node],
-    backend: &mut B,
     scopes: &Scopes,
-) -> Result<B::Node> {
-    if dag.conditionals.uses_of(id).next().is_none() {
-        return backend.add_node(name, deps, &[], NodeParams::Kernel(k));
-    }
-    let mut patched = k.clone();
+) -> Result<()> {
     for (param, c) in dag.conditionals.uses_of(id) {
         let value = scopes.value(&c).ok_or_else(|| {
             Error::Invalid(format!(
@@ -625,9 +628,9 @@ pub(crate) fn lower_kernel<B: Backend>(
                 c.index
             ))
         })?;
-        patched.args.set_bytes(param, &value.to_ne_bytes());
+        k.args.set_bytes(param, &value.to_ne_bytes());
     }
-    backend.add_node(name, deps, &[], NodeParams::Kernel(&patched))
+    Ok(())
 }
 
 /// Writes the handles lowering created for `dag`'s own scope (`(index, handle)`) into the

@@ -396,6 +396,7 @@ impl Dag {
         let packed = PackedArgs::new_in(&mut self.arg_arena, kernel, args);
         let id = self.push(Op::Kernel(KernelNode::new(config, packed)));
         self.conditionals.note_args(id, args);
+        self.graph_memory.note_args(id, args);
         Ok(id)
     }
 
@@ -439,6 +440,7 @@ impl Dag {
             k.args.set(i, a);
         }
         self.conditionals.note_args(id, args);
+        self.graph_memory.note_args(id, args);
         Ok(())
     }
 
@@ -619,11 +621,17 @@ impl Exec {
     /// Replaces all arguments of kernel node `id` (checked against the kernel's layout).
     /// When CUDA refuses, nothing changes.
     ///
-    /// A kernel node passing a conditional handle keeps it: an update passing a handle, or
-    /// replacing the argument that passes one, is refused (update its other arguments with
+    /// A kernel node passing a conditional handle or a graph buffer
+    /// ([`GraphBuffer`](crate::GraphBuffer)) keeps it: an update passing one, or replacing the
+    /// argument that passes one, is refused (update its other arguments with
     /// [`Exec::set_kernel_arg`]).
     pub fn set_kernel_args(&mut self, id: NodeId, args: &[KernelArg]) -> Result<()> {
-        if self.dag.conditionals.has_uses() || args.iter().any(|a| a.conditional.is_some()) {
+        if self.dag.conditionals.has_uses()
+            || self.dag.graph_memory.has_uses()
+            || args
+                .iter()
+                .any(|a| a.conditional.is_some() || a.graph_buffer.is_some())
+        {
             self.check_handle_update(id, args.iter().enumerate())?;
         }
         // One lookup of the node (the fields are borrowed apart).
@@ -642,17 +650,23 @@ impl Exec {
         Ok(())
     }
 
-    /// Refuses an update of kernel node `id` that passes a conditional handle or replaces one
-    /// (see [`Exec::set_kernel_args`]), naming the node.
+    /// Refuses an update of kernel node `id` that passes a conditional handle or a graph
+    /// buffer, or replaces one (see [`Exec::set_kernel_args`]), naming the node. Allocates
+    /// nothing (it runs on the update path of every such DAG).
     #[cold]
     fn check_handle_update<'a>(
         &self,
         id: NodeId,
-        args: impl Iterator<Item = (usize, &'a KernelArg<'a>)>,
+        args: impl Iterator<Item = (usize, &'a KernelArg<'a>)> + Clone,
     ) -> Result<()> {
         let node = self.dag.node(id)?;
         let k = node.kernel()?;
-        match self.dag.conditionals.exec_update_problem(id, args) {
+        let problem = self
+            .dag
+            .conditionals
+            .exec_update_problem(id, args.clone())
+            .or_else(|| self.dag.graph_memory.exec_update_problem(id, args));
+        match problem {
             None => Ok(()),
             Some(problem) => Err(node.kernel_args_error(k, problem)),
         }
@@ -668,7 +682,11 @@ impl Exec {
         arg: impl Into<KernelArg<'a>>,
     ) -> Result<()> {
         let arg = arg.into();
-        if self.dag.conditionals.has_uses() || arg.conditional.is_some() {
+        if self.dag.conditionals.has_uses()
+            || self.dag.graph_memory.has_uses()
+            || arg.conditional.is_some()
+            || arg.graph_buffer.is_some()
+        {
             self.check_handle_update(id, std::iter::once((index, &arg)))?;
         }
         // One lookup of the node (the fields are borrowed apart).

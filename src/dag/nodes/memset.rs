@@ -7,6 +7,7 @@ use crate::dag::exec::Exec;
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
 use crate::error::Result;
+use crate::graph_buffer::GraphBufferKey;
 use crate::memory::{Allocation, MemorySpace, Region};
 use crate::result::runtime as rt;
 use crate::sys;
@@ -60,10 +61,31 @@ impl From<f32> for MemsetValue {
     }
 }
 
+/// What a memset node fills.
+#[derive(Clone, Debug)]
+pub(crate) enum FillTarget {
+    /// A region of a buffer.
+    Region(Region),
+    /// All of a graph-allocated buffer ([`Dag::add_graph_memset`]). `addr` is 0 in a DAG being
+    /// built; lowering fills a copy of the node with the allocation's address, and an
+    /// [`Exec`]'s DAG holds its graph's (so a value update passes it on).
+    Graph { key: GraphBufferKey, addr: u64 },
+}
+
+impl FillTarget {
+    /// The address CUDA gets.
+    fn addr(&self) -> u64 {
+        match self {
+            FillTarget::Region(r) => r.raw_addr(),
+            FillTarget::Graph { addr, .. } => *addr,
+        }
+    }
+}
+
 /// A memory fill of device memory, 1D (`height == 1`) or 2D.
 #[derive(Clone, Debug)]
 pub struct MemsetNode {
-    pub(crate) dst: Region,
+    pub(crate) dst: FillTarget,
     pub(crate) value: MemsetValue,
     /// Elements of `value`'s size per row.
     pub(crate) width: usize,
@@ -86,7 +108,7 @@ impl MemsetNode {
     pub(crate) fn generic(&self) -> sys::cudaGraphNodeParams {
         let mut raw = NodeParams::zeroed(sys::cudaGraphNodeType::cudaGraphNodeTypeMemset);
         raw.__bindgen_anon_1.memset = sys::cudaMemsetParamsV2 {
-            dst: self.dst.raw_addr() as *mut std::ffi::c_void,
+            dst: self.dst.addr() as *mut std::ffi::c_void,
             pitch: self.pitch,
             value: self.value.bits(),
             elementSize: self.value.size() as u32,
@@ -99,22 +121,28 @@ impl MemsetNode {
 
 impl NodeOp for MemsetNode {
     fn validate(&self, name: &NodeName<'_>, on: &RunsOn<'_>) -> Result<()> {
-        on.check_reach(name, &"destination", &self.dst.alloc)
+        match &self.dst {
+            FillTarget::Region(r) => on.check_reach(name, &"destination", &r.alloc),
+            // Its span and device: the DAG's graph-memory validation.
+            FillTarget::Graph { .. } => Ok(()),
+        }
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
-        f(&self.dst.alloc)
+        if let FillTarget::Region(r) = &self.dst {
+            f(&r.alloc)
+        }
     }
     fn label(&self) -> Label {
-        Label::new(
-            "parallelogram",
-            "#fff3cd",
-            vec![format!(
-                "memset {} of {:#x} ({}-byte)",
-                super::byte_count(self.bytes()),
-                self.value.bits(),
-                self.value.size()
-            )],
-        )
+        let mut lines = vec![format!(
+            "memset {} of {:#x} ({}-byte)",
+            super::byte_count(self.bytes()),
+            self.value.bits(),
+            self.value.size()
+        )];
+        if let FillTarget::Graph { key, .. } = &self.dst {
+            lines.push(format!("graph buffer #{}", key.index));
+        }
+        Label::new("parallelogram", "#fff3cd", lines)
     }
     fn params(&self) -> NodeParams<'_> {
         NodeParams::Generic(self.generic())
@@ -143,25 +171,25 @@ impl Dag {
         dst: impl Into<Region>,
         value: impl Into<MemsetValue>,
     ) -> Result<NodeId> {
-        let (dst, value) = (dst.into(), value.into());
-        let node = MemsetNode {
-            width: dst.len / value.size(),
-            height: 1,
-            pitch: dst.len,
-            dst,
-            value,
-        };
+        let (dst, value): (Region, MemsetValue) = (dst.into(), value.into());
         let name = format!("memset#{}", self.next_serial);
-        if !node.dst.len.is_multiple_of(value.size()) {
+        if !dst.len.is_multiple_of(value.size()) {
             return Err(out_of_bounds(
                 &name,
                 format!(
                     "{} bytes is not a whole number of {}-byte values",
-                    node.dst.len,
+                    dst.len,
                     value.size()
                 ),
             ));
         }
+        let node = MemsetNode {
+            width: dst.len / value.size(),
+            height: 1,
+            pitch: dst.len,
+            dst: FillTarget::Region(dst),
+            value,
+        };
         check_memset(&name, &node)?;
         Ok(self.push(Op::Memset(node)))
     }
@@ -186,7 +214,7 @@ impl Dag {
             width: row / m.value.size(),
             height: m.height,
             pitch: bytes(m.pitch, "the pitch")?,
-            dst: m.dst,
+            dst: FillTarget::Region(m.dst),
             value: m.value,
         };
         check_memset(&name, &node)?;
@@ -237,7 +265,10 @@ impl Exec {
 }
 
 fn check_memset(name: &(impl std::fmt::Display + ?Sized), m: &MemsetNode) -> Result<()> {
-    if m.dst.space() != MemorySpace::Device {
+    let FillTarget::Region(dst) = &m.dst else {
+        return Ok(()); // all of a graph buffer: checked by its builder
+    };
+    if dst.space() != MemorySpace::Device {
         return Err(out_of_bounds(
             name,
             "memset nodes write device memory, not host memory",
@@ -253,16 +284,15 @@ fn check_memset(name: &(impl std::fmt::Display + ?Sized), m: &MemsetNode) -> Res
             ),
         ));
     }
-    let end = m
-        .dst
+    let end = dst
         .offset
         .saturating_add(pitched_extent(m.pitch, row, m.height));
-    if end > m.dst.alloc.bytes {
+    if end > dst.alloc.bytes {
         return Err(out_of_bounds(
             name,
             format!(
                 "writes bytes {}..{end} of a {}-byte buffer",
-                m.dst.offset, m.dst.alloc.bytes
+                dst.offset, dst.alloc.bytes
             ),
         ));
     }

@@ -14,6 +14,7 @@ pub(crate) mod conditional;
 pub(crate) mod empty;
 pub(crate) mod event;
 pub(crate) mod fft;
+pub(crate) mod graph_memory;
 pub(crate) mod host;
 pub(crate) mod kernel;
 pub(crate) mod memcpy;
@@ -30,6 +31,7 @@ pub use conditional::{ConditionalKind, ConditionalNode};
 pub use empty::EmptyNode;
 pub use event::{EventRecordNode, EventWaitNode};
 pub use fft::{FftNode, FftSpec};
+pub use graph_memory::{MemAllocNode, MemFreeNode};
 pub use host::HostNode;
 pub use kernel::KernelNode;
 pub use memcpy::{dst, src, Copy2d, CopyKind, Dst, MemcpyNode, Src};
@@ -274,6 +276,10 @@ node_kinds! {
     EventWait(EventWaitNode) = "wait",
     /// IF, IF/ELSE, WHILE or SWITCH over bodies of their own (boxed, like copies).
     Conditional(Box<ConditionalNode>) = "conditional",
+    /// Allocates a graph buffer ([`GraphBuffer`](crate::GraphBuffer)) when a launch reaches it.
+    MemAlloc(MemAllocNode) = "alloc",
+    /// Frees a graph buffer.
+    MemFree(MemFreeNode) = "free",
 }
 
 impl Op {
@@ -304,7 +310,8 @@ impl Op {
     }
     /// Adds the node to `backend` after `deps` (in canonical order); returns the handle later
     /// nodes depend on. `scopes`: the conditional handles of the graph being built and of the
-    /// graphs it is a body of.
+    /// graphs it is a body of. (Memory nodes and fills of graph buffers are lowered by
+    /// `graph_memory::lower_node`, which has the allocations' addresses.)
     pub(crate) fn lower<B: Backend>(
         &self,
         name: &NodeName<'_>,
