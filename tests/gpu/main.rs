@@ -18,6 +18,7 @@ mod events;
 mod fft;
 mod fft_update;
 mod foundation;
+mod memory_nodes;
 mod nccl;
 mod placement;
 mod soundness;
@@ -35,13 +36,14 @@ fn main() {
     }
     // The registered tests, module by module in this order, by name within a module (the
     // link order of the registrations is not the source order).
-    const ORDER: [&str; 13] = [
+    const ORDER: [&str; 14] = [
         "foundation::",
         "dag::",
         "enabled::",
         "events::",
         "attributes::",
         "conditional::",
+        "memory_nodes::",
         "fft::",
         "fft_update::",
         "soundness::",

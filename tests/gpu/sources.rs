@@ -14,6 +14,11 @@ fn compile_with_nvrtc() -> anyhow::Result<()> {
             crate::attributes::SOURCE,
             CodeKind::Cubin,
         ),
+        (
+            "memory_nodes::SOURCE",
+            crate::memory_nodes::SOURCE,
+            CodeKind::Cubin,
+        ),
         // A custom FFT callback: as cuFFT links it (LTO-IR) and as the unfused form's
         // conversion kernel compiles it (ordinary device code).
         ("fft::CUSTOM_I8", crate::fft::CUSTOM_I8, CodeKind::LtoIr),
