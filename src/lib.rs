@@ -16,7 +16,8 @@
 //! 1. **Build**: [`Dag::add_kernel`], [`Dag::add_copy`], [`Dag::add_memset`], [`Dag::add_host`],
 //!    [`Dag::add_empty`], [`Dag::add_child`], [`Dag::add_fft`], [`Dag::add_event_record`],
 //!    [`Dag::add_event_wait`], [`Dag::add_if`], [`Dag::add_if_else`], [`Dag::add_while`],
-//!    [`Dag::add_switch`] (over a [`Dag::conditional_handle`]); [`Dag::add_dependency`],
+//!    [`Dag::add_switch`] (over a [`Dag::conditional_handle`]), [`Dag::add_alloc`],
+//!    [`Dag::add_free`], [`Dag::add_graph_memset`] (a [`GraphBuffer`]); [`Dag::add_dependency`],
 //!    [`Dag::chain`], [`Dag::fan_out`], [`Dag::fan_in`]. Arguments, bounds and cycles are checked
 //!    here, and errors name the node.
 //! 2. **Validate** for a device: [`Dag::validate`] (launch shapes, devices). [`Dag::to_dot`]
@@ -54,6 +55,7 @@
 //! | event record / wait | [`Dag::add_event_record`], [`Dag::add_event_wait`] | `cudaGraphAddNode` (event record, wait event); the node keeps its [`Event`] alive | [`Exec::set_event`]: `cudaGraphExecNodeSetParams` |
 //! | child DAG | [`Dag::add_child`] | `cudaGraphAddNode` (graph, cloned) | whole-graph update |
 //! | conditional (IF, IF/ELSE, WHILE, SWITCH) | [`Dag::add_if`], [`Dag::add_if_else`], [`Dag::add_while`], [`Dag::add_switch`]; bodies are [`Dag`]s; the handle from [`Dag::conditional_handle`] is a kernel argument ([`Conditional`]; source includes [`CONDITIONAL_INCLUDE`]) | `cudaGraphConditionalHandleCreate` (reset to its default at each launch), then `cudaGraphAddNode` (conditional); each body lowered into its graph from `phGraph_out` | whole-graph update (reaches the bodies' nodes) |
+//! | graph memory: allocation / free | [`Dag::add_alloc`] (returns a [`GraphBuffer`], used as a kernel argument and by [`Dag::add_graph_memset`] between its allocation and free, validated), [`Dag::add_free`]; [`InstantiateFlags::auto_free_on_launch`] for allocations never freed | `cudaGraphAddNode` (mem alloc: the address CUDA returns in `dptr` is written into the nodes using the buffer; mem free) | — (a whole-graph update is refused: [`Exec::update_or_reinstantiate`] instantiates again) |
 //! | FFT | [`Dag::add_fft`] | a parameter kernel node (`cudaGraphAddNode`) + `cufftExec*` captured with `cudaStreamBeginCaptureToGraph` ([`fft`]); unfused ([`Fusion`]): also a conversion kernel node | `cudaGraphExecKernelNodeSetParams` on the parameter (and conversion) node |
 //! | collective (NCCL) | [`Dag::add_all_reduce`] and the others of [`nccl`] | `ncclAllReduce` & co. captured with `cudaStreamBeginCaptureToGraph`, inside [`Communicators::instantiate`] | whole-graph rebuild |
 //! | enable/disable | — | — | `cudaGraphNodeSetEnabled` |
