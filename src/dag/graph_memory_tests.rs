@@ -322,9 +322,7 @@ fn child_graphs_and_conditional_bodies_hold_no_memory_nodes_nor_graph_buffers() 
     let err = validate(&dag, &r).unwrap_err();
     let msg = err.to_string();
     assert!(
-        msg.contains("node `inner`")
-            && msg.contains("node `scratch`")
-            && msg.contains("child graph"),
+        msg.contains("node `inner/scratch`") && msg.contains("child graph"),
         "{msg}"
     );
     // A conditional body using the enclosing DAG's buffer: named by its path.

@@ -314,7 +314,7 @@ fn fft_captured_collective_and_child_nodes_cannot_be_placed() {
     dag.add_child(&inner);
     let err = dag.lower(&mut r).unwrap_err().to_string();
     assert!(
-        err.contains("in the child graph") && err.contains("nodes of a child graph run on"),
+        err.contains("node `child#0/empty#0`") && err.contains("nodes of a child graph run on"),
         "{err}"
     );
     inner.place_on(e, r.device_key(0)).unwrap();

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 
 use super::host::HostFn;
-use super::{Label, NodeOp, RunsOn, ValidationTarget};
+use super::{error_inside, Label, NodeOp, RunsOn, ValidationTarget};
 use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, NodeId, NodeName, Op};
-use crate::error::{DagError, Error, Result};
+use crate::error::Result;
 use crate::memory::Allocation;
 
 /// A child graph: a whole [`Dag`] as one node.
@@ -29,40 +29,9 @@ impl NodeOp for ChildNode {
         let t = on.target;
         let inner = ValidationTarget::new(t.home, t.limits, t.devices, false);
         // An error of a node inside names its path: `child/node`.
-        let path = |n: Option<String>| n.map(|n| format!("{name}/{n}"));
-        self.dag.validate_on(&inner).map_err(|e| match e {
-            Error::Dag(inner) => Error::Dag(DagError::WrongKind {
-                node: name.to_string(),
-                problem: format!("in the child graph: {inner}"),
-            }),
-            Error::WrongDevice { node, problem } => Error::WrongDevice {
-                node: path(node),
-                problem,
-            },
-            Error::OutOfBounds { node, problem } => Error::OutOfBounds {
-                node: path(node),
-                problem,
-            },
-            Error::KernelArgs {
-                node,
-                kernel,
-                problem,
-            } => Error::KernelArgs {
-                node: path(node),
-                kernel,
-                problem,
-            },
-            Error::LaunchShape {
-                node,
-                kernel,
-                problem,
-            } => Error::LaunchShape {
-                node: path(node),
-                kernel,
-                problem,
-            },
-            other => other,
-        })
+        self.dag
+            .validate_on(&inner)
+            .map_err(|e| error_inside(name, "child graph", &format!("{name}/"), e))
     }
     fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
         self.dag.for_each_allocation(f)

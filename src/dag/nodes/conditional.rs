@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::host::HostFn;
-use super::{Label, NodeOp, RunsOn, ValidationTarget};
+use super::{error_inside, Label, NodeOp, RunsOn, ValidationTarget};
 use crate::dag::nodes::backend::{Backend, NodeParams};
 use crate::dag::{Dag, NodeId, NodeName, Op};
 use crate::error::{DagError, Error, Result};
@@ -431,56 +431,6 @@ fn check_body_kinds(dag: &Dag, path: &str) -> Result<()> {
     Ok(())
 }
 
-/// An error inside body `body` of node `name`, its node named by its path.
-fn in_body(name: &NodeName<'_>, body: &str, e: Error) -> Error {
-    let path = |n: String| format!("{name}/{body}/{n}");
-    match e {
-        Error::Dag(DagError::WrongKind { node, problem }) => Error::Dag(DagError::WrongKind {
-            node: path(node),
-            problem,
-        }),
-        Error::Dag(DagError::Placement { node, problem }) => Error::Dag(DagError::Placement {
-            node: path(node),
-            problem,
-        }),
-        Error::Dag(DagError::GraphMemory { node, problem }) => Error::Dag(DagError::GraphMemory {
-            node: path(node),
-            problem,
-        }),
-        Error::Dag(inner) => Error::Dag(DagError::WrongKind {
-            node: name.to_string(),
-            problem: format!("in its {body}: {inner}"),
-        }),
-        Error::WrongDevice { node, problem } => Error::WrongDevice {
-            node: node.map(path),
-            problem,
-        },
-        Error::OutOfBounds { node, problem } => Error::OutOfBounds {
-            node: node.map(path),
-            problem,
-        },
-        Error::KernelArgs {
-            node,
-            kernel,
-            problem,
-        } => Error::KernelArgs {
-            node: node.map(path),
-            kernel,
-            problem,
-        },
-        Error::LaunchShape {
-            node,
-            kernel,
-            problem,
-        } => Error::LaunchShape {
-            node: node.map(path),
-            kernel,
-            problem,
-        },
-        other => other,
-    }
-}
-
 impl NodeOp for ConditionalNode {
     fn validate(&self, name: &NodeName<'_>, on: &RunsOn<'_>) -> Result<()> {
         let t = on.target;
@@ -502,7 +452,7 @@ impl NodeOp for ConditionalNode {
             let mut inner = ValidationTarget::new(t.home, t.limits, t.devices, false);
             inner.enclosing = t.enclosing.clone();
             body.validate_on(&inner)
-                .map_err(|e| in_body(name, &body_name, e))?;
+                .map_err(|e| error_inside(name, &body_name, &format!("{name}/{body_name}/"), e))?;
         }
         Ok(())
     }

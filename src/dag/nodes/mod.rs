@@ -40,7 +40,7 @@ pub use nccl::CollectiveNode;
 
 use crate::dag::NodeName;
 use crate::device::{DeviceKey, DeviceLimits};
-use crate::error::{Error, Result};
+use crate::error::{DagError, Error, Result};
 use crate::memory::{Allocation, MemorySpace, Region};
 
 /// What a DAG is validated for: the device unplaced nodes run on (home), its launch limits,
@@ -348,6 +348,72 @@ pub(crate) fn out_of_bounds(
 }
 
 /// An [`Error::Dag`] for an object of another device.
+/// An error of validating a nested DAG (the child graph of node `name`, or its conditional
+/// body `what`): a node it names is named by its path (`name/node`, or `name/what/node` for a
+/// body), and an error of the nested DAG as a whole (a cycle, an unknown node) becomes one of
+/// node `name`, "in its `what`: …".
+pub(crate) fn error_inside(name: &NodeName<'_>, what: &str, prefix: &str, e: Error) -> Error {
+    let path = |n: String| format!("{prefix}{n}");
+    match e {
+        Error::Dag(
+            DagError::Cycle { .. } | DagError::UnknownNode(_) | DagError::Instantiate { .. },
+        ) => Error::Dag(DagError::WrongKind {
+            node: name.to_string(),
+            problem: format!("in its {what}: {e}"),
+        }),
+        Error::Dag(d) => Error::Dag(match d {
+            DagError::Placement { node, problem } => DagError::Placement {
+                node: path(node),
+                problem,
+            },
+            DagError::WrongKind { node, problem } => DagError::WrongKind {
+                node: path(node),
+                problem,
+            },
+            DagError::Collective { node, problem } => DagError::Collective {
+                node: path(node),
+                problem,
+            },
+            DagError::Fft { node, problem } => DagError::Fft {
+                node: path(node),
+                problem,
+            },
+            DagError::GraphMemory { node, problem } => DagError::GraphMemory {
+                node: path(node),
+                problem,
+            },
+            other => other,
+        }),
+        Error::WrongDevice { node, problem } => Error::WrongDevice {
+            node: node.map(path),
+            problem,
+        },
+        Error::OutOfBounds { node, problem } => Error::OutOfBounds {
+            node: node.map(path),
+            problem,
+        },
+        Error::KernelArgs {
+            node,
+            kernel,
+            problem,
+        } => Error::KernelArgs {
+            node: node.map(path),
+            kernel,
+            problem,
+        },
+        Error::LaunchShape {
+            node,
+            kernel,
+            problem,
+        } => Error::LaunchShape {
+            node: node.map(path),
+            kernel,
+            problem,
+        },
+        other => other,
+    }
+}
+
 pub(crate) fn wrong_device(node: &(impl std::fmt::Display + ?Sized), problem: String) -> Error {
     Error::WrongDevice {
         node: Some(node.to_string()),
