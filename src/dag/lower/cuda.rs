@@ -89,17 +89,9 @@ impl CudaBackend {
         device.bind()?;
         // SAFETY: the graph is owned by the backend (destroyed in Drop unless taken).
         let graph = unsafe { rt::graph_create()? };
-        Ok(CudaBackend {
-            graph,
-            device: device.clone(),
-            devices: CudaDevices::default(),
-            fft_capture: crate::dag::nodes::fft::FftCaptureState::default(),
-            captured: HashMap::new(),
-            disabled: Vec::new(),
-            conditionals: Vec::new(),
-            graph_allocs: Vec::new(),
-            body: false,
-        })
+        let mut backend = Self::for_body(device, graph);
+        backend.body = false; // the backend owns this graph
+        Ok(backend)
     }
 
     /// A backend adding nodes to `graph`, a body graph of a conditional node (CUDA owns it:
