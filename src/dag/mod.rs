@@ -12,6 +12,7 @@
 
 mod dot;
 pub(crate) mod exec;
+mod late;
 pub(crate) mod lower;
 pub(crate) mod nodes;
 

@@ -37,20 +37,17 @@
 //! updates the nodes inside its bodies. A kernel node passing a handle keeps it: an update
 //! giving a kernel node a handle, or replacing the argument that passes one, is refused.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::host::HostFn;
 use super::{error_inside, Label, NodeOp, RunsOn, ValidationTarget};
+use crate::dag::late::{self, LateKey, LateValues, UpdateProblem};
 use crate::dag::nodes::backend::{Backend, NodeParams};
 use crate::dag::{Dag, NodeId, NodeName, Op};
 use crate::error::{DagError, Error, Result};
 use crate::kernel::{Conditional, KernelArg};
 use crate::memory::Allocation;
 use crate::sys;
-
-/// Handle scopes: one per DAG that declares handles (0: none declared yet).
-static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
 
 /// What a conditional node does with its bodies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -201,47 +198,39 @@ impl Scopes {
 /// handle (of this DAG or an enclosing one).
 #[derive(Clone, Default)]
 pub(crate) struct Handles {
-    /// The scope of the handles this DAG declared (0 until it declares one; a copy keeps it).
-    scope: u64,
     /// The default value of each handle declared, by index.
     defaults: Vec<u32>,
-    /// Kernel parameters passing a handle: node, parameter, handle.
-    uses: Vec<(NodeId, u32, Conditional)>,
+    /// The scope of the handles declared, and the kernel parameters passing a handle (late
+    /// values: `dag/late.rs`).
+    late: LateValues<Conditional>,
+}
+
+impl LateKey for Conditional {
+    fn scope(&self) -> u64 {
+        self.scope
+    }
+    fn index(&self) -> u32 {
+        self.index
+    }
 }
 
 impl Handles {
     /// Whether the DAG has nothing to do with conditional handles (most DAGs: one test).
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.defaults.is_empty() && self.uses.is_empty()
+        self.defaults.is_empty() && self.late.is_empty()
     }
 
     /// Whether some kernel node passes a handle.
     #[inline]
     pub(crate) fn has_uses(&self) -> bool {
-        !self.uses.is_empty()
+        !self.late.is_empty()
     }
 
     /// Notes which arguments of kernel node `id` pass a handle (`args` are all its
     /// arguments, after they were accepted).
     pub(crate) fn note_args(&mut self, id: NodeId, args: &[KernelArg<'_>]) {
-        if self.uses.is_empty() && args.iter().all(|a| a.conditional.is_none()) {
-            return;
-        }
-        self.uses.retain(|(n, _, _)| *n != id);
-        for (i, a) in args.iter().enumerate() {
-            if let Some(c) = a.conditional {
-                self.uses.push((id, i as u32, c));
-            }
-        }
-    }
-
-    /// The parameters of kernel node `id` that pass a handle, with it.
-    fn uses_of(&self, id: NodeId) -> impl Iterator<Item = (usize, Conditional)> + '_ {
-        self.uses
-            .iter()
-            .filter(move |(n, _, _)| *n == id)
-            .map(|&(_, i, c)| (i as usize, c))
+        self.late.note_args(id, args, |a| a.conditional);
     }
 
     /// Why an [`Exec`](crate::Exec) update of kernel node `id` with `args` (by parameter) is
@@ -249,23 +238,21 @@ impl Handles {
     pub(crate) fn exec_update_problem<'a>(
         &self,
         id: NodeId,
-        mut args: impl Iterator<Item = (usize, &'a KernelArg<'a>)>,
+        args: impl Iterator<Item = (usize, &'a KernelArg<'a>)>,
     ) -> Option<String> {
-        args.find_map(|(i, a)| {
-            if a.conditional.is_some() {
-                Some(format!(
-                    "argument {i} is a conditional handle: an instantiated graph's kernel nodes \
-                     keep the handles they were lowered with (update the DAG and use \
-                     Exec::update)"
-                ))
-            } else if self.uses_of(id).any(|(p, _)| p == i) {
-                Some(format!(
-                    "argument {i} passes a conditional handle, which an update cannot replace \
-                     (update the node's other arguments with Exec::set_kernel_arg)"
-                ))
-            } else {
-                None
-            }
+        let problem = self
+            .late
+            .update_problem(id, args, |a| a.conditional.is_some())?;
+        Some(match problem {
+            UpdateProblem::Passes(i) => format!(
+                "argument {i} is a conditional handle: an instantiated graph's kernel nodes \
+                 keep the handles they were lowered with (update the DAG and use \
+                 Exec::update)"
+            ),
+            UpdateProblem::Replaces(i) => format!(
+                "argument {i} passes a conditional handle, which an update cannot replace \
+                 (update the node's other arguments with Exec::set_kernel_arg)"
+            ),
         })
     }
 
@@ -296,7 +283,7 @@ impl Handles {
             *slot = Some(idx);
         }
         Ok(ScopeInfo {
-            scope: self.scope,
+            scope: self.late.scope(),
             used: (0..self.defaults.len() as u32)
                 .filter(|&i| users[i as usize].is_some())
                 .collect(),
@@ -312,12 +299,10 @@ impl Dag {
     /// its conditional nodes).
     pub fn conditional_handle(&mut self, default: u32) -> Conditional {
         let h = &mut self.conditionals;
-        if h.scope == 0 {
-            h.scope = NEXT_SCOPE.fetch_add(1, Ordering::Relaxed);
-        }
+        let scope = h.late.declare();
         h.defaults.push(default);
         Conditional {
-            scope: h.scope,
+            scope,
             index: h.defaults.len() as u32 - 1,
             default,
         }
@@ -384,7 +369,7 @@ impl Dag {
         kind: ConditionalKind,
         bodies: usize,
     ) -> Result<()> {
-        let problem = if handle.scope != self.conditionals.scope
+        let problem = if handle.scope != self.conditionals.late.scope()
             || handle.index as usize >= self.conditionals.defaults.len()
         {
             format!(
@@ -436,7 +421,7 @@ impl NodeOp for ConditionalNode {
         let t = on.target;
         for (i, body) in self.bodies.iter().enumerate() {
             let body_name = self.kind.body_name(i);
-            let s = body.conditionals.scope;
+            let s = body.conditionals.late.scope();
             if s != 0 && t.enclosing.iter().any(|e| e.scope == s) {
                 return Err(Error::Dag(DagError::WrongKind {
                     node: name.to_string(),
@@ -503,7 +488,7 @@ pub(crate) fn validate_handles<'t>(
         own = Some(t);
     }
     let scopes = own.as_ref().unwrap_or(target).enclosing.as_slice();
-    for &(id, param, c) in &h.uses {
+    for (id, param, c) in h.late.args() {
         let Ok(node) = dag.node(id) else { continue };
         let Op::Kernel(k) = &node.op else { continue };
         let problem = match scopes.iter().rev().find(|s| s.scope == c.scope) {
@@ -552,13 +537,13 @@ pub(crate) fn create_handles<B: Backend>(
         }
     }
     let mut scopes = outer.clone();
-    scopes.0.push((h.scope, values));
+    scopes.0.push((h.late.scope(), values));
     Ok(scopes)
 }
 
 /// Whether kernel node `id` of `dag` passes a handle.
 pub(crate) fn kernel_uses(dag: &Dag, id: NodeId) -> bool {
-    dag.conditionals.uses_of(id).next().is_some()
+    dag.conditionals.late.kernel_uses(id)
 }
 
 /// Writes the handles of the graph being built into `k`, a copy of kernel node `id` of `dag`
@@ -570,39 +555,20 @@ pub(crate) fn patch_kernel(
     name: &NodeName<'_>,
     scopes: &Scopes,
 ) -> Result<()> {
-    for (param, c) in dag.conditionals.uses_of(id) {
-        let value = scopes.value(&c).ok_or_else(|| {
+    dag.conditionals.late.patch_kernel(id, k, |c| {
+        scopes.value(&c).ok_or_else(|| {
             Error::Invalid(format!(
                 "kernel node `{name}` was lowered without conditional handle #{} (validation \
                  should have refused the DAG)",
                 c.index
             ))
-        })?;
-        k.args.set_bytes(param, &value.to_ne_bytes());
-    }
-    Ok(())
+        })
+    })
 }
 
 /// Writes the handles lowering created for `dag`'s own scope (`(index, handle)`) into the
 /// arguments of its kernel nodes that pass them: an [`Exec`](crate::Exec)'s copy of the DAG
 /// then holds what its graph has, and per-node updates of the other arguments pass them on.
 pub(crate) fn set_handle_values(dag: &mut Dag, values: &[(u32, u64)]) {
-    if values.is_empty() || !dag.conditionals.has_uses() {
-        return;
-    }
-    let scope = dag.conditionals.scope;
-    let uses = dag.conditionals.uses.clone();
-    for (id, param, c) in uses {
-        if c.scope != scope {
-            continue;
-        }
-        let Some(&(_, v)) = values.iter().find(|(i, _)| *i == c.index) else {
-            continue;
-        };
-        if let Ok(node) = dag.node_mut(id) {
-            if let Op::Kernel(k) = &mut node.op {
-                k.args.set_bytes(param as usize, &v.to_ne_bytes());
-            }
-        }
-    }
+    late::write_values(dag, |d| &mut d.conditionals.late, values);
 }

@@ -51,12 +51,11 @@
 //! an update giving a kernel node a graph buffer, or replacing the argument that passes one, is
 //! refused.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use petgraph::algo::{has_path_connecting, DfsSpace};
 
 use super::memset::{FillTarget, MemsetNode, MemsetValue};
 use super::{Label, NodeOp, ValidationTarget};
+use crate::dag::late::{self, LateKey, LateValues, Slot, UpdateProblem};
 use crate::dag::nodes::backend::{Backend, NodeParams};
 use crate::dag::{Dag, NodeId, NodeKind, NodeName, Op};
 use crate::error::{DagError, Error, Result};
@@ -64,9 +63,6 @@ use crate::graph_buffer::{GraphBuffer, GraphBufferKey};
 use crate::kernel::KernelArg;
 use crate::memory::DeviceRepr;
 use crate::sys;
-
-/// Graph-memory scopes: one per DAG that allocates (0: none yet).
-static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1);
 
 /// An allocation node ([`Dag::add_alloc`]): the buffer it allocates and its size.
 #[derive(Clone, Debug)]
@@ -101,36 +97,37 @@ impl MemFreeNode {
     }
 }
 
-/// What uses a graph buffer: a kernel node's argument, or a fill.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Use {
-    KernelArg(u32),
-    Memset,
-}
-
 /// A DAG's graph memory: the allocations it made and the nodes that use a graph buffer (of
 /// this DAG or, wrongly, of another, which validation refuses).
 #[derive(Clone, Default)]
 pub(crate) struct GraphMemory {
-    /// The scope of this DAG's allocations (0 until it allocates; a copy keeps it).
-    scope: u64,
     /// The allocation node of each buffer, by index.
     allocs: Vec<NodeId>,
-    /// Nodes using a graph buffer: node, how, buffer.
-    uses: Vec<(NodeId, Use, GraphBufferKey)>,
+    /// The scope of the allocations, and the nodes using a graph buffer (late values:
+    /// `dag/late.rs`): a kernel node's argument ([`Slot::Arg`]) or a fill ([`Slot::Fill`]).
+    late: LateValues<GraphBufferKey>,
+}
+
+impl LateKey for GraphBufferKey {
+    fn scope(&self) -> u64 {
+        self.scope
+    }
+    fn index(&self) -> u32 {
+        self.index
+    }
 }
 
 impl GraphMemory {
     /// Whether the DAG has nothing to do with graph memory (most DAGs: one test).
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.allocs.is_empty() && self.uses.is_empty()
+        self.allocs.is_empty() && self.late.is_empty()
     }
 
     /// Whether some node uses a graph buffer.
     #[inline]
     pub(crate) fn has_uses(&self) -> bool {
-        !self.uses.is_empty()
+        !self.late.is_empty()
     }
 
     /// How many allocations the DAG made.
@@ -141,23 +138,12 @@ impl GraphMemory {
     /// Notes which arguments of kernel node `id` pass a graph buffer (`args` are all its
     /// arguments, after they were accepted).
     pub(crate) fn note_args(&mut self, id: NodeId, args: &[KernelArg<'_>]) {
-        if self.uses.is_empty() && args.iter().all(|a| a.graph_buffer.is_none()) {
-            return;
-        }
-        self.uses
-            .retain(|(n, u, _)| *n != id || !matches!(u, Use::KernelArg(_)));
-        for (i, a) in args.iter().enumerate() {
-            if let Some(k) = a.graph_buffer {
-                self.uses.push((id, Use::KernelArg(i as u32), k));
-            }
-        }
+        self.late.note_args(id, args, |a| a.graph_buffer);
     }
 
     /// Whether kernel node `id` passes a graph buffer.
     pub(crate) fn kernel_uses(&self, id: NodeId) -> bool {
-        self.uses
-            .iter()
-            .any(|(n, u, _)| *n == id && matches!(u, Use::KernelArg(_)))
+        self.late.kernel_uses(id)
     }
 
     /// Why an [`Exec`](crate::Exec) update of kernel node `id` with `args` (by parameter) is
@@ -165,27 +151,21 @@ impl GraphMemory {
     pub(crate) fn exec_update_problem<'a>(
         &self,
         id: NodeId,
-        mut args: impl Iterator<Item = (usize, &'a KernelArg<'a>)>,
+        args: impl Iterator<Item = (usize, &'a KernelArg<'a>)>,
     ) -> Option<String> {
-        args.find_map(|(i, a)| {
-            if a.graph_buffer.is_some() {
-                Some(format!(
-                    "argument {i} is a graph-allocated buffer: an instantiated graph's kernel \
-                     nodes keep the graph buffers they were lowered with (update the DAG and \
-                     instantiate it again)"
-                ))
-            } else if self
-                .uses
-                .iter()
-                .any(|&(n, u, _)| n == id && u == Use::KernelArg(i as u32))
-            {
-                Some(format!(
-                    "argument {i} passes a graph-allocated buffer, which an update cannot \
-                     replace (update the node's other arguments with Exec::set_kernel_arg)"
-                ))
-            } else {
-                None
-            }
+        let problem = self
+            .late
+            .update_problem(id, args, |a| a.graph_buffer.is_some())?;
+        Some(match problem {
+            UpdateProblem::Passes(i) => format!(
+                "argument {i} is a graph-allocated buffer: an instantiated graph's kernel \
+                 nodes keep the graph buffers they were lowered with (update the DAG and \
+                 instantiate it again)"
+            ),
+            UpdateProblem::Replaces(i) => format!(
+                "argument {i} passes a graph-allocated buffer, which an update cannot \
+                 replace (update the node's other arguments with Exec::set_kernel_arg)"
+            ),
         })
     }
 }
@@ -229,11 +209,8 @@ impl Dag {
             return Err(error(name(), "a DAG has at most 2^32 allocations".into()));
         };
         let m = &mut self.graph_memory;
-        if m.scope == 0 {
-            m.scope = NEXT_SCOPE.fetch_add(1, Ordering::Relaxed);
-        }
         let key = GraphBufferKey {
-            scope: m.scope,
+            scope: m.late.declare(),
             index,
         };
         let id = self.push(Op::MemAlloc(MemAllocNode {
@@ -308,7 +285,7 @@ impl Dag {
             height: 1,
             pitch: bytes,
         }));
-        self.graph_memory.uses.push((id, Use::Memset, dst.key));
+        self.graph_memory.late.push(id, Slot::Fill, dst.key);
         Ok(id)
     }
 
@@ -327,7 +304,7 @@ impl Dag {
     /// An error unless `key` is a buffer this DAG allocated.
     fn check_own(&self, name: &str, key: GraphBufferKey, verb: &str) -> Result<()> {
         let m = &self.graph_memory;
-        if key.scope == m.scope && (key.index as usize) < m.allocs.len() {
+        if key.scope == m.late.scope() && (key.index as usize) < m.allocs.len() {
             return Ok(());
         }
         Err(error(
@@ -391,7 +368,7 @@ pub(crate) fn validate(dag: &Dag, target: &ValidationTarget<'_>) -> Result<()> {
             .node_indices()
             .find(|&i| matches!(dag.graph[i].op, Op::MemAlloc(_) | Op::MemFree(_)))
             .map(|i| dag.id_at(i))
-            .or_else(|| m.uses.iter().map(|u| u.0).find(|&id| dag.node(id).is_ok()));
+            .or_else(|| m.late.iter().map(|u| u.0).find(|&id| dag.node(id).is_ok()));
         if let Some(id) = first {
             return Err(error(
                 name(id),
@@ -417,7 +394,7 @@ pub(crate) fn validate(dag: &Dag, target: &ValidationTarget<'_>) -> Result<()> {
         let k = f.key;
         let alloc = m.allocs.get(k.index as usize).copied();
         let problem = match alloc {
-            _ if k.scope != m.scope => format!(
+            _ if k.scope != m.late.scope() => format!(
                 "frees graph buffer #{} of another DAG: a graph buffer is freed by the DAG that \
                  allocates it",
                 k.index
@@ -449,16 +426,16 @@ pub(crate) fn validate(dag: &Dag, target: &ValidationTarget<'_>) -> Result<()> {
         return Err(error(name(id), problem));
     }
     let home = target.home;
-    for &(id, how, k) in &m.uses {
+    for &(id, how, k) in m.late.iter() {
         let Ok(node) = dag.node(id) else { continue };
         let used = match (how, &node.op) {
-            (Use::KernelArg(p), Op::Kernel(_)) => format!("argument {p} passes"),
-            (Use::Memset, Op::Memset(_)) => "fills".to_string(),
+            (Slot::Arg(p), Op::Kernel(_)) => format!("argument {p} passes"),
+            (Slot::Fill, Op::Memset(_)) => "fills".to_string(),
             _ => continue,
         };
         let alloc = m.allocs.get(k.index as usize).copied();
         let problem = match alloc {
-            _ if k.scope != m.scope => format!(
+            _ if k.scope != m.late.scope() => format!(
                 "{used} graph buffer #{} of another DAG: a graph buffer is used only by the DAG \
                  that allocates it (not by another DAG, a child graph or a conditional body)",
                 k.index
@@ -511,7 +488,7 @@ pub(crate) fn unfreed(dag: &Dag) -> Vec<(u32, NodeId)> {
     let mut freed = vec![false; m.allocs.len()];
     for n in dag.graph.node_weights() {
         if let Op::MemFree(f) = &n.op {
-            if f.key.scope == m.scope {
+            if f.key.scope == m.late.scope() {
                 if let Some(x) = freed.get_mut(f.key.index as usize) {
                     *x = true;
                 }
@@ -611,44 +588,16 @@ pub(crate) fn patch_kernel(
     name: &NodeName<'_>,
     addrs: &[u64],
 ) -> Result<()> {
-    for &(n, how, key) in &dag.graph_memory.uses {
-        if let (true, Use::KernelArg(p)) = (n == id, how) {
-            let a = address(addrs, key, name)?;
-            k.args.set_bytes(p as usize, &a.to_ne_bytes());
-        }
-    }
-    Ok(())
+    dag.graph_memory
+        .late
+        .patch_kernel(id, k, |key| address(addrs, key, name))
 }
 
 /// Writes the addresses lowering got for `dag`'s allocations (`(index, address)`) into the
 /// nodes that use them: an [`Exec`](crate::Exec)'s copy of the DAG then holds what its graph
 /// has, and per-node updates of the other arguments (or of a fill's value) pass them on.
 pub(crate) fn set_addresses(dag: &mut Dag, values: &[(u32, u64)]) {
-    if values.is_empty() || !dag.graph_memory.has_uses() {
-        return;
-    }
-    let scope = dag.graph_memory.scope;
-    let uses = dag.graph_memory.uses.clone();
-    for (id, how, k) in uses {
-        if k.scope != scope {
-            continue;
-        }
-        let Some(&(_, addr)) = values.iter().find(|(i, _)| *i == k.index) else {
-            continue;
-        };
-        let Ok(node) = dag.node_mut(id) else { continue };
-        match (how, &mut node.op) {
-            (Use::KernelArg(p), Op::Kernel(kn)) => {
-                kn.args.set_bytes(p as usize, &addr.to_ne_bytes())
-            }
-            (Use::Memset, Op::Memset(m)) => {
-                if let FillTarget::Graph { addr: a, .. } = &mut m.dst {
-                    *a = addr;
-                }
-            }
-            _ => {}
-        }
-    }
+    late::write_values(dag, |d| &mut d.graph_memory.late, values);
 }
 
 /// The DOT lines of allocation node `id`: the span it allocates (its free node, the nodes
@@ -660,7 +609,7 @@ pub(crate) fn span_words(dag: &Dag, id: NodeId) -> (Vec<String>, Option<NodeId>)
     let free = dag.free_node_of(a.key);
     let users: Vec<String> = dag
         .graph_memory
-        .uses
+        .late
         .iter()
         .filter(|(n, _, k)| *k == a.key && dag.node(*n).is_ok())
         .map(|(n, _, _)| dag.graph[n.idx].name().to_string())
