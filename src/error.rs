@@ -399,6 +399,27 @@ pub enum Error {
         /// The operating system's message.
         message: String,
     },
+    /// A cudarc object that cudagraph cannot share (feature `cudarc`): a context other than
+    /// its device's primary context, a stream handle that is not one stream (the per-thread
+    /// and legacy-default names), or a cudarc buffer that is not (or no longer) one the crate
+    /// can hand back.
+    #[cfg(feature = "cudarc")]
+    #[error("{what}: {problem}")]
+    Cudarc {
+        /// The call.
+        what: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A cudarc call the crate made failed (feature `cudarc`).
+    #[cfg(feature = "cudarc")]
+    #[error("{call} failed (cudarc): {message}")]
+    CudarcCall {
+        /// The cudarc call.
+        call: &'static str,
+        /// cudarc's `DriverError` in words.
+        message: String,
+    },
     /// Any other invalid use, described in words.
     #[error("{0}")]
     Invalid(String),

@@ -135,6 +135,8 @@
 #![warn(missing_docs)]
 
 mod cache;
+#[cfg(feature = "cudarc")]
+mod cudarc_interop;
 pub mod dag;
 mod device;
 pub mod error;
@@ -150,6 +152,10 @@ pub mod sys;
 
 /// The crate [`DeviceRepr`] builds on: derive `bytemuck::Pod` for your own plain-data types.
 pub use bytemuck;
+/// The cudarc this crate's `cudarc` feature is built against (its types are the ones
+/// [`DeviceBuffer::from_cudarc`], [`Stream::from_cudarc`] and [`Device::from_cudarc`] take).
+#[cfg(feature = "cudarc")]
+pub use cudarc;
 pub use dag::{
     dst, src, Backend, CaptureStream, Copy2d, CudaBackend, Dag, Dst, Exec, FftNode, FftSpec,
     InstantiateFlags, Memset2d, MemsetValue, NodeId, NodeKind, NodeName, RecordingBackend, Src,

@@ -54,6 +54,11 @@ pub(crate) struct Allocation {
     pub(crate) owner: Owner,
     /// The queued GPU work that may use the memory (see `track`).
     pub(crate) uses: GpuUses,
+    /// Memory another library allocated (a cudarc `CudaSlice`, moved in by
+    /// `DeviceBuffer::from_cudarc`): its owner, dropped (it frees the memory its own way) once
+    /// the GPU work using the memory has completed, instead of `cudaFree`. `None` for the
+    /// crate's own allocations.
+    pub(crate) foreign: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// An error when called from a host node (CUDA's callback thread must not wait for GPU work).
@@ -103,6 +108,7 @@ impl Allocation {
             space,
             owner: Owner::Cuda(device.clone()),
             uses: GpuUses::default(),
+            foreign: None,
         }))
     }
 
@@ -114,6 +120,7 @@ impl Allocation {
             space,
             owner: Owner::Recording(backend),
             uses: GpuUses::default(),
+            foreign: None,
         }
     }
 
@@ -147,7 +154,20 @@ impl Drop for Allocation {
             return;
         };
         // Queued GPU work may still use the memory: wait for it before freeing.
-        if let Err(e) = self.uses.wait() {
+        let waited = self.uses.wait();
+        if let Some(owner) = self.foreign.take() {
+            match waited {
+                // Its owner frees the memory (after its own library's pending work).
+                Ok(()) => drop(owner),
+                Err(e) => {
+                    // The work using it may still run: the memory must never be freed.
+                    std::mem::forget(owner);
+                    device.defer("a buffer (waiting for the GPU work using it)", e);
+                }
+            }
+            return;
+        }
+        if let Err(e) = waited {
             device.defer("a buffer (waiting for the GPU work using it)", e);
         }
         if self.ptr == 0 {

@@ -43,6 +43,9 @@ pub(crate) struct StreamQueue {
     /// Never reused within a process (raw handles are): what markers name their stream by.
     id: u64,
     tail: Mutex<TailState>,
+    /// The owner of a stream this queue does not own (a cudarc `CudaStream`, kept alive by
+    /// this): the stream is not destroyed with the queue. `None` for the crate's own streams.
+    borrowed: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 struct TailState {
@@ -65,7 +68,35 @@ impl StreamQueue {
         device.bind()?;
         // SAFETY: the stream is owned by the returned value and destroyed in its Drop.
         let raw = unsafe { rt::stream_create(sys::cudaStreamNonBlocking)? };
-        Ok(Arc::new(StreamQueue {
+        // SAFETY: created above, on `device`, and owned by the queue.
+        Ok(unsafe { Self::with_raw(device, raw, None) })
+    }
+
+    /// A queue of a stream another library owns; `owner` keeps it alive and is dropped with
+    /// the queue instead of destroying the stream.
+    ///
+    /// # Safety
+    /// `raw` is one stream (not a per-thread name) of `device`'s primary context, and stays
+    /// valid while `owner` lives.
+    #[cfg(feature = "cudarc")]
+    pub(crate) unsafe fn borrowed(
+        device: &Device,
+        raw: sys::cudaStream_t,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Arc<StreamQueue> {
+        // SAFETY: the caller's contract.
+        unsafe { Self::with_raw(device, raw, Some(owner)) }
+    }
+
+    /// # Safety
+    /// `raw` is a stream of `device`: owned by the queue when `borrowed` is `None`, else kept
+    /// alive by `borrowed`.
+    unsafe fn with_raw(
+        device: &Device,
+        raw: sys::cudaStream_t,
+        borrowed: Option<Box<dyn std::any::Any + Send + Sync>>,
+    ) -> Arc<StreamQueue> {
+        Arc::new(StreamQueue {
             raw,
             device: device.clone(),
             id: NEXT_STREAM.fetch_add(1, Ordering::Relaxed),
@@ -73,7 +104,8 @@ impl StreamQueue {
                 pool: MarkerPool::new(device),
                 launch: None,
             }),
-        }))
+            borrowed,
+        })
     }
 
     /// The raw handle.
@@ -92,6 +124,10 @@ impl StreamQueue {
 
 impl Drop for StreamQueue {
     fn drop(&mut self) {
+        if self.borrowed.is_some() {
+            // Its owner (dropped with this) destroys it, or not.
+            return;
+        }
         // Work still queued runs to completion (CUDA releases the stream afterwards).
         // SAFETY: the handle is live and this is its last owner; what queued work uses is kept
         // alive by the markers in the objects' use lists and by the `Exec`s, not the stream.

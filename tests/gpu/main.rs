@@ -11,6 +11,8 @@
 mod common;
 mod attributes;
 mod conditional;
+#[cfg(feature = "cudarc")]
+mod cudarc;
 mod dag;
 mod drop_order;
 mod enabled;
@@ -36,7 +38,7 @@ fn main() {
     }
     // The registered tests, module by module in this order, by name within a module (the
     // link order of the registrations is not the source order).
-    const ORDER: [&str; 14] = [
+    const ORDER: [&str; 15] = [
         "foundation::",
         "dag::",
         "enabled::",
@@ -48,6 +50,7 @@ fn main() {
         "fft_update::",
         "soundness::",
         "drop_order::",
+        "cudarc::",
         "nccl::",
         "placement::",
         "sources::",
