@@ -166,6 +166,35 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// Refused: a slice of a non-primary context ([`Error::Cudarc`]); a failure of cudarc's
     /// waits ([`Error::CudarcCall`], which includes an error cudarc kept in the context from an
     /// earlier call that could not return one).
+    ///
+    /// The README's example ("Using it with cudarc"):
+    ///
+    /// ```no_run
+    /// use cudagraph::cudarc::driver::CudaContext;
+    /// use cudagraph::{args, Dag, Device, DeviceBuffer, LaunchConfig, Module, Stream};
+    ///
+    /// fn main() -> anyhow::Result<()> {
+    ///     let ctx = CudaContext::new(0)?;
+    ///     let cs = ctx.new_stream()?;
+    ///     let x = DeviceBuffer::from_cudarc(cs.clone_htod(&vec![1.0f32; 1024])?)?; // moved in
+    ///     let device = Device::from_cudarc(&ctx)?;                                // same context
+    ///     let scale = Module::from_source(
+    ///         &device,
+    ///         r#"extern "C" __global__ void scale(float* x, float a, int n) {
+    ///                int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }"#,
+    ///     )?
+    ///     .kernel("scale")?;
+    ///     let mut dag = Dag::new();
+    ///     dag.add_kernel(&scale, LaunchConfig::for_elements(1024, 256), &args![&x, 2.0f32, 1024i32])?;
+    ///     let mut exec = dag.instantiate(&device)?;
+    ///     let stream = Stream::from_cudarc(&cs)?;                                 // cudarc's stream
+    ///     exec.launch(&stream)?;
+    ///     drop((exec, dag));
+    ///     let x = x.into_cudarc().map_err(|(_, e)| e)?;                           // back to cudarc
+    ///     assert!(cs.clone_dtoh(&x)?.iter().all(|&v| v == 2.0));
+    ///     Ok(())
+    /// }
+    /// ```
     pub fn from_cudarc(mut slice: CudaSlice<T>) -> Result<Self> {
         let device = Device::from_cudarc(slice.context())?;
         let stream = Arc::clone(slice.stream());
