@@ -12,7 +12,6 @@
 
 mod dot;
 pub(crate) mod exec;
-mod late;
 pub(crate) mod lower;
 pub(crate) mod nodes;
 

@@ -41,8 +41,8 @@ use std::sync::Arc;
 
 use super::host::HostFn;
 use super::{error_inside, Label, NodeOp, RunsOn, ValidationTarget};
-use crate::dag::late::{self, LateKey, LateValues, UpdateProblem};
 use crate::dag::nodes::backend::{Backend, NodeParams};
+use crate::dag::nodes::late::{self, LateKey, LateValues, UpdateProblem};
 use crate::dag::{Dag, NodeId, NodeName, Op};
 use crate::error::{DagError, Error, Result};
 use crate::kernel::{Conditional, KernelArg};
@@ -201,7 +201,7 @@ pub(crate) struct Handles {
     /// The default value of each handle declared, by index.
     defaults: Vec<u32>,
     /// The scope of the handles declared, and the kernel parameters passing a handle (late
-    /// values: `dag/late.rs`).
+    /// values: `nodes/late.rs`).
     late: LateValues<Conditional>,
 }
 

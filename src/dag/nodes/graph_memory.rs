@@ -55,8 +55,8 @@ use petgraph::algo::{has_path_connecting, DfsSpace};
 
 use super::memset::{FillTarget, MemsetNode, MemsetValue};
 use super::{Label, NodeOp, ValidationTarget};
-use crate::dag::late::{self, LateKey, LateValues, Slot, UpdateProblem};
 use crate::dag::nodes::backend::{Backend, NodeParams};
+use crate::dag::nodes::late::{self, LateKey, LateValues, Slot, UpdateProblem};
 use crate::dag::{Dag, NodeId, NodeKind, NodeName, Op};
 use crate::error::{DagError, Error, Result};
 use crate::graph_buffer::{GraphBuffer, GraphBufferKey};
@@ -104,7 +104,7 @@ pub(crate) struct GraphMemory {
     /// The allocation node of each buffer, by index.
     allocs: Vec<NodeId>,
     /// The scope of the allocations, and the nodes using a graph buffer (late values:
-    /// `dag/late.rs`): a kernel node's argument ([`Slot::Arg`]) or a fill ([`Slot::Fill`]).
+    /// `nodes/late.rs`): a kernel node's argument ([`Slot::Arg`]) or a fill ([`Slot::Fill`]).
     late: LateValues<GraphBufferKey>,
 }
 

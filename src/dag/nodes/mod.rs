@@ -17,6 +17,7 @@ pub(crate) mod fft;
 pub(crate) mod graph_memory;
 pub(crate) mod host;
 pub(crate) mod kernel;
+pub(crate) mod late;
 pub(crate) mod memcpy;
 pub(crate) mod memset;
 pub(crate) mod nccl;

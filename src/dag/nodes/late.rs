@@ -1,6 +1,6 @@
 //! Late values: node parameters whose value exists only once the CUDA graph is being built,
-//! the mechanism conditional handles (`nodes/conditional.rs`: the handle
-//! `cudaGraphConditionalHandleCreate` makes) and graph buffers (`nodes/graph_memory.rs`: the
+//! the mechanism conditional handles (`conditional.rs`: the handle
+//! `cudaGraphConditionalHandleCreate` makes) and graph buffers (`graph_memory.rs`: the
 //! address CUDA gives an allocation node) share.
 //!
 //! A DAG keeps a placeholder where such a value goes and, per feature, its [`LateValues`]: the
@@ -15,9 +15,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::nodes::memset::FillTarget;
-use super::nodes::KernelNode;
-use super::{Dag, NodeId, Op};
+use super::memset::FillTarget;
+use super::KernelNode;
+use crate::dag::{Dag, NodeId, Op};
 use crate::error::Result;
 use crate::kernel::KernelArg;
 
