@@ -481,8 +481,10 @@ impl Scan {
     }
 }
 
-/// A block buffer the reader can fill: `Vec<u8>` for the CPU engine; the GPU engine will provide
-/// page-locked host buffers.
+/// A block buffer the reader can fill: `Vec<u8>` for both engines today (the GPU engine copies
+/// each block into page-locked staging buffers of its own, see [`Engine::Buffer`]).
+///
+/// [`Engine::Buffer`]: crate::engine::Engine::Buffer
 pub trait BlockBuffer: Send + 'static {
     /// The bytes.
     fn bytes(&self) -> &[u8];
