@@ -158,8 +158,8 @@ pub use bytemuck;
 pub use cudarc;
 pub use dag::{
     dst, src, Backend, CaptureStream, Copy2d, CudaBackend, Dag, Dst, Exec, FftNode, FftSpec,
-    InstantiateFlags, Memset2d, MemsetValue, NodeId, NodeKind, NodeName, RecordingBackend, Src,
-    UpdateOutcome,
+    Hazard, HazardKind, InferredEdge, InstantiateFlags, Memset2d, MemsetValue, NodeId, NodeKind,
+    NodeName, Race, RecordingBackend, Src, UpdateOutcome,
 };
 pub use device::{versions, Device, DeviceLimits, DeviceProperties};
 pub use error::{DagError, Error, Library, Result, Version};
@@ -169,9 +169,10 @@ pub use fft::{
 };
 pub use graph_buffer::GraphBuffer;
 pub use kernel::{
-    compile, nvrtc_version, toolkit_include_dir, AccessPolicy, AccessProperty, CodeKind,
-    CompileOptions, Compiled, Conditional, Dim3, Kernel, KernelArg, LaunchAttributes, LaunchConfig,
-    MemSyncDomain, Module, ParamInfo, ParamSource, CONDITIONAL_INCLUDE, MAX_PORTABLE_CLUSTER,
+    compile, nvrtc_version, toolkit_include_dir, Access, AccessPolicy, AccessProperty, CodeKind,
+    CompileOptions, Compiled, Conditional, Dim3, In, InOut, Kernel, KernelArg, LaunchAttributes,
+    LaunchConfig, MemSyncDomain, Module, Out, ParamInfo, ParamSource, CONDITIONAL_INCLUDE,
+    MAX_PORTABLE_CLUSTER,
 };
 pub use memory::{DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace, Region};
 pub use nccl::{Comm, Communicators, NcclType, ReduceOp};

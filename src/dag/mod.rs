@@ -12,6 +12,7 @@
 
 mod dot;
 pub(crate) mod exec;
+mod infer;
 pub(crate) mod lower;
 pub(crate) mod nodes;
 
@@ -31,6 +32,7 @@ use nodes::{RunsOn, ValidationTarget};
 pub use crate::device::DeviceKey;
 pub use crate::error::DagError;
 pub use exec::{Exec, InstantiateFlags, UpdateOutcome};
+pub use infer::{Hazard, HazardKind, InferredEdge, Race};
 pub use lower::{CudaBackend, RecordedCall, RecordingBackend};
 pub use nodes::{
     dst, src, Backend, CaptureFn, CaptureStream, CaptureWork, CapturedNode, ChildNode,
@@ -64,9 +66,20 @@ impl NodeId {
     }
 }
 
-/// An edge of the DAG: the source must finish before the target starts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Dependency;
+/// An edge of the DAG: the source must finish before the target starts. Explicit (added with
+/// [`Dag::add_dependency`] and its kin) or inferred from data access
+/// ([`Dag::infer_dependencies`]), which keeps the hazard it prevents.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dependency {
+    inferred: Option<Box<Hazard>>,
+}
+
+impl Dependency {
+    /// The hazard an inferred edge prevents; `None` for an explicit edge.
+    pub fn inferred(&self) -> Option<&Hazard> {
+        self.inferred.as_deref()
+    }
+}
 
 /// A node's name, as [`Node::name`] gives it: the one given with [`Dag::set_name`], or the
 /// default `kind#serial` (the node's kind and serial number, [`NodeId::serial`]).
@@ -422,7 +435,8 @@ impl Dag {
             }
             return Err(Error::Dag(DagError::Cycle { nodes }));
         }
-        self.graph.add_edge(before.idx, after.idx, Dependency);
+        self.graph
+            .add_edge(before.idx, after.idx, Dependency::default());
         if before.serial > after.serial {
             self.backward_edges += 1;
         }
@@ -810,6 +824,8 @@ mod enabled_tests;
 mod event_tests;
 #[cfg(test)]
 mod graph_memory_tests;
+#[cfg(test)]
+mod infer_tests;
 #[cfg(test)]
 mod kernel_tests;
 #[cfg(test)]

@@ -39,7 +39,77 @@ pub struct KernelArg<'a> {
     /// The graph-allocated buffer this argument passes ([`GraphBuffer`]): its bytes are a
     /// placeholder until lowering puts the allocation's address in their place.
     pub(crate) graph_buffer: Option<GraphBufferKey>,
+    /// How the kernel uses the buffer this argument passes, when marked with [`In`], [`Out`]
+    /// or [`InOut`]: the access and the byte range `(offset, len)` of the allocation (a
+    /// region's own range, all of a buffer). `None`: unknown, which dependency inference
+    /// treats as reading and writing the whole allocation.
+    pub(crate) access: Option<(Access, usize, usize)>,
 }
+
+/// How a node uses memory, for dependency inference ([`Dag::infer_dependencies`]) and the
+/// race check ([`Dag::races`]).
+///
+/// [`Dag::infer_dependencies`]: crate::Dag::infer_dependencies
+/// [`Dag::races`]: crate::Dag::races
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Only read.
+    Read,
+    /// Only written.
+    Write,
+    /// Read and written.
+    ReadWrite,
+}
+
+impl Access {
+    /// Whether the access reads.
+    pub fn reads(self) -> bool {
+        self != Access::Write
+    }
+    /// Whether the access writes.
+    pub fn writes(self) -> bool {
+        self != Access::Read
+    }
+}
+
+/// Marks a kernel argument (a `&DeviceBuffer` or `&Region`) as only read by the kernel:
+/// `args![In(&x), Out(&y), n]`. Dependency inference ([`Dag::infer_dependencies`]) then orders
+/// the node after the last writer of those bytes and lets it run beside other readers. An
+/// unmarked buffer argument counts as read and written, all of its allocation.
+///
+/// [`Dag::infer_dependencies`]: crate::Dag::infer_dependencies
+#[derive(Debug, Clone, Copy)]
+pub struct In<T>(pub T);
+
+/// Marks a kernel argument as only written by the kernel (see [`In`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Out<T>(pub T);
+
+/// Marks a kernel argument as read and written by the kernel, in the bytes it passes (a
+/// region's own range; an unmarked region counts as all of its allocation). See [`In`].
+#[derive(Debug, Clone, Copy)]
+pub struct InOut<T>(pub T);
+
+macro_rules! marked_arg {
+    ($($wrapper:ident => $access:expr),*) => {$(
+        impl<'a, T: DeviceRepr> From<$wrapper<&'a DeviceBuffer<T>>> for KernelArg<'a> {
+            fn from(b: $wrapper<&'a DeviceBuffer<T>>) -> Self {
+                let mut a = KernelArg::buffer(b.0);
+                a.access = Some(($access, 0, b.0.alloc.bytes));
+                a
+            }
+        }
+        impl<'a> From<$wrapper<&'a Region>> for KernelArg<'a> {
+            fn from(r: $wrapper<&'a Region>) -> Self {
+                let mut a = KernelArg::region(r.0);
+                a.access = Some(($access, r.0.offset, r.0.len));
+                a
+            }
+        }
+    )*};
+}
+
+marked_arg!(In => Access::Read, Out => Access::Write, InOut => Access::ReadWrite);
 
 impl std::fmt::Debug for KernelArg<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -66,6 +136,7 @@ impl<'a> KernelArg<'a> {
             buffer: None,
             conditional: None,
             graph_buffer: None,
+            access: None,
         }
     }
 
@@ -149,6 +220,12 @@ impl<'a> KernelArg<'a> {
     /// Whether this argument passes a graph-allocated buffer ([`GraphBuffer`]).
     pub fn is_graph_buffer(&self) -> bool {
         self.graph_buffer.is_some()
+    }
+
+    /// How the argument is marked ([`In`], [`Out`], [`InOut`]): the access and the byte
+    /// range `(offset, len)` of the buffer's allocation; `None` when unmarked.
+    pub fn access(&self) -> Option<(Access, usize, usize)> {
+        self.access
     }
 
     /// The conditional handle this argument passes, if it passes one.

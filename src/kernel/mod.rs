@@ -30,7 +30,7 @@ mod library;
 mod module;
 mod packed;
 
-pub use args::KernelArg;
+pub use args::{Access, In, InOut, KernelArg, Out};
 pub use attributes::{
     AccessPolicy, AccessProperty, LaunchAttributes, MemSyncDomain, MAX_PORTABLE_CLUSTER,
 };

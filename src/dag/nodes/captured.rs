@@ -43,7 +43,7 @@ pub type CaptureFn = dyn Fn(&CaptureStream<'_>) -> Result<()> + Send + Sync;
 #[derive(Clone)]
 pub struct CapturedNode {
     work: Arc<CaptureFn>,
-    uses: Vec<Region>,
+    pub(crate) uses: Vec<Region>,
     what: String,
 }
 

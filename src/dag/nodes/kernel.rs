@@ -9,7 +9,7 @@ use crate::dag::nodes::backend::NodeParams;
 use crate::dag::{Dag, Node, NodeId, NodeName, Op};
 use crate::device::DeviceLimits;
 use crate::error::{Error, Result};
-use crate::kernel::{Kernel, KernelArg, LaunchAttributes, LaunchConfig, PackedArgs};
+use crate::kernel::{Access, Kernel, KernelArg, LaunchAttributes, LaunchConfig, PackedArgs};
 use crate::memory::Allocation;
 use crate::result::driver as dr;
 use crate::result::runtime as rt;
@@ -44,6 +44,32 @@ pub struct KernelNode {
     pub(crate) launch: Launch,
     /// The arguments, packed for the node's kernel (which they hold).
     pub(crate) args: PackedArgs,
+    /// The arguments marked [`In`](crate::In), [`Out`](crate::Out) or
+    /// [`InOut`](crate::InOut): `(index, access, offset, len)`; `None` when none is (so an
+    /// unmarked launch allocates nothing for them; a thin pointer, so every node stays as
+    /// small). Kept by [`Dag::add_kernel`] and [`Dag::set_kernel_args`]; an `Exec`'s per-node
+    /// updates leave them as they were.
+    pub(crate) marks: Option<Box<ArgMarks>>,
+}
+
+/// One marked kernel argument: its index, access and byte range `(offset, len)`.
+pub(crate) type ArgMark = (u32, Access, usize, usize);
+
+/// A kernel node's marked arguments, boxed as one thin pointer ([`KernelNode::marks`]).
+#[derive(Clone, Debug)]
+pub(crate) struct ArgMarks(pub(crate) Vec<ArgMark>);
+
+/// The marks of `args` (see [`KernelNode::marks`]).
+fn marks_of(args: &[KernelArg]) -> Option<Box<ArgMarks>> {
+    if args.iter().all(|a| a.access.is_none()) {
+        return None;
+    }
+    Some(Box::new(ArgMarks(
+        args.iter()
+            .enumerate()
+            .filter_map(|(i, a)| a.access.map(|(m, o, l)| (i as u32, m, o, l)))
+            .collect(),
+    )))
 }
 
 impl KernelNode {
@@ -52,6 +78,7 @@ impl KernelNode {
         KernelNode {
             launch: Launch::Plain(config),
             args,
+            marks: None,
         }
     }
     /// The kernel.
@@ -394,7 +421,9 @@ impl Dag {
             });
         }
         let packed = PackedArgs::new_in(&mut self.arg_arena, kernel, args);
-        let id = self.push(Op::Kernel(KernelNode::new(config, packed)));
+        let mut node = KernelNode::new(config, packed);
+        node.marks = marks_of(args);
+        let id = self.push(Op::Kernel(node));
         self.conditionals.note_args(id, args);
         self.graph_memory.note_args(id, args);
         Ok(id)
@@ -439,6 +468,7 @@ impl Dag {
         for (i, a) in args.iter().enumerate() {
             k.args.set(i, a);
         }
+        k.marks = marks_of(args);
         self.conditionals.note_args(id, args);
         self.graph_memory.note_args(id, args);
         Ok(())

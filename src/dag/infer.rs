@@ -1,0 +1,541 @@
+//! Dependencies inferred from data access ([`Dag::infer_dependencies`]) and the race check
+//! ([`Dag::races`]), issue 31.
+//!
+//! # What each node touches
+//!
+//! Accesses are byte ranges of allocations: an allocation is one `Arc<Allocation>` (a
+//! [`DeviceBuffer`](crate::DeviceBuffer) or [`HostBuffer`](crate::HostBuffer) and every
+//! [`Region`] of it), a range is a region's `offset..offset + len`. Two accesses conflict when
+//! they are in the same allocation, their ranges overlap (partial overlaps count, touching ends
+//! do not), and at least one writes.
+//!
+//! | node | touches |
+//! |---|---|
+//! | kernel | each buffer argument: marked [`In`](crate::In) read, [`Out`](crate::Out) written, [`InOut`](crate::InOut) both, in the bytes it passes (a region's range, all of a buffer); **unmarked: read and written, all of its allocation** (conservative: an unmarked `&x` orders the node against every other use of `x`); values: nothing |
+//! | copy | `dst` written, `src` read (the regions given, also for 2D copies: a superset of the rows' bytes) |
+//! | memset | its region written |
+//! | FFT | `input` read, `output` written (in place: both, one range) |
+//! | collective | the send region read, the receive region written |
+//! | captured | each declared region read and written (the crate cannot see which) |
+//! | host | **everything**: a closure's captures are invisible, so a host node is ordered against every node that touches anything, and every other host node |
+//! | child, conditional | what the nodes of its graph (its bodies) touch, together |
+//! | empty, event record/wait, graph alloc/free | nothing |
+//!
+//! Graph-allocated buffers ([`GraphBuffer`](crate::GraphBuffer)) are not seen (a kernel
+//! argument passing one, a fill of one): order their users with explicit edges.
+//!
+//! # Cost
+//!
+//! Both passes walk the nodes in program order and keep each node's ancestors as a bitset:
+//! O(n + e) set unions of n/64 words (n nodes, e edges), plus, per node, a scan of the earlier
+//! accesses to the allocations it touches (worst case O(n) per node when every node touches
+//! one buffer, O(n²) in all) — O(n·(n + e)/64 + a²) words and comparisons, for a accesses.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use petgraph::stable_graph::NodeIndex;
+use petgraph::visit::NodeIndexable;
+use petgraph::Direction;
+
+use super::nodes::memset::FillTarget;
+use super::{Dag, Dependency, NodeId, Op};
+use crate::kernel::Access;
+use crate::memory::{Allocation, Region};
+
+/// Which hazard an inferred edge prevents (or a [`Race`] is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HazardKind {
+    /// The later node reads what the earlier one writes (RAW).
+    ReadAfterWrite,
+    /// The later node writes what the earlier one reads (WAR).
+    WriteAfterRead,
+    /// Both write (WAW).
+    WriteAfterWrite,
+}
+
+impl HazardKind {
+    /// The short name: `RAW`, `WAR`, `WAW`.
+    pub fn short(self) -> &'static str {
+        match self {
+            HazardKind::ReadAfterWrite => "RAW",
+            HazardKind::WriteAfterRead => "WAR",
+            HazardKind::WriteAfterWrite => "WAW",
+        }
+    }
+}
+
+/// What an inferred edge protects: the hazard, the allocation and the overlapping bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hazard {
+    /// The hazard.
+    pub kind: HazardKind,
+    /// The allocation's address (device or pinned host; a recording backend's placeholder),
+    /// or `None` when one of the nodes is a host node, which counts as touching everything.
+    pub buffer: Option<u64>,
+    /// The bytes of the allocation both nodes touch (`0..usize::MAX` for everything).
+    pub range: Range<usize>,
+}
+
+impl fmt::Display for Hazard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.buffer {
+            Some(a) => write!(
+                f,
+                "{} {a:#x}[{}..{}]",
+                self.kind.short(),
+                self.range.start,
+                self.range.end
+            ),
+            None => write!(f, "{} everything (host node)", self.kind.short()),
+        }
+    }
+}
+
+/// An edge [`Dag::infer_dependencies`] added: `before` must finish before `after` starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InferredEdge {
+    /// The node first in program order.
+    pub before: NodeId,
+    /// The node that waits.
+    pub after: NodeId,
+    /// The hazard it prevents (one of them, when the nodes share several).
+    pub hazard: Hazard,
+}
+
+/// Two nodes that touch overlapping bytes, at least one writing, with no path between them
+/// ([`Dag::races`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Race {
+    /// The node first in program order.
+    pub first: NodeId,
+    /// The other node.
+    pub second: NodeId,
+    /// `first`'s name.
+    pub first_name: String,
+    /// `second`'s name.
+    pub second_name: String,
+    /// What they both touch, named as the hazard an edge `first -> second` would prevent.
+    pub hazard: Hazard,
+}
+
+impl fmt::Display for Race {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "race between `{}` and `{}`: {} with no path between them",
+            self.first_name, self.second_name, self.hazard
+        )
+    }
+}
+
+/// One access: an allocation (by identity), its address, a byte range and how.
+#[derive(Debug, Clone, Copy)]
+struct Touch {
+    alloc: usize,
+    addr: u64,
+    start: usize,
+    end: usize,
+    access: Access,
+}
+
+impl Touch {
+    fn of(alloc: &Arc<Allocation>, start: usize, len: usize, access: Access) -> Touch {
+        Touch {
+            alloc: Arc::as_ptr(alloc) as usize,
+            addr: alloc.ptr,
+            start,
+            end: start.saturating_add(len),
+            access,
+        }
+    }
+    fn region(r: &Region, access: Access) -> Touch {
+        Touch::of(&r.alloc, r.offset, r.len, access)
+    }
+}
+
+/// What a node touches: a list of accesses, or everything.
+#[derive(Default)]
+struct Uses {
+    touches: Vec<Touch>,
+    all: bool,
+}
+
+impl Uses {
+    fn any(&self) -> bool {
+        self.all || !self.touches.is_empty()
+    }
+    fn writes(&self) -> bool {
+        self.all || self.touches.iter().any(|t| t.access.writes())
+    }
+}
+
+/// Adds what `op` touches to `out` (the table in the module's docs).
+fn collect(op: &Op, out: &mut Uses) {
+    let region = |r: &Region, a: Access, out: &mut Uses| out.touches.push(Touch::region(r, a));
+    match op {
+        Op::Kernel(k) => {
+            let marks: &[_] = k.marks.as_deref().map_or(&[], |m| m.0.as_slice());
+            for (i, slot) in k.args.buffers().iter().enumerate() {
+                let Some(alloc) = slot else { continue };
+                let t = match marks.iter().find(|m| m.0 as usize == i) {
+                    Some(&(_, access, offset, len)) => Touch::of(alloc, offset, len, access),
+                    None => Touch::of(alloc, 0, alloc.bytes, Access::ReadWrite),
+                };
+                out.touches.push(t);
+            }
+        }
+        Op::Memcpy(m) => {
+            region(&m.dst, Access::Write, out);
+            region(&m.src, Access::Read, out);
+        }
+        Op::Memset(m) => {
+            if let FillTarget::Region(r) = &m.dst {
+                region(r, Access::Write, out);
+            }
+        }
+        Op::Fft(f) => {
+            region(&f.input, Access::Read, out);
+            region(&f.output, Access::Write, out);
+        }
+        Op::Collective(c) => {
+            if let Some(r) = &c.coll.send {
+                region(r, Access::Read, out);
+            }
+            if let Some(r) = &c.coll.recv {
+                region(r, Access::Write, out);
+            }
+        }
+        Op::Captured(c) => {
+            for r in &c.uses {
+                region(r, Access::ReadWrite, out);
+            }
+        }
+        Op::Host(_) => out.all = true,
+        Op::Child(c) => {
+            for n in c.dag().graph.node_weights() {
+                collect(&n.op, out);
+            }
+        }
+        Op::Conditional(c) => {
+            for body in c.bodies() {
+                for n in body.graph.node_weights() {
+                    collect(&n.op, out);
+                }
+            }
+        }
+        Op::Empty(_) | Op::EventRecord(_) | Op::EventWait(_) | Op::MemAlloc(_) | Op::MemFree(_) => {
+        }
+    }
+}
+
+/// The hazard of `early` then `late` touching overlapping bytes, if one.
+fn conflict(early: &Touch, late: &Touch) -> Option<Hazard> {
+    if early.alloc != late.alloc {
+        return None;
+    }
+    let (start, end) = (early.start.max(late.start), early.end.min(late.end));
+    if start >= end {
+        return None;
+    }
+    let kind = kind_of(
+        early.access.writes(),
+        late.access.reads(),
+        late.access.writes(),
+    )?;
+    Some(Hazard {
+        kind,
+        buffer: Some(early.addr),
+        range: start..end,
+    })
+}
+
+/// The hazard of an earlier node (writing or not) then a later one (reading, writing).
+fn kind_of(early_writes: bool, late_reads: bool, late_writes: bool) -> Option<HazardKind> {
+    if early_writes && late_reads {
+        Some(HazardKind::ReadAfterWrite)
+    } else if early_writes && late_writes {
+        Some(HazardKind::WriteAfterWrite)
+    } else if late_writes {
+        Some(HazardKind::WriteAfterRead)
+    } else {
+        None
+    }
+}
+
+/// A set of positions in program order.
+#[derive(Clone)]
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn new(n: usize) -> Bits {
+        Bits(vec![0; n.div_ceil(64)])
+    }
+    fn has(&self, i: usize) -> bool {
+        self.0[i / 64] >> (i % 64) & 1 == 1
+    }
+    fn set(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+    fn union(&mut self, o: &Bits) {
+        for (a, b) in self.0.iter_mut().zip(&o.0) {
+            *a |= b;
+        }
+    }
+}
+
+/// Program order: the nodes in the order they were added, except that a node comes after all
+/// its predecessors (an edge from a node added later pulls that node, and its own
+/// predecessors, ahead of it): a depth-first post-order over incoming edges, nodes and
+/// predecessors taken by serial. Serial order when every edge goes forward.
+fn program_order(dag: &Dag) -> Vec<NodeId> {
+    let mut nodes: Vec<NodeIndex> = dag.graph.node_indices().collect();
+    nodes.sort_unstable_by_key(|&i| dag.graph[i].serial);
+    let mut placed = vec![false; dag.graph.node_bound()];
+    let mut order = Vec::with_capacity(nodes.len());
+    let mut preds = Vec::new();
+    // (node, its predecessors by serial, the next one to visit)
+    let mut stack: Vec<(NodeIndex, Vec<NodeIndex>, usize)> = Vec::new();
+    for start in nodes {
+        if placed[start.index()] {
+            continue;
+        }
+        placed[start.index()] = true;
+        let sorted = |i: NodeIndex, preds: &mut Vec<NodeIndex>| {
+            preds.clear();
+            preds.extend(dag.graph.neighbors_directed(i, Direction::Incoming));
+            preds.sort_unstable_by_key(|&p| dag.graph[p].serial);
+            preds.clone()
+        };
+        stack.push((start, sorted(start, &mut preds), 0));
+        while let Some((node, ps, next)) = stack.last_mut() {
+            if let Some(&p) = ps.get(*next) {
+                *next += 1;
+                if !placed[p.index()] {
+                    placed[p.index()] = true;
+                    let ps = sorted(p, &mut preds);
+                    stack.push((p, ps, 0));
+                }
+            } else {
+                order.push(dag.id_at(*node));
+                stack.pop();
+            }
+        }
+    }
+    order
+}
+
+/// The walk both passes share: nodes in program order with what they touch, and the earlier
+/// accesses per allocation.
+struct Walk {
+    order: Vec<NodeId>,
+    /// Position in `order`, by node index.
+    pos: Vec<usize>,
+    uses: Vec<Uses>,
+    /// Earlier accesses per allocation: (position, access).
+    history: HashMap<usize, Vec<(usize, Touch)>>,
+    /// Earlier nodes that touch everything.
+    alls: Vec<usize>,
+    /// Earlier nodes that touch anything.
+    anys: Vec<usize>,
+    /// Which position `seen` last marked for (`j + 1`).
+    seen: Vec<usize>,
+}
+
+impl Walk {
+    fn new(dag: &Dag) -> Walk {
+        let order = program_order(dag);
+        let mut pos = vec![usize::MAX; dag.graph.node_bound()];
+        let mut uses = Vec::with_capacity(order.len());
+        for (p, id) in order.iter().enumerate() {
+            pos[id.idx.index()] = p;
+            let mut u = Uses::default();
+            collect(&dag.graph[id.idx].op, &mut u);
+            uses.push(u);
+        }
+        let n = order.len();
+        Walk {
+            order,
+            pos,
+            uses,
+            history: HashMap::new(),
+            alls: Vec::new(),
+            anys: Vec::new(),
+            seen: vec![0; n],
+        }
+    }
+
+    /// The earlier nodes node `j` conflicts with, each once, with the first hazard found.
+    fn conflicts(&mut self, j: usize) -> Vec<(usize, Hazard)> {
+        let mut found = Vec::new();
+        let uj = &self.uses[j];
+        let everything = |kind| Hazard {
+            kind,
+            buffer: None,
+            range: 0..usize::MAX,
+        };
+        if uj.all {
+            for &i in &self.anys {
+                let kind = kind_of(self.uses[i].writes(), true, true).expect("a write");
+                found.push((i, everything(kind)));
+                self.seen[i] = j + 1;
+            }
+        } else if uj.any() {
+            for &i in &self.alls {
+                let kind = kind_of(
+                    true,
+                    uj.touches.iter().any(|t| t.access.reads()),
+                    uj.writes(),
+                )
+                .expect("a write");
+                found.push((i, everything(kind)));
+                self.seen[i] = j + 1;
+            }
+            for t in &uj.touches {
+                let Some(earlier) = self.history.get(&t.alloc) else {
+                    continue;
+                };
+                for (i, e) in earlier {
+                    if self.seen[*i] == j + 1 {
+                        continue;
+                    }
+                    if let Some(h) = conflict(e, t) {
+                        self.seen[*i] = j + 1;
+                        found.push((*i, h));
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// Records node `j`'s accesses as earlier ones for the nodes after it.
+    fn note(&mut self, j: usize) {
+        let u = &self.uses[j];
+        if u.all {
+            self.alls.push(j);
+        }
+        if u.any() {
+            self.anys.push(j);
+        }
+        for t in &u.touches {
+            self.history.entry(t.alloc).or_default().push((j, *t));
+        }
+    }
+
+    /// The ancestors of node `j` through the DAG's current incoming edges (all from earlier
+    /// positions), given those of the earlier nodes.
+    fn ancestors(&self, dag: &Dag, j: usize, anc: &[Bits]) -> Bits {
+        let mut cur = Bits::new(self.order.len());
+        for p in dag
+            .graph
+            .neighbors_directed(self.order[j].idx, Direction::Incoming)
+        {
+            let i = self.pos[p.index()];
+            cur.union(&anc[i]);
+            cur.set(i);
+        }
+        cur
+    }
+}
+
+impl Dag {
+    /// Adds the edges that the nodes' data accesses need and returns them: for every two nodes
+    /// that touch overlapping bytes of one allocation, at least one writing, the later one in
+    /// program order waits for the earlier one (read-after-write, write-after-read,
+    /// write-after-write), unless a path between them exists already (explicit edges, or
+    /// edges inferred before). Edges other edges imply are left out: a node waits only for the
+    /// conflicting nodes that no other of its dependencies already follows, so in a chain
+    /// `a -> b -> c` of writers of one buffer there is no `a -> c`. Reads of the same bytes
+    /// stay parallel.
+    ///
+    /// Program order is the order the nodes were added in, except where the DAG's edges say
+    /// otherwise: a node comes after its predecessors, so an explicit edge from a node added
+    /// later pulls that node (and its own predecessors) ahead. What each kind of node counts as touching — an unmarked
+    /// kernel buffer argument is read and written, all of it; a host node touches everything;
+    /// graph buffers are not seen — is in the README's table ("Dependencies inferred from data
+    /// access"); mark kernel arguments with [`In`](crate::In), [`Out`](crate::Out),
+    /// [`InOut`](crate::InOut).
+    ///
+    /// The edges are stored as inferred ([`Dependency::inferred`] gives the hazard) and shown
+    /// dashed in [`Dag::to_dot`], labelled with the hazard, buffer and range. Calling it again
+    /// adds nothing new unless nodes were added. Edges added afterwards may make an inferred
+    /// edge redundant; it stays.
+    ///
+    /// Cost: O(n·(n + e)/64) words of bitset work for n nodes and e edges, plus the pairs of
+    /// accesses to one allocation compared (O(a²) in the worst case, a accesses).
+    pub fn infer_dependencies(&mut self) -> Vec<InferredEdge> {
+        let mut walk = Walk::new(self);
+        let n = walk.order.len();
+        let mut anc: Vec<Bits> = Vec::with_capacity(n);
+        let mut added = Vec::new();
+        for j in 0..n {
+            let mut cur = walk.ancestors(self, j, &anc);
+            let mut found = walk.conflicts(j);
+            // Latest first: an earlier conflicting node that a later one follows is covered
+            // by the edge from the later one (ancestors come earlier in program order).
+            found.sort_unstable_by_key(|&(i, _)| std::cmp::Reverse(i));
+            for (i, hazard) in found {
+                if cur.has(i) {
+                    continue;
+                }
+                cur.union(&anc[i]);
+                cur.set(i);
+                let (before, after) = (walk.order[i], walk.order[j]);
+                self.graph.add_edge(
+                    before.idx,
+                    after.idx,
+                    Dependency {
+                        inferred: Some(Box::new(hazard.clone())),
+                    },
+                );
+                if before.serial > after.serial {
+                    self.backward_edges += 1;
+                }
+                added.push(InferredEdge {
+                    before,
+                    after,
+                    hazard,
+                });
+            }
+            anc.push(cur);
+            walk.note(j);
+        }
+        added
+    }
+
+    /// Every race: two nodes that touch overlapping bytes of one allocation, at least one
+    /// writing, with no path between them in either direction. One per pair (the first
+    /// hazard found), the pairs in program order. What each node counts as touching is as for
+    /// [`Dag::infer_dependencies`]. A DAG after `infer_dependencies` has none.
+    ///
+    /// Cost: as [`Dag::infer_dependencies`]'s.
+    pub fn races(&self) -> Vec<Race> {
+        let mut walk = Walk::new(self);
+        let n = walk.order.len();
+        let mut anc: Vec<Bits> = Vec::with_capacity(n);
+        let mut races = Vec::new();
+        for j in 0..n {
+            let cur = walk.ancestors(self, j, &anc);
+            let mut found = walk.conflicts(j);
+            found.sort_unstable_by_key(|&(i, _)| i);
+            for (i, hazard) in found {
+                if !cur.has(i) {
+                    let (first, second) = (walk.order[i], walk.order[j]);
+                    races.push(Race {
+                        first,
+                        second,
+                        first_name: self.graph[first.idx].name().to_string(),
+                        second_name: self.graph[second.idx].name().to_string(),
+                        hazard,
+                    });
+                }
+            }
+            anc.push(cur);
+            walk.note(j);
+        }
+        races
+    }
+}
