@@ -203,6 +203,36 @@ fn copies_memsets_and_unmarked_arguments() {
 }
 
 #[test]
+fn child_graphs_and_captured_nodes_touch_what_they_hold() {
+    let mut r = rec();
+    let x = r.device_buffer::<u8>(64);
+    let y = r.device_buffer::<u8>(64);
+    let k = r.kernel("k", &[8]);
+    let mut child = Dag::new();
+    child.add_kernel(&k, one(), &args![Out(&x)]).unwrap();
+    child.add_empty();
+    let mut dag = Dag::new();
+    let c = dag.add_child(&child);
+    let empty = dag.add_empty(); // touches nothing
+                                 // SAFETY: the work enqueues nothing.
+    let cap = unsafe { dag.add_captured("lib", [y.region(0..8)], |_| Ok(())) };
+    let read_x = dag.add_kernel(&k, one(), &args![In(&x)]).unwrap();
+    let read_y = dag
+        .add_kernel(&k, one(), &args![In(&y.region(4..12))])
+        .unwrap();
+    dag.infer_dependencies();
+    use HazardKind::*;
+    assert_eq!(
+        inferred(&dag),
+        vec![
+            (c, read_x, ReadAfterWrite, 0..64),
+            (cap, read_y, ReadAfterWrite, 4..8), // a captured region is read and written
+        ]
+    );
+    assert_eq!(dag.dependencies(empty).count(), 0);
+}
+
+#[test]
 fn races_name_both_nodes_and_the_range() {
     let mut r = rec();
     let x = r.device_buffer::<u8>(64);
