@@ -168,7 +168,10 @@ impl Drop for Allocation {
             return;
         }
         if let Err(e) = waited {
-            device.defer("a buffer (waiting for the GPU work using it)", e);
+            // The work using it may still run (pinned memory may still be written by a copy):
+            // the memory is leaked rather than freed under it.
+            device.defer("a buffer (waiting for the GPU work using it; leaked)", e);
+            return;
         }
         if self.ptr == 0 {
             return;
