@@ -419,7 +419,6 @@ fn dot_draws_each_body_as_a_cluster_labelled_with_its_condition() {
 #[test]
 #[cfg_attr(miri, ignore = "spawns Graphviz `dot`: Miri cannot run a process")]
 fn dot_with_nested_clusters_renders_with_graphviz() {
-    use std::io::Write;
     let mut r = rec();
     let (k, x) = setup(&mut r);
     let mut dag = Dag::new();
@@ -432,32 +431,10 @@ fn dot_with_nested_clusters_renders_with_graphviz() {
     dag.add_while(&h, &body).unwrap();
     let dot = dag.to_dot();
     assert!(dot.contains("subgraph cluster_n0_0_1_0_ {"), "{dot}");
-    let run = std::process::Command::new("dot")
-        .arg("-Tsvg")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn();
-    let mut child = match run {
-        Ok(c) => c,
-        Err(e) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "Graphviz `dot` is required in CI: {e}"
-            );
-            return;
-        }
+    let Some((svg, stderr)) = super::tests::graphviz_svg(&dot) else {
+        return;
     };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(dot.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stderr.is_empty(), "{stderr}\n{dot}");
-    let svg = String::from_utf8_lossy(&out.stdout);
+    assert!(stderr.is_empty(), "{stderr}\n{dot}");
     assert!(svg.contains("while condition != 0"), "{svg}");
 }
 

@@ -540,30 +540,8 @@ fn dot_shows_memory_nodes_with_the_span_they_allocate() {
         "{dot}"
     );
     // Graphviz reads it (where installed; CI has it).
-    use std::io::Write;
-    let run = std::process::Command::new("dot")
-        .arg("-Tsvg")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn();
-    let mut child = match run {
-        Ok(c) => c,
-        Err(e) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "Graphviz `dot` is required in CI: {e}"
-            );
-            return;
-        }
+    let Some((_, stderr)) = super::tests::graphviz_svg(&dot) else {
+        return;
     };
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(dot.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stderr.is_empty(), "{stderr}\n{dot}");
+    assert!(stderr.is_empty(), "{stderr}\n{dot}");
 }

@@ -495,37 +495,9 @@ fn dot_renders_with_graphviz() {
     let c = dag.add_child(&child);
     dag.add_dependency(prev, c).unwrap();
     let dot = dag.to_dot();
-    let run = std::process::Command::new("dot")
-        .arg("-Tsvg")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn();
-    let mut child = match run {
-        Ok(c) => c,
-        Err(e) => {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "Graphviz `dot` is required in CI: {e}"
-            );
-            eprintln!("skipping the Graphviz render: `dot` not found ({e})");
-            return;
-        }
+    let Some((svg, _)) = graphviz_svg(&dot) else {
+        return;
     };
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(dot.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "dot failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let svg = String::from_utf8(out.stdout).unwrap();
     assert!(svg.contains("<svg"), "{svg}");
     assert!(svg.contains("step 4"), "labels reach the SVG");
     assert_eq!(svg.matches("class=\"node\"").count(), dag.node_count());
@@ -804,4 +776,37 @@ fn nodes_stay_small() {
     let node = std::mem::size_of::<crate::dag::Node>();
     assert!(node <= 120, "a node is {node} bytes");
     assert!(std::mem::size_of::<crate::dag::Op>() <= 72);
+}
+
+/// `dot` rendered to SVG by Graphviz (asserting that it accepts the text), with what Graphviz
+/// printed on stderr; `None` where Graphviz is not installed, which fails in CI (it installs it).
+pub(super) fn graphviz_svg(dot: &str) -> Option<(String, String)> {
+    use std::io::Write;
+    let run = std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match run {
+        Ok(c) => c,
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "Graphviz `dot` is required in CI: {e}"
+            );
+            eprintln!("skipping the Graphviz render: `dot` not found ({e})");
+            return None;
+        }
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(dot.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "dot failed: {stderr}\n{dot}");
+    Some((String::from_utf8(out.stdout).unwrap(), stderr))
 }
