@@ -9,12 +9,13 @@
 //! `scripts/regen-bindings` uses this to refresh `src/sys/bindings.rs`.
 //!
 //! The generated file has this shape:
-//! - at top level, every type and constant the runtime, driver, cuFFT, NVRTC and NCCL functions
-//!   need (no functions);
+//! - at top level, every type and constant the runtime, driver, cuFFT, NVRTC, NCCL and cuBLAS
+//!   functions need (no functions);
 //! - `pub mod cudart`, `pub mod cuda` (the driver: the few calls the crate makes through it),
-//!   `pub mod cufft`, `pub mod nvrtc` and `pub mod nccl`, each holding one struct (`Cudart`,
-//!   `Cuda`, `Cufft`, `Nvrtc`, `Nccl`) whose fields are the library's functions, loaded at run
-//!   time with libloading. Each module starts with `use super::*;` to reuse the top-level types.
+//!   `pub mod cufft`, `pub mod nvrtc`, `pub mod nccl` and `pub mod cublas` (the GEMM node's few
+//!   calls), each holding one struct (`Cudart`, `Cuda`, `Cufft`, `Nvrtc`, `Nccl`, `Cublas`) whose
+//!   fields are the library's functions, loaded at run time with libloading. Each module starts
+//!   with `use super::*;` to reuse the top-level types.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -33,7 +34,7 @@ mod generate {
     /// newtypes too (`ncclRedOpCreatePreMulSum` returns values past the named ones), and so are
     /// its data types (several names share a value).
     const NEWTYPE_ENUMS: &str = "cudaError|cudaError_enum|cufftResult_t|nvrtcResult|ncclResult_t|\
-         ncclRedOp_t|ncclDataType_t";
+         ncclRedOp_t|ncclDataType_t|cublasStatus_t";
 
     /// Enums whose values are OR-ed together (or that are bit masks in some struct field): plain
     /// `pub const NAME: EnumType = value;` items with `pub type EnumType = c_uint;`.
@@ -103,6 +104,15 @@ mod generate {
         ("cufft", "Cufft", "cufft.*"),
         ("nvrtc", "Nvrtc", "nvrtc.*"),
         ("nccl", "Nccl", "nccl.*"),
+        // cuBLAS (libcublas.so.13): only the calls a GEMM node makes, not its hundreds of
+        // routines. `cublas_v2.h` maps each name to its `_v2` symbol with a `#define`.
+        (
+            "cublas",
+            "Cublas",
+            "cublasCreate_v2|cublasDestroy_v2|cublasGetVersion_v2|cublasGetStatusName|\
+             cublasGetStatusString|cublasSetStream_v2|cublasSetWorkspace_v2|\
+             cublasSetPointerMode_v2|cublasGemmEx",
+        ),
     ];
 
     fn cuda_include_dir() -> PathBuf {

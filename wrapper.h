@@ -14,3 +14,7 @@
 #define __CUDA_FP16_H__
 #define __CUDA_BF16_H__
 #include <nccl.h>
+/* cuBLAS, from the nvidia-cublas wheel: the few calls a GEMM node makes (build.rs's list). Its
+ * half-precision declarations are C++-only, so the fp16/bf16 headers skipped above are not
+ * missed. */
+#include <cublas_v2.h>
