@@ -27,6 +27,11 @@ pub enum Library {
     /// NCCL, the collective communication library, `libnccl.so.2` (CUDA 13 build, 2.28 or
     /// newer).
     Nccl,
+    /// cuBLAS, `libcublas.so.13` (GEMM nodes).
+    Cublas,
+    /// cuBLASLt, `libcublasLt.so.13`, which cuBLAS loads (opened first, so that its absence is
+    /// named).
+    CublasLt,
 }
 
 impl Library {
@@ -39,6 +44,8 @@ impl Library {
             Library::Nvrtc => "libnvrtc.so.13",
             Library::NvJitLink => "libnvJitLink.so.13",
             Library::Nccl => "libnccl.so.2",
+            Library::Cublas => "libcublas.so.13",
+            Library::CublasLt => "libcublasLt.so.13",
         }
     }
 
@@ -53,6 +60,10 @@ impl Library {
                 "Install NCCL for CUDA 13 (e.g. `pip install nvidia-nccl-cu13`, or the libnccl2 \
                  package), or set CUDAGRAPH_NCCL_PATH to libnccl.so.2 or its directory, or put \
                  its directory on LD_LIBRARY_PATH"
+            }
+            Library::Cublas | Library::CublasLt => {
+                "Install cuBLAS for CUDA 13 (the toolkit's lib64, or `pip install \
+                 nvidia-cublas` and its nvidia/cu13/lib on LD_LIBRARY_PATH), or set CUDA_PATH"
             }
             _ => {
                 "Install the CUDA 13 toolkit libraries and put their directory on \
@@ -71,6 +82,8 @@ impl fmt::Display for Library {
             Library::Nvrtc => "NVRTC",
             Library::NvJitLink => "nvJitLink (needed for cuFFT LTO callbacks)",
             Library::Nccl => "NCCL",
+            Library::Cublas => "cuBLAS",
+            Library::CublasLt => "cuBLASLt (needed by cuBLAS)",
         })
     }
 }
@@ -166,6 +179,16 @@ pub enum Error {
         /// The numeric `cufftResult`.
         code: i32,
         /// The status name, e.g. `CUFFT_INVALID_PLAN`.
+        name: &'static str,
+    },
+    /// A cuBLAS call failed.
+    #[error("{call} failed: {name} ({code})")]
+    Cublas {
+        /// The cuBLAS function that failed.
+        call: &'static str,
+        /// The numeric `cublasStatus_t`.
+        code: i32,
+        /// The status name, e.g. `CUBLAS_STATUS_INVALID_VALUE`.
         name: &'static str,
     },
     /// An NVRTC call failed (other than a compile error, see [`Error::Compile`]).
@@ -469,6 +492,15 @@ pub enum DagError {
     /// An FFT node's plan, buffers or callbacks do not fit together.
     #[error("node `{node}`: {problem}")]
     Fft {
+        /// The node.
+        node: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A GEMM node's ([`Dag::add_gemm`](crate::Dag::add_gemm)) sizes, leading dimensions,
+    /// buffers or cuBLAS handle do not fit together.
+    #[error("node `{node}`: {problem}")]
+    Gemm {
         /// The node.
         node: String,
         /// What is wrong.

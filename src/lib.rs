@@ -134,6 +134,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod blas;
 mod cache;
 #[cfg(feature = "cudarc")]
 mod cudarc_interop;
@@ -150,6 +151,7 @@ pub mod result;
 mod stream;
 pub mod sys;
 
+pub use blas::{Blas, Gemm, GemmScalar, Transpose};
 /// The crate [`DeviceRepr`] builds on: derive `bytemuck::Pod` for your own plain-data types.
 pub use bytemuck;
 /// The cudarc this crate's `cudarc` feature is built against (its types are the ones

@@ -376,6 +376,33 @@ pub fn nccl() -> Result<&'static sys::nccl::Nccl> {
     .map_err(Clone::clone)
 }
 
+/// The process-wide handle to cuBLAS (`libcublas.so.13`), opened on first use from
+/// [`candidates`]. cuBLASLt (`libcublasLt.so.13`), which cuBLAS needs, is opened first from the
+/// same places and stays loaded for the process: the dynamic loader then resolves cuBLAS's
+/// dependency to it, and a missing cuBLASLt is named as such ([`Error::LibraryNotFound`] with
+/// [`Library::CublasLt`]) rather than as cuBLAS failing to load.
+pub fn cublas() -> Result<&'static sys::cublas::Cublas> {
+    static LT: OnceLock<Result<libloading::Library>> = OnceLock::new();
+    static CELL: OnceLock<Result<sys::cublas::Cublas>> = OnceLock::new();
+    CELL.get_or_init(|| {
+        LT.get_or_init(|| {
+            open_first(Library::CublasLt, &candidates(Library::CublasLt), |p| {
+                // SAFETY: loading cuBLASLt runs only its initialisers.
+                unsafe { libloading::Library::new(p) }
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)?;
+        open_first(Library::Cublas, &candidates(Library::Cublas), |p| {
+            // SAFETY: loading cuBLAS runs only its initialisers; the generated constructor
+            // only looks up symbols.
+            unsafe { sys::cublas::Cublas::new(p) }
+        })
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
 /// Checks once that libnvJitLink, which cuFFT loads for LTO callbacks, can be loaded. The
 /// library stays loaded for the process.
 pub fn nvjitlink() -> Result<()> {
@@ -454,6 +481,29 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("libnvJitLink.so.13"), "{err}");
+    }
+
+    #[test]
+    fn missing_cublas_is_a_typed_error_naming_the_library() {
+        for library in [Library::Cublas, Library::CublasLt] {
+            let err = open_first(
+                library,
+                &[PathBuf::from("/nonexistent/cu13/lib").join(library.soname())],
+                // SAFETY: the named file does not exist, so nothing is loaded or run.
+                |p| unsafe { libloading::Library::new(p) },
+            )
+            .map(|_| ())
+            .unwrap_err();
+            assert!(
+                matches!(&err, Error::LibraryNotFound { library: l, .. } if *l == library),
+                "{err:?}"
+            );
+            let text = err.to_string();
+            assert!(text.contains(library.soname()), "{text}");
+            assert!(text.contains("nvidia-cublas"), "{text}");
+        }
+        assert_eq!(Library::Cublas.soname(), "libcublas.so.13");
+        assert_eq!(Library::CublasLt.soname(), "libcublasLt.so.13");
     }
 
     #[test]

@@ -823,6 +823,8 @@ mod enabled_tests;
 #[cfg(test)]
 mod event_tests;
 #[cfg(test)]
+mod gemm_tests;
+#[cfg(test)]
 mod graph_memory_tests;
 #[cfg(test)]
 mod infer_tests;

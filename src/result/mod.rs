@@ -4,6 +4,7 @@
 //! into [`Error`](crate::Error)s and out-parameters into return values. Their callers (the safe
 //! types of this crate) uphold each function's `# Safety` contract.
 
+pub mod cublas;
 pub mod cufft;
 pub mod driver;
 pub mod nccl;

@@ -20,6 +20,7 @@ mod events;
 mod fft;
 mod fft_update;
 mod foundation;
+mod gemm;
 mod memory_nodes;
 mod nccl;
 mod placement;
@@ -38,7 +39,7 @@ fn main() {
     }
     // The registered tests, module by module in this order, by name within a module (the
     // link order of the registrations is not the source order).
-    const ORDER: [&str; 15] = [
+    const ORDER: [&str; 16] = [
         "foundation::",
         "dag::",
         "enabled::",
@@ -46,6 +47,7 @@ fn main() {
         "attributes::",
         "conditional::",
         "memory_nodes::",
+        "gemm::",
         "fft::",
         "fft_update::",
         "soundness::",

@@ -390,6 +390,16 @@ impl RecordingBackend {
         crate::Event::placeholder(owner, raw)
     }
 
+    /// A placeholder cuBLAS handle of the home device (no library behind it: for GEMM nodes,
+    /// which then lower as captured nodes whose recorded work names the product; their
+    /// workspaces get made-up addresses from `0xb1a5_0000_0000` on).
+    pub fn blas(&mut self) -> crate::Blas {
+        let DeviceKey::Recording(owner) = self.device_key(0) else {
+            unreachable!()
+        };
+        crate::Blas::placeholder(owner)
+    }
+
     /// The calls as text, one per line: `index function name deps params`.
     pub fn transcript(&self) -> String {
         let mut s = String::new();

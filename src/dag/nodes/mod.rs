@@ -14,6 +14,7 @@ pub(crate) mod conditional;
 pub(crate) mod empty;
 pub(crate) mod event;
 pub(crate) mod fft;
+pub(crate) mod gemm;
 pub(crate) mod graph_memory;
 pub(crate) mod host;
 pub(crate) mod kernel;
