@@ -45,10 +45,19 @@
 //! (default `bench-results/` under the current directory). A "targets" section at the end
 //! compares the measured ratios with the project's targets.
 //!
+//! The **WHILE experiment** (`while`, `while_loop.rs`) runs a loop whose body is 1 or 10
+//! one-block kernels, 100 or 1,000 iterations, as a WHILE conditional node (one launch) and as
+//! the host loop it replaces (launch the body graph, copy a flag to pinned memory, wait, read
+//! it): wall µs per iteration. The **memory experiment** (`memory`, `graph_memory.rs`) times a
+//! graph that allocates, fills, uses and frees its scratch (64 KiB, 4 MiB, 64 MiB) with graph
+//! memory nodes against the same graph over a preallocated buffer (CPU and GPU µs per launch,
+//! 200 back-to-back launches) and reports device free memory and the graph memory pool's
+//! reserved and used bytes (`cudaDeviceGetGraphMemAttribute`).
+//!
 //! Knobs (environment): `CUDAGRAPH_BENCH_NS` (comma-separated N values, default
 //! `1,10,100,1000,10000`), `CUDAGRAPH_BENCH_REPS_SCALE` (multiplies the repetition counts,
 //! default 1), `CUDAGRAPH_BENCH_ONLY` (comma-separated experiment names, default all:
-//! `launch,construction,update,host,fft`).
+//! `launch,construction,update,host,fft,while,memory`).
 //!
 //! Files: one per experiment (`launch.rs`, `construction.rs`, `update.rs` with its
 //! whole-graph part in `whole.rs`, `host_only.rs`, `fft.rs`); `bench.rs` (the shared context:
@@ -74,12 +83,14 @@ mod host;
 mod bench;
 mod construction;
 mod fft;
+mod graph_memory;
 mod host_only;
 mod launch;
 mod plot;
 mod raw;
 mod report;
 mod update;
+mod while_loop;
 mod whole;
 
 use std::path::PathBuf;
@@ -121,6 +132,14 @@ fn experiments() -> Vec<Experiment> {
         Experiment {
             name: "fft",
             run: fft::fft_experiment,
+        },
+        Experiment {
+            name: "while",
+            run: while_loop::while_experiment,
+        },
+        Experiment {
+            name: "memory",
+            run: graph_memory::memory_experiment,
         },
     ]
 }
