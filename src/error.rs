@@ -422,6 +422,24 @@ pub enum Error {
         /// The operating system's message.
         message: String,
     },
+    /// Graphviz's `dot`, which renders DOT text to SVG
+    /// ([`Profile::write_svg`](crate::Profile::write_svg)), was not found on the `PATH`.
+    #[error(
+        "Graphviz `{program}` was not found on the PATH: install Graphviz (Debian: apt install \
+         graphviz) to render SVG, or render the DOT text elsewhere"
+    )]
+    GraphvizNotFound {
+        /// The program looked for.
+        program: String,
+    },
+    /// Graphviz's `dot` ran and failed (it rejected the DOT text, or could not write the file).
+    #[error("Graphviz `dot` failed ({status}): {stderr}")]
+    Graphviz {
+        /// How it exited.
+        status: String,
+        /// What it printed on standard error.
+        stderr: String,
+    },
     /// A cudarc object that cudagraph cannot share (feature `cudarc`): a context other than
     /// its device's primary context, a stream handle that is not one stream (the per-thread
     /// and legacy-default names), or a cudarc buffer that is not (or no longer) one the crate

@@ -163,6 +163,7 @@ pub use dag::{
     Hazard, HazardKind, InferredEdge, InstantiateFlags, Memset2d, MemsetValue, NodeId, NodeKind,
     NodeName, Race, RecordingBackend, Src, UpdateOutcome,
 };
+pub use dag::{NodeTime, Profile};
 pub use device::{versions, Device, DeviceLimits, DeviceProperties};
 pub use error::{DagError, Error, Library, Result, Version};
 pub use fft::{

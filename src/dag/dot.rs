@@ -24,6 +24,16 @@ fn esc(s: &str) -> String {
     out
 }
 
+/// A node's look set by the caller of [`Dag::to_dot_styled`]: its fill colour (instead of its
+/// kind's) and lines added to its label.
+#[derive(Clone)]
+pub(crate) struct DotStyle {
+    /// `#rrggbb`.
+    pub(crate) fill: String,
+    /// Label lines after the node's own.
+    pub(crate) extra: Vec<String>,
+}
+
 impl Dag {
     /// The DAG in Graphviz DOT form. An FFT node whose plan has an unfused form shows the
     /// form it asks for (`fusion auto (decided when lowered)`, `fused (requested)`, …);
@@ -37,11 +47,22 @@ impl Dag {
         &self,
         fft: &dyn Fn(u64) -> Option<crate::fft::FusionDecision>,
     ) -> String {
+        self.to_dot_styled(fft, &|_| None)
+    }
+
+    /// [`Dag::to_dot_with`], with the top-level nodes `style` gives a [`DotStyle`] for (by
+    /// petgraph index) filled with its colour and labelled with its lines after their own
+    /// (a profile's times: `dag/profile.rs`).
+    pub(crate) fn to_dot_styled(
+        &self,
+        fft: &dyn Fn(u64) -> Option<crate::fft::FusionDecision>,
+        style: &dyn Fn(usize) -> Option<DotStyle>,
+    ) -> String {
         let mut s = String::new();
         s.push_str("digraph cudagraph {\n");
         s.push_str("  rankdir=TB;\n");
         s.push_str("  node [fontname=\"Helvetica\", fontsize=10, style=filled];\n");
-        self.write_dot(&mut s, "n", 1, fft);
+        self.write_dot(&mut s, "n", 1, fft, style);
         s.push_str("}\n");
         s
     }
@@ -55,6 +76,7 @@ impl Dag {
         prefix: &str,
         depth: usize,
         fft: &dyn Fn(u64) -> Option<crate::fft::FusionDecision>,
+        style: &dyn Fn(usize) -> Option<DotStyle>,
     ) {
         let indent = "  ".repeat(depth);
         let mut spans = Vec::new();
@@ -68,6 +90,11 @@ impl Dag {
                 super::Op::Fft(f) => f.label_with(fft(f.uid)),
                 op => op.label(),
             };
+            let styled = style(idx.index()).map(|DotStyle { fill, extra }| {
+                lines.extend(extra);
+                fill
+            });
+            let color = styled.as_deref().unwrap_or(color);
             if let super::Op::MemAlloc(_) = &node.op {
                 // The span it allocates: its free node and the nodes using the buffer, and a
                 // dotted edge to the free.
@@ -123,7 +150,7 @@ impl Dag {
                         );
                         entries.push(format!("{sub}empty"));
                     }
-                    body.write_dot(s, &sub, depth + 1, fft);
+                    body.write_dot(s, &sub, depth + 1, fft, &|_| None);
                     let _ = writeln!(s, "{indent}}}");
                     for e in entries {
                         let _ = writeln!(

@@ -538,6 +538,12 @@ impl Exec {
         self.device.take_deferred()
     }
 
+    /// Waits for this graph's launches, and for nothing else ([`Exec::profile`] runs after
+    /// them).
+    pub(super) fn wait_for_launches(&self) -> Result<()> {
+        self.log.wait()
+    }
+
     /// Releases what updates replaced once the launches that may use it have completed.
     fn collect(&mut self) -> Result<()> {
         while let Some((m, _)) = self.retired.front() {

@@ -15,6 +15,7 @@ pub(crate) mod exec;
 mod infer;
 pub(crate) mod lower;
 pub(crate) mod nodes;
+mod profile;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,6 +41,7 @@ pub use nodes::{
     EventRecordNode, EventWaitNode, FftNode, FftSpec, HostNode, KernelNode, MemAllocNode,
     MemFreeNode, MemcpyNode, Memset2d, MemsetNode, MemsetValue, NodeKind, NodeParams, Op, Src,
 };
+pub use profile::{NodeTime, Profile};
 
 /// A node of a [`Dag`]: a small copyable id.
 ///
@@ -832,6 +834,8 @@ mod infer_tests;
 mod kernel_tests;
 #[cfg(test)]
 mod placement_tests;
+#[cfg(test)]
+mod profile_tests;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]

@@ -24,6 +24,7 @@ mod gemm;
 mod memory_nodes;
 mod nccl;
 mod placement;
+mod profile;
 mod soundness;
 mod sources;
 
@@ -39,7 +40,7 @@ fn main() {
     }
     // The registered tests, module by module in this order, by name within a module (the
     // link order of the registrations is not the source order).
-    const ORDER: [&str; 16] = [
+    const ORDER: [&str; 17] = [
         "foundation::",
         "dag::",
         "enabled::",
@@ -55,6 +56,7 @@ fn main() {
         "cudarc::",
         "nccl::",
         "placement::",
+        "profile::",
         "sources::",
     ];
     let rank = |name: &str| ORDER.iter().position(|m| name.starts_with(m));
