@@ -57,6 +57,7 @@
 //! | conditional (IF, IF/ELSE, WHILE, SWITCH) | [`Dag::add_if`], [`Dag::add_if_else`], [`Dag::add_while`], [`Dag::add_switch`]; bodies are [`Dag`]s; the handle from [`Dag::conditional_handle`] is a kernel argument ([`Conditional`]; source includes [`CONDITIONAL_INCLUDE`]) | `cudaGraphConditionalHandleCreate` (reset to its default at each launch), then `cudaGraphAddNode` (conditional); each body lowered into its graph from `phGraph_out` | whole-graph update (reaches the bodies' nodes) |
 //! | graph memory: allocation / free | [`Dag::add_alloc`] (returns a [`GraphBuffer`], used as a kernel argument and by [`Dag::add_graph_memset`] between its allocation and free, validated), [`Dag::add_free`]; [`InstantiateFlags::auto_free_on_launch`] for allocations never freed | `cudaGraphAddNode` (mem alloc: the address CUDA returns in `dptr` is written into the nodes using the buffer; mem free) | — (a whole-graph update is refused: [`Exec::update_or_reinstantiate`] instantiates again) |
 //! | FFT | [`Dag::add_fft`] | a parameter kernel node (`cudaGraphAddNode`) + `cufftExec*` captured with `cudaStreamBeginCaptureToGraph` ([`fft`]); unfused ([`Fusion`]): also a conversion kernel node | `cudaGraphExecKernelNodeSetParams` on the parameter (and conversion) node |
+//! | GEMM (cuBLAS) | [`Dag::add_gemm`] with a [`Blas`] handle and a [`Gemm`] (column-major; checked against the buffers) | `cublasGemmEx` captured with `cudaStreamBeginCaptureToGraph`, after setting the node's own workspace ([`blas`]) | whole-graph update (captures again) |
 //! | collective (NCCL) | [`Dag::add_all_reduce`] and the others of [`nccl`] | `ncclAllReduce` & co. captured with `cudaStreamBeginCaptureToGraph`, inside [`Communicators::instantiate`] | whole-graph rebuild |
 //! | enable/disable | — | — | `cudaGraphNodeSetEnabled` |
 //! | whole graph | — | `cudaGraphInstantiate` | `cudaGraphExecUpdate` |
@@ -65,10 +66,10 @@
 //!
 //! | layer | module | what it is |
 //! |---|---|---|
-//! | raw | [`sys`] | bindgen output for `wrapper.h` (runtime, cuFFT, NVRTC, NCCL), never edited |
+//! | raw | [`sys`] | bindgen output for `wrapper.h` (runtime, cuFFT, NVRTC, NCCL, cuBLAS's GEMM calls), never edited |
 //! | loading | [`load`] | run-time loading of the libraries, typed errors |
 //! | thin | [`result`] | one `unsafe fn` per library call, returning [`Result`] |
-//! | safe | crate root, [`dag`], [`fft`], [`nccl`] | owning types with `Drop`, the DAG builder, executable graphs |
+//! | safe | crate root, [`dag`], [`fft`], [`nccl`], [`blas`] | owning types with `Drop`, the DAG builder, executable graphs |
 //!
 //! ## Example
 //!
