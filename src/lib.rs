@@ -159,6 +159,8 @@ pub use bytemuck;
 /// [`DeviceBuffer::from_cudarc`], [`Stream::from_cudarc`] and [`Device::from_cudarc`] take).
 #[cfg(feature = "cudarc")]
 pub use cudarc;
+#[cfg(feature = "cudarc")]
+pub use cudarc_interop::{Lend, Lent};
 pub use dag::{
     dst, src, Backend, CaptureStream, Copy2d, CudaBackend, Dag, Dst, Exec, FftNode, FftSpec,
     Hazard, HazardKind, InferredEdge, InstantiateFlags, Memset2d, MemsetValue, NodeId, NodeKind,

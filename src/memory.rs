@@ -148,6 +148,22 @@ impl Allocation {
     }
 }
 
+impl Allocation {
+    /// Whether this is memory cudarc lent (`Lent`, feature `cudarc`): its owner is cudarc's
+    /// slice, which the crate does not hold, so only graph launches that bind the slice
+    /// (`Exec::launch_lent`) may use it.
+    pub(crate) fn is_lent(&self) -> bool {
+        #[cfg(feature = "cudarc")]
+        {
+            self.foreign
+                .as_ref()
+                .is_some_and(|f| (**f).is::<crate::cudarc_interop::lent::LentMemory>())
+        }
+        #[cfg(not(feature = "cudarc"))]
+        false
+    }
+}
+
 impl Drop for Allocation {
     fn drop(&mut self) {
         let Owner::Cuda(device) = &self.owner else {

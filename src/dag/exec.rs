@@ -90,7 +90,9 @@ pub struct Exec {
     log: Arc<ExecLaunches>,
     /// How many references the DAG holds to each allocation (keyed by its address).
     held: HashMap<usize, u32, BuildHasherDefault<AddrHasher>>,
-    /// Pinned allocations the DAG refers to, by address: locked during a launch.
+    /// Pinned allocations the DAG refers to, by address: locked during a launch. Memory lent
+    /// by cudarc (`Lent`, feature `cudarc`) is listed here too: a launch needs it bound
+    /// (`Exec::launch_lent`).
     pinned: Vec<Arc<Allocation>>,
     /// What updates replaced, each with a launch that may still use it.
     retired: VecDeque<(Arc<Marker>, Replaced)>,
@@ -493,6 +495,27 @@ impl Exec {
     /// panic from an earlier run (instead of launching). Allocates nothing and makes one CUDA
     /// call, `cudaGraphLaunch`: nothing is recorded per launch (see [`Exec`]).
     pub fn launch(&mut self, stream: &Stream) -> Result<()> {
+        #[cfg(feature = "cudarc")]
+        if let Some(a) = self.lent().next() {
+            return Err(Error::Cudarc {
+                what: "Exec::launch",
+                problem: format!(
+                    "the graph uses memory lent by cudarc (a Lent of {:#x}, {} bytes): launch                      it with Exec::launch_lent, which binds each lent slice for the launch",
+                    a.ptr, a.bytes
+                ),
+            });
+        }
+        self.launch_bound(stream)
+    }
+
+    /// The memory lent by cudarc that the graph uses (none without the `cudarc` feature).
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn lent(&self) -> impl Iterator<Item = &Arc<Allocation>> {
+        self.pinned.iter().filter(|a| a.is_lent())
+    }
+
+    /// [`Exec::launch`] once the lent memory the graph uses, if any, is bound for the launch.
+    pub(crate) fn launch_bound(&mut self, stream: &Stream) -> Result<()> {
         self.check_host_panics()?;
         stream.check_device(&self.device, "the graph")?;
         crate::stream::check_not_in_host_node()?;
@@ -946,7 +969,7 @@ fn hold_in(
     *n += 1;
     if *n == 1 {
         a.uses.add_graph(log);
-        if a.space == MemorySpace::PinnedHost {
+        if a.space == MemorySpace::PinnedHost || a.is_lent() {
             let at = pinned.partition_point(|p| Arc::as_ptr(p) < Arc::as_ptr(a));
             pinned.insert(at, a.clone());
         }

@@ -289,10 +289,13 @@ pub(crate) unsafe fn launch_packed(
     args: &crate::kernel::PackedArgs,
     stream: sys::cudaStream_t,
 ) -> Result<()> {
-    let func = kernel.raw().ok_or_else(|| Error::Placeholder {
-        what: "the FFT parameter kernel".into(),
-        problem: "it cannot be launched",
-    })?;
+    let func = kernel
+        .raw()
+        .map(|k| k.as_ptr())
+        .ok_or_else(|| Error::Placeholder {
+            what: "the FFT parameter kernel".into(),
+            problem: "it cannot be launched",
+        })?;
     // SAFETY: the caller's contract.
     unsafe {
         rt::launch_kernel(

@@ -9,7 +9,7 @@ use super::{
     Unfused, PARAM_BLOB,
 };
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernel::{LaunchConfig, PackedArgs};
 use crate::memory::{Allocation, MemorySpace, Region};
 use crate::result::{cufft as cf, runtime as rt};
@@ -104,6 +104,20 @@ impl StreamFft {
     ) -> Result<()> {
         check_transform("StreamFft", &self.plan, direction, input, output, params)?;
         super::check_owners("StreamFft", input, output, params, self.device.key())?;
+        let mut regions = [Some(input), Some(output)]
+            .into_iter()
+            .chain(
+                [params.load.as_ref(), params.store.as_ref()].map(|p| p.and_then(|p| p.region())),
+            )
+            .flatten();
+        if regions.any(|r| r.alloc.is_lent()) {
+            return Err(Error::WrongDevice {
+                node: Some("StreamFft".into()),
+                problem: "an FFT buffer is memory lent by cudarc (a Lent), which only graph \
+                          launches that bind its slice use (Exec::launch_lent)"
+                    .into(),
+            });
+        }
         stream.check_device(&self.device, "the StreamFft")?;
         let tail = stream.queue()?;
         if self.bound.as_ref().map(Stream::raw) != Some(stream.raw()) {

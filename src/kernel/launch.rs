@@ -57,9 +57,40 @@ pub(super) enum KernelOrigin {
     Recording(u64),
 }
 
+/// A kernel's code as CUDA takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KernelCode {
+    /// A kernel of a library (`cudaLibraryGetKernel`): the runtime's `cudaKernel_t`, the
+    /// driver's `CUkernel`, valid in every context of its device.
+    Library(sys::cudaKernel_t),
+    /// A function of one context (`cuModuleGetFunction`: a cudarc `CudaFunction`), the
+    /// driver's `CUfunction`. The runtime's graph calls refuse it (on the H100 with CUDA 13.0,
+    /// `cudaGraphAddNode`, `cudaFuncGetParamInfo` and `cudaFuncGetAttributes` answer
+    /// `cudaErrorInvalidResourceHandle`), so its nodes, launches and queries go to the driver
+    /// (`src/cudarc_interop/function.rs`).
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    Function(sys::CUfunction),
+}
+
+impl KernelCode {
+    /// The handle as the `func` of a `cudaKernelNodeParams` (and the driver's `func` or
+    /// `kern`, see [`KernelCode::is_function`]).
+    pub(crate) fn as_ptr(self) -> *mut c_void {
+        match self {
+            KernelCode::Library(k) => k.cast(),
+            KernelCode::Function(f) => f.cast(),
+        }
+    }
+
+    /// Whether the handle is a context's function rather than a library's kernel.
+    pub(crate) fn is_function(self) -> bool {
+        matches!(self, KernelCode::Function(_))
+    }
+}
+
 pub(crate) struct KernelInner {
     pub(super) name: String,
-    pub(super) raw: Option<sys::cudaKernel_t>,
+    pub(super) raw: Option<KernelCode>,
     pub(super) params: Vec<ParamInfo>,
     pub(super) param_source: ParamSource,
     /// 8-byte words the argument values take (at least one): see [`value_words`].
@@ -150,15 +181,22 @@ impl Kernel {
     /// Lets launches of this kernel use up to `bytes` of dynamic shared memory (above the
     /// 48 KiB default, up to the device's opt-in limit).
     pub fn set_max_dynamic_shared_mem(&self, bytes: usize) -> Result<()> {
-        if let Some(raw) = self.inner.raw {
+        let value = i32::try_from(bytes).unwrap_or(i32::MAX);
+        match self.inner.raw {
             // SAFETY: the kernel is live.
-            unsafe {
+            Some(KernelCode::Library(raw)) => unsafe {
                 rt::func_set_attribute(
                     raw as *const c_void,
                     sys::cudaFuncAttribute::cudaFuncAttributeMaxDynamicSharedMemorySize,
-                    i32::try_from(bytes).unwrap_or(i32::MAX),
+                    value,
                 )?
-            };
+            },
+            #[cfg(feature = "cudarc")]
+            // SAFETY: the function is live (its module is held by `self`).
+            Some(KernelCode::Function(f)) => unsafe {
+                crate::cudarc_interop::function::set_max_dynamic_shared_mem(f, value)?
+            },
+            _ => {}
         }
         self.inner
             .max_dynamic_shared_mem
@@ -180,14 +218,22 @@ impl Kernel {
         device.bind()?;
         let threads = i32::try_from(block_threads).unwrap_or(i32::MAX);
         // SAFETY: the kernel is live (its module is held by `self`), of the current device.
-        let n = unsafe {
-            rt::occupancy_max_active_blocks(raw as *const c_void, threads, dynamic_smem)?
+        let n = match raw {
+            KernelCode::Library(k) => unsafe {
+                rt::occupancy_max_active_blocks(k as *const c_void, threads, dynamic_smem)?
+            },
+            #[cfg(feature = "cudarc")]
+            KernelCode::Function(f) => unsafe {
+                crate::cudarc_interop::function::occupancy(f, threads, dynamic_smem)?
+            },
+            #[cfg(not(feature = "cudarc"))]
+            KernelCode::Function(_) => unreachable!("made only with the cudarc feature"),
         };
         Ok(Some(n.max(0) as u32))
     }
 
-    /// The raw handle, or `None` for a recording backend's kernel.
-    pub(crate) fn raw(&self) -> Option<sys::cudaKernel_t> {
+    /// The code, or `None` for a recording backend's kernel.
+    pub(crate) fn raw(&self) -> Option<KernelCode> {
         self.inner.raw
     }
 
@@ -234,6 +280,14 @@ impl Kernel {
                     return Some(format!(
                         "argument {i} is a graph-allocated buffer, which only a kernel node of \
                          the DAG that allocates it can take (not a stream launch)"
+                    ));
+                }
+                if a.buffer.is_some_and(|b| b.is_lent()) {
+                    // Its owner is cudarc's slice, which only a graph launch binds.
+                    return Some(format!(
+                        "argument {i} is memory lent by cudarc (a Lent), which only graph \
+                         launches that bind its slice take (Exec::launch_lent); launch on a \
+                         stream with cudarc's own launch builder"
                     ));
                 }
                 self.arg_device_problem(i, a)
@@ -494,29 +548,37 @@ impl Kernel {
             });
         };
         const MAX: usize = 64;
-        if args.len() > MAX {
-            let mut ptrs: Vec<*mut c_void> = args.iter().map(|a| a.as_ptr()).collect();
-            return rt::launch_kernel(
-                raw as *const c_void,
-                cfg.grid.into(),
-                cfg.block.into(),
-                ptrs.as_mut_ptr(),
-                cfg.shared_mem_bytes as usize,
-                stream,
-            );
+        let mut heap: Vec<*mut c_void>;
+        let mut stack = [std::ptr::null_mut::<c_void>(); MAX];
+        let ptrs: &mut [*mut c_void] = if args.len() > MAX {
+            heap = args.iter().map(|a| a.as_ptr()).collect();
+            &mut heap
+        } else {
+            for (p, a) in stack.iter_mut().zip(args) {
+                *p = a.as_ptr();
+            }
+            &mut stack
+        };
+        match raw {
+            // SAFETY: the caller's contract; `ptrs` holds one pointer per argument.
+            KernelCode::Library(k) => unsafe {
+                rt::launch_kernel(
+                    k as *const c_void,
+                    cfg.grid.into(),
+                    cfg.block.into(),
+                    ptrs.as_mut_ptr(),
+                    cfg.shared_mem_bytes as usize,
+                    stream,
+                )
+            },
+            #[cfg(feature = "cudarc")]
+            // SAFETY: as above.
+            KernelCode::Function(f) => unsafe {
+                crate::cudarc_interop::function::launch(f, cfg, ptrs.as_mut_ptr(), stream)
+            },
+            #[cfg(not(feature = "cudarc"))]
+            KernelCode::Function(_) => unreachable!("made only with the cudarc feature"),
         }
-        let mut ptrs = [std::ptr::null_mut::<c_void>(); MAX];
-        for (p, a) in ptrs.iter_mut().zip(args) {
-            *p = a.as_ptr();
-        }
-        rt::launch_kernel(
-            raw as *const c_void,
-            cfg.grid.into(),
-            cfg.block.into(),
-            ptrs.as_mut_ptr(),
-            cfg.shared_mem_bytes as usize,
-            stream,
-        )
     }
 }
 

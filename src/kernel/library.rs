@@ -17,6 +17,10 @@ pub(super) struct ModuleInner {
     pub(super) lowered_names: HashMap<String, String>,
     /// Stream launches of its kernels that may still run.
     pub(super) uses: GpuUses,
+    /// Code loaded by another library (a cudarc `CudaFunction`, which holds its module):
+    /// `raw` is then null, and the owner is dropped, rather than a library unloaded, after the
+    /// stream launches of its kernels.
+    pub(crate) foreign: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: library handles may be used from any thread.
@@ -29,6 +33,15 @@ impl Drop for ModuleInner {
         if let Err(e) = self.uses.wait() {
             self.device
                 .defer("a module (waiting for launches of its kernels)", e);
+            if let Some(owner) = self.foreign.take() {
+                // Its kernels may still run: the code must never be unloaded.
+                std::mem::forget(owner);
+                return;
+            }
+        }
+        if self.foreign.take().is_some() {
+            // Dropped here: its owner unloads it.
+            return;
         }
         // SAFETY: last reference: every kernel and graph node of this module holds one, and
         // the stream launches of its kernels have completed (waited for above).

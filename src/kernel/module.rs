@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use super::compile::{compile, CodeKind, CompileOptions};
 use super::cubin;
-use super::launch::{value_words, Kernel, KernelInner, KernelOrigin, ParamInfo, ParamSource};
+use super::launch::{
+    value_words, Kernel, KernelCode, KernelInner, KernelOrigin, ParamInfo, ParamSource,
+};
 use super::library::ModuleInner;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -73,6 +75,7 @@ impl Module {
                 device: device.clone(),
                 lowered_names,
                 uses: GpuUses::default(),
+                foreign: None,
             }),
             cubin: image.starts_with(b"\x7fELF").then(|| Arc::from(image)),
         })
@@ -122,7 +125,7 @@ impl Module {
         Ok(Kernel {
             inner: Arc::new(KernelInner {
                 name: name.to_string(),
-                raw: Some(raw),
+                raw: Some(KernelCode::Library(raw)),
                 value_words: value_words(&params),
                 params,
                 param_source,
@@ -136,6 +139,46 @@ impl Module {
                 },
             }),
         })
+    }
+}
+
+impl Kernel {
+    /// A kernel whose code another library loaded and keeps (`owner`, dropped after the
+    /// stream launches of the kernel have run): a context's function, with its layout and
+    /// attributes as the driver gave them.
+    #[cfg(feature = "cudarc")]
+    #[allow(clippy::too_many_arguments)] // reason: one constructor, called from one place, filling every field
+    pub(crate) fn foreign(
+        name: String,
+        device: Device,
+        function: crate::sys::CUfunction,
+        params: Vec<ParamInfo>,
+        max_threads_per_block: u32,
+        static_shared_mem: usize,
+        max_dynamic_shared_mem: AtomicUsize,
+        owner: Box<dyn std::any::Any + Send + Sync>,
+    ) -> Kernel {
+        Kernel {
+            inner: Arc::new(KernelInner {
+                name,
+                raw: Some(KernelCode::Function(function)),
+                value_words: value_words(&params),
+                params,
+                param_source: ParamSource::Probed,
+                max_threads_per_block,
+                static_shared_mem,
+                max_dynamic_shared_mem,
+                origin: KernelOrigin::Module {
+                    module: Arc::new(ModuleInner {
+                        raw: std::ptr::null_mut(),
+                        device,
+                        lowered_names: HashMap::new(),
+                        uses: GpuUses::default(),
+                        foreign: Some(owner),
+                    }),
+                },
+            }),
+        }
     }
 }
 

@@ -72,14 +72,16 @@ pub unsafe fn primary_ctx_release(ordinal: i32) -> Result<()> {
 }
 
 /// `cuGraphExecKernelNodeSetParams`: the runtime's `cudaGraphExecKernelNodeSetParams` with
-/// `params`, whose `func` is a `cudaKernel_t`, run in context `ctx`.
+/// `params`, whose `func` is a `cudaKernel_t`, run in context `ctx` (or, with `ctx` null, a
+/// context's function: see [`kernel_node_params`]).
 ///
 /// # Safety
 /// As for [`crate::result::runtime::graph_exec_kernel_node_set_params`]: `node` is a kernel
 /// node of the graph `exec` was instantiated from, and `params` describe a launch of the same
 /// kernel with arguments matching its layout, live for the call (the driver copies them). In
 /// addition, `params.func` is a `cudaKernel_t` (from `cudaLibraryGetKernel`), and `ctx` is
-/// the context the node runs in (its device's primary context), held for the call.
+/// the context the node runs in (its device's primary context), held for the call; or `ctx`
+/// is null and `params.func` is a live function (`CUfunction`) of the node's context.
 #[inline]
 pub unsafe fn graph_exec_kernel_node_set_params(
     exec: sys::cudaGraphExec_t,
@@ -92,12 +94,30 @@ pub unsafe fn graph_exec_kernel_node_set_params(
 }
 
 /// The driver's parameters for the runtime's kernel launch `params` (whose `func` is a
-/// `cudaKernel_t`), given as that kernel and context `ctx`.
+/// `cudaKernel_t`), given as that kernel and context `ctx`; or, with `ctx` null, for a launch
+/// whose `func` is a context's function (`CUfunction`, a cudarc kernel's), which runs in its
+/// own context.
 #[inline]
 pub fn kernel_node_params(
     params: &sys::cudaKernelNodeParams,
     ctx: sys::CUcontext,
 ) -> sys::CUDA_KERNEL_NODE_PARAMS {
+    if ctx.is_null() {
+        return sys::CUDA_KERNEL_NODE_PARAMS {
+            func: params.func.cast(),
+            gridDimX: params.gridDim.x,
+            gridDimY: params.gridDim.y,
+            gridDimZ: params.gridDim.z,
+            blockDimX: params.blockDim.x,
+            blockDimY: params.blockDim.y,
+            blockDimZ: params.blockDim.z,
+            sharedMemBytes: params.sharedMemBytes,
+            kernelParams: params.kernelParams,
+            extra: params.extra,
+            kern: std::ptr::null_mut(),
+            ctx,
+        };
+    }
     sys::CUDA_KERNEL_NODE_PARAMS {
         // Given as a kernel and its context: `func` is the per-context function handle, which
         // the crate does not keep.

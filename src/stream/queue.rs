@@ -108,6 +108,12 @@ impl StreamQueue {
         })
     }
 
+    /// What keeps a stream another library owns alive (`None` for the crate's own streams).
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) fn owner(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        self.borrowed.as_deref()
+    }
+
     /// The raw handle.
     pub(crate) fn raw(&self) -> sys::cudaStream_t {
         self.raw

@@ -6,9 +6,12 @@
 use std::sync::Arc;
 
 use anyhow::{ensure, Context};
-use cudagraph::cudarc::driver::{CudaContext, CudaSlice, CudaStream, PushKernelArg};
+use cudagraph::cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, PushKernelArg};
 use cudagraph::cudarc::nvrtc::compile_ptx;
-use cudagraph::{args, dst, src, Dag, Device, DeviceBuffer, Error, Event, LaunchConfig, Stream};
+use cudagraph::{
+    args, dst, src, Dag, Device, DeviceBuffer, Error, Event, InOut, Kernel, LaunchConfig, Lend,
+    Lent, Stream,
+};
 
 use crate::common::{Gpu, KERNELS};
 
@@ -205,5 +208,191 @@ fn refused(gpu: &Gpu) -> anyhow::Result<()> {
         DeviceBuffer::from_cudarc(slice).map(drop),
         "a non-primary context's buffer",
     )?;
+    Ok(())
+}
+
+/// cudarc's own `axpy` and `scale` functions (from `compile_ptx(KERNELS)`).
+fn cudarc_functions(ctx: &Arc<CudaContext>) -> anyhow::Result<[CudaFunction; 4]> {
+    let module = ctx.load_module(compile_ptx(KERNELS)?)?;
+    Ok([
+        module.load_function("axpy")?,
+        module.load_function("scale")?,
+        module.load_function("spin")?,
+        module.load_function("write_slot")?,
+    ])
+}
+
+register!(gpu "cudarc::cudarc_functions_as_kernel_nodes_equal_the_cudarc_stream_version" => functions_as_nodes);
+/// cudarc's compiled functions as kernel nodes (over the crate's buffers): the layout comes
+/// from the driver and is checked like the crate's kernels'; `STEPS` launches equal cudarc's
+/// own launches; a per-node update of a value (the driver's update path for a function) and
+/// a stream launch of the same kernel work; a wrong argument is refused naming the node.
+fn functions_as_nodes(gpu: &Gpu) -> anyhow::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let cs = ctx.new_stream()?;
+    let (a, b) = (0.5f32, 0.75f32);
+    let want = cudarc_version(&ctx, &cs, a, b)?;
+    let [axpy_f, scale_f, ..] = cudarc_functions(&ctx)?;
+    let axpy = Kernel::from_cudarc(&ctx, &axpy_f)?;
+    let scale = Kernel::from_cudarc(&ctx, &scale_f)?;
+    ensure!(axpy.name() == "axpy", "name {}", axpy.name());
+    let sizes: Vec<usize> = axpy.params().iter().map(|p| p.size).collect();
+    ensure!(
+        sizes == [8, 4, 8, 4],
+        "axpy's layout from the driver: {sizes:?}"
+    );
+    drop((axpy_f, scale_f)); // the kernels keep the functions (and their module) loaded
+    let device = &gpu.device;
+    let (x, y0) = inputs();
+    let x = DeviceBuffer::from_slice(device, &x)?;
+    let y = DeviceBuffer::from_slice(device, &y0)?;
+    let cfg = LaunchConfig::for_elements(N as u32, 256);
+    let mut dag = Dag::new();
+    let k1 = dag.add_kernel(&axpy, cfg, &args![&y, a, &x, N as i32])?;
+    let k2 = dag.add_kernel(&scale, cfg, &args![&y, b, N as i32])?;
+    dag.add_dependency(k1, k2)?;
+    match dag.add_kernel(&scale, cfg, &args![&y, b]) {
+        Err(Error::KernelArgs { .. }) => {}
+        other => anyhow::bail!("a missing argument: expected KernelArgs, got {other:?}"),
+    }
+    let mut exec = dag.instantiate(device)?;
+    let stream = Stream::new(device)?;
+    for _ in 0..STEPS {
+        exec.launch(&stream)?;
+    }
+    ensure!(y.to_vec()? == want, "the DAG of cudarc functions");
+
+    // A per-node update (the driver's kernel-node update, given the function), then the
+    // same steps again from the start: scale by 1 instead of b.
+    y.copy_from_slice(&y0)?;
+    exec.set_kernel_arg(k2, 1, 1.0f32)?;
+    for _ in 0..STEPS {
+        exec.launch(&stream)?;
+    }
+    let want1 = cudarc_version(&ctx, &cs, a, 1.0)?;
+    ensure!(y.to_vec()? == want1, "after the per-node update");
+
+    // A stream launch of a cudarc function.
+    y.copy_from_slice(&y0)?;
+    scale.launch(&stream, cfg, &args![&y, 2.0f32, N as i32])?;
+    let doubled: Vec<f32> = y0.iter().map(|v| v * 2.0).collect();
+    ensure!(y.to_vec()? == doubled, "the stream launch");
+    Ok(())
+}
+
+register!(gpu "cudarc::lent_cudarc_slices_in_a_graph_are_ordered_by_cudarc_events" => lent_slices);
+/// Slices that stay cudarc's, lent to a DAG: `Exec::launch` refuses the graph; a launch
+/// without the slice bound, or on a stream that is not cudarc's, is refused;
+/// `launch_lent` on one cudarc stream, then a read through cudarc on another stream with no
+/// synchronise, sees the graph's writes (queued behind a long spin, so an unordered read
+/// would see the old values); the result equals cudarc's own launches.
+fn lent_slices(gpu: &Gpu) -> anyhow::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let (cs, reader) = (ctx.new_stream()?, ctx.new_stream()?);
+    ensure!(
+        ctx.is_managing_stream_synchronization(),
+        "two streams: cudarc tracks events"
+    );
+    let (a, b) = (0.5f32, 0.75f32);
+    let want = cudarc_version(&ctx, &cs, a, b)?;
+    let [axpy_f, scale_f, spin_f, _] = cudarc_functions(&ctx)?;
+    let [axpy, scale, spin] = [&axpy_f, &scale_f, &spin_f].map(|f| Kernel::from_cudarc(&ctx, f));
+    let (axpy, scale, spin) = (axpy?, scale?, spin?);
+    let (x0, y0) = inputs();
+    let mut xs: CudaSlice<f32> = cs.clone_htod(&x0)?;
+    let mut ys: CudaSlice<f32> = cs.clone_htod(&y0)?;
+    let (x, y) = (Lent::new(&xs)?, Lent::new(&ys)?);
+    let cfg = LaunchConfig::for_elements(N as u32, 256);
+    let mut dag = Dag::new();
+    let s = dag.add_kernel(&spin, LaunchConfig::new(1, 1), &args![SPIN])?;
+    let k1 = dag.add_kernel(&axpy, cfg, &args![InOut(&y), a, &x, N as i32])?;
+    let k2 = dag.add_kernel(&scale, cfg, &args![InOut(&y), b, N as i32])?;
+    dag.chain(&[s, k1, k2])?;
+    let device = Device::from_cudarc(&ctx)?;
+    ensure!(device == gpu.device, "one device for ordinal 0");
+    let mut exec = dag.instantiate(&device)?;
+    let stream = Stream::from_cudarc(&cs)?;
+    let refused = |r: cudagraph::Result<()>, what: &str| -> anyhow::Result<()> {
+        match r {
+            Err(Error::Cudarc { .. }) => Ok(()),
+            other => anyhow::bail!("{what}: expected Error::Cudarc, got {other:?}"),
+        }
+    };
+    refused(
+        exec.launch(&stream),
+        "Exec::launch of a graph with lent memory",
+    )?;
+    refused(
+        exec.launch_lent(&stream, &mut [Lend::new(&mut ys)]),
+        "x not bound",
+    )?;
+    refused(
+        exec.launch_lent(
+            &Stream::new(&device)?,
+            &mut [Lend::new(&mut xs), Lend::new(&mut ys)],
+        ),
+        "a stream of the crate's own",
+    )?;
+    for _ in 0..STEPS {
+        exec.launch_lent(&stream, &mut [Lend::new(&mut xs), Lend::new(&mut ys)])?;
+    }
+    // No synchronise: cudarc's read on another stream waits for the write event recorded
+    // after the last launch.
+    let got = reader.clone_dtoh(&ys)?;
+    ensure!(
+        got == want,
+        "cudarc's read after launch_lent: {:?} vs {:?}",
+        &got[..4],
+        &want[..4]
+    );
+    Ok(())
+}
+
+register!(gpu "cudarc::a_lent_slice_dropped_while_a_launch_is_queued_is_freed_after_it" => lent_dropped);
+/// A graph writes a lent slice behind a long spin and copies it to a buffer of the crate's;
+/// the slice is dropped right after `launch_lent` (cudarc frees it on its stream after the
+/// recorded write), and new cudarc slices filled with poison are allocated on another stream:
+/// the copy still holds the graph's values and the poison is intact.
+fn lent_dropped(gpu: &Gpu) -> anyhow::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let (cs, other) = (ctx.new_stream()?, ctx.new_stream()?);
+    let [_, _, spin_f, write_f] = cudarc_functions(&ctx)?;
+    let spin = Kernel::from_cudarc(&ctx, &spin_f)?;
+    let write = Kernel::from_cudarc(&ctx, &write_f)?;
+    let slots = 256u32;
+    let mut slice = cs.alloc_zeros::<u32>(slots as usize)?;
+    let lent = Lent::new(&slice)?;
+    let out = DeviceBuffer::<u32>::zeros(&gpu.device, slots as usize)?;
+    let mut dag = Dag::new();
+    let mut prev = dag.add_kernel(&spin, LaunchConfig::new(1, 1), &args![SPIN])?;
+    for i in 0..slots {
+        let w = dag.add_kernel(&write, LaunchConfig::new(1, 1), &args![&lent, i, 9000 + i])?;
+        dag.add_dependency(prev, w)?;
+        prev = w;
+    }
+    let copy = dag.add_copy(dst(&out), src(&lent))?;
+    dag.add_dependency(prev, copy)?;
+    let mut exec = dag.instantiate(&gpu.device)?;
+    let stream = Stream::from_cudarc(&cs)?;
+    exec.launch_lent(&stream, &mut [Lend::new(&mut slice)])?;
+    let after = Event::new(&gpu.device)?;
+    after.record(&stream)?;
+    drop(slice);
+    let poison: Vec<CudaSlice<u32>> = (0..8)
+        .map(|_| other.clone_htod(&vec![0xdead_beefu32; slots as usize]))
+        .collect::<Result<_, _>>()?;
+    ensure!(
+        !after.query()?,
+        "the launch should still be queued after the drop"
+    );
+    exec.synchronize()?;
+    let want: Vec<u32> = (0..slots).map(|i| 9000 + i).collect();
+    ensure!(out.to_vec()? == want, "the launch's writes were lost");
+    for p in &poison {
+        ensure!(
+            other.clone_dtoh(p)?.iter().all(|&v| v == 0xdead_beef),
+            "poison overwritten: the freed slice's memory was reused under the launch"
+        );
+    }
     Ok(())
 }

@@ -223,7 +223,19 @@ impl sealed::Lower for CudaBackend {
                 // Validated node: its kernel is a live kernel of this device, its arguments
                 // match the kernel's layout and their buffers are live allocations this device
                 // reaches.
-                let node = if edges.is_empty() {
+                let function = k.kernel().raw().is_some_and(|c| c.is_function());
+                let node = if function {
+                    // A cudarc function, which the runtime refuses: through the driver.
+                    #[cfg(feature = "cudarc")]
+                    // SAFETY: as below; `params.func` is the live function the kernel holds.
+                    unsafe {
+                        crate::cudarc_interop::function::graph_add_node(
+                            self.graph, deps, edges, &params,
+                        )?
+                    }
+                    #[cfg(not(feature = "cudarc"))]
+                    unreachable!("functions are made only with the cudarc feature")
+                } else if edges.is_empty() {
                     // SAFETY: see above; CUDA copies the argument values during the call, and
                     // the DAG (and any Exec made from it) keeps the kernel and buffers alive.
                     unsafe { rt::graph_add_kernel_node(self.graph, deps, &params)? }

@@ -1,6 +1,5 @@
 //! Kernel nodes: a kernel, its launch shape and packed arguments (`cudaGraphNodeTypeKernel`).
 
-use std::ffi::c_void;
 use std::sync::Arc;
 
 use super::{wrong_device, Label, NodeOp, RunsOn};
@@ -162,7 +161,7 @@ impl KernelNode {
             func: self
                 .kernel()
                 .raw()
-                .map_or(std::ptr::null_mut(), |k| k as *mut c_void),
+                .map_or(std::ptr::null_mut(), |k| k.as_ptr()),
             gridDim: self.config().grid.into(),
             blockDim: self.config().block.into(),
             sharedMemBytes: self.config().shared_mem_bytes,
@@ -215,6 +214,10 @@ impl KernelNode {
     #[inline]
     pub(crate) fn context(&self) -> Result<sys::CUcontext> {
         match self.kernel().home() {
+            // A context's function runs in that context: the driver is given it as `func`.
+            Ok(_) if self.kernel().raw().is_some_and(|c| c.is_function()) => {
+                Ok(std::ptr::null_mut())
+            }
             Ok(device) => device.primary_context(),
             Err(_) => Err(Error::Placeholder {
                 what: format!("kernel `{}`", self.kernel().name()),

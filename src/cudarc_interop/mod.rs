@@ -25,6 +25,11 @@
 //!   through [`Stream::raw`]: a wait for a graph launch may include it (longer, never shorter).
 //!   The per-thread and legacy stream names are refused: one handle must be one stream.
 
+pub(crate) mod function;
+pub(crate) mod lent;
+
+pub use lent::{Lend, Lent};
+
 use std::any::Any;
 use std::sync::Arc;
 
@@ -287,6 +292,42 @@ mod tests {
         let mut b = rec.device_buffer::<f32>(16);
         Arc::get_mut(&mut b.alloc).expect("new").foreign = Some(Box::new(Owned(drops.clone())));
         b
+    }
+
+    #[test]
+    fn lent_memory_is_refused_by_stream_launches_but_taken_by_graph_nodes() {
+        let mut rec = RecordingBackend::new(crate::DeviceLimits::hopper());
+        let mut b = rec.device_buffer::<f32>(16);
+        let k = rec.kernel("k", &[8]);
+        assert!(k.args_problem(&crate::args![&b]).is_none(), "own memory");
+        Arc::get_mut(&mut b.alloc).expect("new").foreign = Some(Box::new(lent::LentMemory));
+        assert!(b.alloc.is_lent());
+        let problem = k.args_problem(&crate::args![&b]).expect("refused");
+        assert!(problem.contains("lent by cudarc"), "{problem}");
+        // A graph node takes it (its launches bind the slice).
+        let mut dag = Dag::new();
+        dag.add_kernel(&k, crate::LaunchConfig::new(1, 1), &crate::args![&b])
+            .unwrap();
+    }
+
+    #[test]
+    fn a_function_is_given_to_the_driver_as_func_in_no_context() {
+        let f = 0x1234usize as *mut std::ffi::c_void;
+        let p = sys::cudaKernelNodeParams {
+            func: f,
+            gridDim: sys::dim3 { x: 2, y: 1, z: 1 },
+            blockDim: sys::dim3 { x: 64, y: 1, z: 1 },
+            sharedMemBytes: 0,
+            kernelParams: std::ptr::null_mut(),
+            extra: std::ptr::null_mut(),
+        };
+        let d = crate::result::driver::kernel_node_params(&p, std::ptr::null_mut());
+        assert_eq!((d.func.cast(), d.kern), (f, std::ptr::null_mut()));
+        assert_eq!((d.gridDimX, d.blockDimX), (2, 64));
+        // A library kernel is given as `kern` with its context.
+        let ctx = 0x99usize as sys::CUcontext;
+        let d = crate::result::driver::kernel_node_params(&p, ctx);
+        assert_eq!((d.func, d.kern.cast(), d.ctx), (std::ptr::null_mut(), f, ctx));
     }
 
     #[test]

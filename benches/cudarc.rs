@@ -1,0 +1,212 @@
+//! cudagraph's explicit DAG against cudarc's own ways of running the same chain of kernels
+//! (feature `cudarc`; run on the GPU machine: `cargo bench --features cudarc --bench cudarc`,
+//! or the staged binary).
+//!
+//! One cudarc function (compiled by `cudarc::nvrtc`) over one cudarc slice, N = 10, 100 and
+//! 1,000 launches in a chain, three ways, side by side in one run:
+//! - **stream**: cudarc's `launch_builder` on a stream, N launches per round;
+//! - **capture**: the same launches captured by cudarc (`begin_capture`/`end_capture`, which
+//!   instantiates) and the graph replayed with `CudaGraph::launch`;
+//! - **cudagraph**: a DAG of N kernel nodes built from the same function
+//!   (`Kernel::from_cudarc`) over the same slice (`Lent`), instantiated, launched with
+//!   `Exec::launch_lent`.
+//!
+//! Per node: CPU µs to queue (wall time of the launching loop), GPU µs (events around the
+//! launches), and for the graphs the build time (capture + instantiate; add nodes +
+//! instantiate). Each figure is the median of 5 trials. The slice's value is checked after
+//! every trial. cudarc's event tracking is turned off (one stream, as cudarc's own capture
+//! requires: a capture may not wait on events recorded outside it), so no variant pays for
+//! events.
+
+use std::time::{Duration, Instant};
+
+use anyhow::ensure;
+use cudagraph::cudarc::driver::{
+    sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode},
+    CudaContext, CudaSlice, CudaStream, LaunchConfig as CuConfig, PushKernelArg,
+};
+use cudagraph::cudarc::nvrtc::compile_ptx;
+use cudagraph::{args, Dag, Device, Kernel, LaunchConfig, Lend, Lent, Stream};
+
+const SOURCE: &str = r#"extern "C" __global__ void bump(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1.0f;
+}"#;
+const LEN: usize = 256;
+const TRIALS: usize = 5;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+struct Row {
+    cpu_us: f64,
+    gpu_us: f64,
+    build_ms: Option<f64>,
+}
+
+/// Times `launch` (queueing `nodes` nodes per call) `reps` times: CPU and GPU µs per node.
+fn time(
+    ctx: &std::sync::Arc<CudaContext>,
+    cs: &std::sync::Arc<CudaStream>,
+    reps: usize,
+    nodes: usize,
+    launch: &mut dyn FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<(f64, f64)> {
+    let e0 = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    let e1 = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    cs.synchronize()?;
+    e0.record(cs)?;
+    let t = Instant::now();
+    for _ in 0..reps {
+        launch()?;
+    }
+    let cpu = t.elapsed();
+    e1.record(cs)?;
+    cs.synchronize()?;
+    let gpu_ms = e0.elapsed_ms(&e1)? as f64;
+    let per = (reps * nodes) as f64;
+    Ok((cpu.as_secs_f64() * 1e6 / per, gpu_ms * 1e3 / per))
+}
+
+fn main() -> anyhow::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    // SAFETY: one stream does all the work below, in order; no slice is used on another.
+    unsafe { ctx.disable_event_tracking() };
+    let cs = ctx.new_stream()?;
+    let f = ctx
+        .load_module(compile_ptx(SOURCE)?)?
+        .load_function("bump")?;
+    let device = Device::from_cudarc(&ctx)?;
+    let kernel = Kernel::from_cudarc(&ctx, &f)?;
+    let stream = Stream::from_cudarc(&cs)?;
+    let mut x: CudaSlice<f32> = cs.alloc_zeros(LEN)?;
+    let lent = Lent::new(&x)?;
+    let n = LEN as i32;
+    let cu_cfg = CuConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (LEN as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let cfg = LaunchConfig::new(1, LEN as u32);
+    let mut expected = 0.0f64;
+    let mut check = |x: &CudaSlice<f32>, added: usize, what: &str| -> anyhow::Result<()> {
+        expected += added as f64;
+        let v = cs.clone_dtoh(x)?;
+        ensure!(
+            v.iter().all(|&e| e as f64 == expected),
+            "{what}: x = {} after the launches, expected {expected}",
+            v[0]
+        );
+        Ok(())
+    };
+
+    println!("cudarc interop: a chain of N launches of one cudarc function over one cudarc slice");
+    println!(
+        "{:>5}  {:<10} {:>12} {:>12} {:>12}",
+        "N", "how", "CPU µs/node", "GPU µs/node", "build ms"
+    );
+    let mut verdicts = Vec::new();
+    for chain in [10usize, 100, 1000] {
+        let reps = (20_000 / chain).max(20);
+        let mut rows: Vec<(&str, Vec<Row>)> = vec![
+            ("stream", vec![]),
+            ("capture", vec![]),
+            ("cudagraph", vec![]),
+        ];
+        for _ in 0..TRIALS {
+            // cudarc, stream launches.
+            let mut round = || -> anyhow::Result<()> {
+                for _ in 0..chain {
+                    // SAFETY: `bump(float*, int)` over `LEN` floats.
+                    unsafe { cs.launch_builder(&f).arg(&mut x).arg(&n).launch(cu_cfg)? };
+                }
+                Ok(())
+            };
+            let (cpu_us, gpu_us) = time(&ctx, &cs, reps, chain, &mut round)?;
+            check(&x, reps * chain, "stream")?;
+            rows[0].1.push(Row {
+                cpu_us,
+                gpu_us,
+                build_ms: None,
+            });
+
+            // cudarc, stream capture and replay.
+            let t = Instant::now();
+            cs.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+            for _ in 0..chain {
+                // SAFETY: as above.
+                unsafe { cs.launch_builder(&f).arg(&mut x).arg(&n).launch(cu_cfg)? };
+            }
+            let g = cs
+                .end_capture(CUgraphInstantiate_flags(0))?
+                .expect("a graph was captured");
+            let build = t.elapsed();
+            g.upload()?;
+            let (cpu_us, gpu_us) = time(&ctx, &cs, reps, chain, &mut || Ok(g.launch()?))?;
+            check(&x, reps * chain, "capture")?;
+            rows[1].1.push(Row {
+                cpu_us,
+                gpu_us,
+                build_ms: Some(ms(build)),
+            });
+
+            // cudagraph, an explicit DAG of the same function over the same slice.
+            let t = Instant::now();
+            let mut dag = Dag::new();
+            let mut prev = None;
+            for _ in 0..chain {
+                let k = dag.add_kernel(&kernel, cfg, &args![&lent, n])?;
+                if let Some(p) = prev {
+                    dag.add_dependency(p, k)?;
+                }
+                prev = Some(k);
+            }
+            let mut exec = dag.instantiate(&device)?;
+            let build = t.elapsed();
+            exec.upload(&stream)?;
+            let (cpu_us, gpu_us) = time(&ctx, &cs, reps, chain, &mut || {
+                Ok(exec.launch_lent(&stream, &mut [Lend::new(&mut x)])?)
+            })?;
+            check(&x, reps * chain, "cudagraph")?;
+            rows[2].1.push(Row {
+                cpu_us,
+                gpu_us,
+                build_ms: Some(ms(build)),
+            });
+        }
+        let med: Vec<(&str, f64, f64, Option<f64>)> = rows
+            .iter()
+            .map(|(how, r)| {
+                (
+                    *how,
+                    median(r.iter().map(|r| r.cpu_us).collect()),
+                    median(r.iter().map(|r| r.gpu_us).collect()),
+                    r[0].build_ms
+                        .map(|_| median(r.iter().filter_map(|r| r.build_ms).collect())),
+                )
+            })
+            .collect();
+        for (how, cpu, gpu, build) in &med {
+            let build = build.map_or("-".to_string(), |b| format!("{b:.3}"));
+            println!("{chain:>5}  {how:<10} {cpu:>12.3} {gpu:>12.3} {build:>12}");
+        }
+        let (cap, ours) = (&med[1], &med[2]);
+        let launch_ratio = ours.1 / cap.1;
+        let build_ratio = ours.3.unwrap() / cap.3.unwrap();
+        verdicts.push(format!(
+            "N = {chain}: launch CPU cudagraph/capture {launch_ratio:.2} ({}), build cudagraph/capture {build_ratio:.2} ({})",
+            if launch_ratio <= 1.0 { "met: at least as fast" } else { "MISSED: slower to launch" },
+            if build_ratio <= 1.1 { "met: at most 1.1×" } else { "MISSED: above 1.1×" },
+        ));
+    }
+    println!("targets (issue 29): cudagraph launches at least as fast as cudarc's captured graph, and builds in at most 1.1× its time");
+    for v in verdicts {
+        println!("  {v}");
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

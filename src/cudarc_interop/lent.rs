@@ -1,0 +1,306 @@
+//! cudarc buffers lent to DAGs without leaving cudarc ([`Lent`]), and the launches that bind
+//! them ([`Exec::launch_lent`] with [`Lend`]s).
+//!
+//! A DAG keeps the crate's own buffers alive by holding them; a cudarc slice stays cudarc's,
+//! so a DAG holds only its address. What makes the address safe to use is the binding at
+//! each launch: [`Exec::launch_lent`] takes every lent slice the graph uses by `&mut` (so it
+//! is alive, and nothing else uses it through cudarc's safe API during the call), makes the
+//! launch stream wait for the slice's recorded reads and writes, launches, and records the
+//! launch as the slice's latest write (cudarc's multi-stream event tracking). cudarc then
+//! orders whatever it does with the slice afterwards after the launch, on any stream: reads
+//! and writes wait for the write event, and dropping the slice frees it on its stream after
+//! waiting for it (`cuMemFreeAsync`, stream-ordered), so a queued launch never uses freed
+//! memory. Where cudarc tracks no events (one stream, or tracking turned off), the launch
+//! must be on the slice's own stream, whose order does the same.
+
+use std::marker::PhantomData;
+use std::ops::RangeBounds;
+use std::sync::Arc;
+
+use ::cudarc::driver::{
+    CudaSlice, CudaStream, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop,
+};
+
+use super::cudarc_call;
+use crate::dag::Exec;
+use crate::device::{Device, Owner};
+use crate::error::{Error, Result};
+use crate::kernel::{In, InOut, KernelArg, Out};
+use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, MemorySpace, Region};
+use crate::stream::track::GpuUses;
+use crate::stream::Stream;
+
+/// What a lent allocation holds in place of an owner: nothing to free (cudarc's slice owns
+/// the memory), and the mark that the allocation is lent ([`Allocation::is_lent`]).
+pub(crate) struct LentMemory;
+
+/// A cudarc buffer (a [`CudaSlice`], or a view of one) lent to DAGs: its memory as an operand
+/// of graph nodes (kernel arguments, with [`In`]/[`Out`]/[`InOut`] marks, copy and memset
+/// ends, FFT input and output, through [`Region`]), while the slice stays cudarc's.
+///
+/// A `Lent` holds the address, not the slice: an `Exec` whose graph uses lent memory is
+/// launched only with [`Exec::launch_lent`], which binds each slice for the launch and keeps
+/// cudarc's ordering of the slice's reads, writes and free (see the module docs in the
+/// README's "Using it with cudarc"). [`Exec::launch`] refuses such a graph, and stream
+/// operations (a stream kernel launch, a `StreamFft`) refuse lent memory, since nothing binds
+/// the slice there. Cheap to clone.
+pub struct Lent<T> {
+    buf: DeviceBuffer<T>,
+    _elem: PhantomData<fn() -> T>,
+}
+
+impl<T: DeviceRepr> Clone for Lent<T> {
+    fn clone(&self) -> Self {
+        Lent {
+            buf: DeviceBuffer::from_alloc(Arc::clone(&self.buf.alloc), self.buf.len()),
+            _elem: PhantomData,
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Lent<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lent")
+            .field("addr", &format_args!("{:#x}", self.buf.alloc.ptr))
+            .field("bytes", &self.buf.alloc.bytes)
+            .finish()
+    }
+}
+
+impl<T: DeviceRepr> Lent<T> {
+    /// Lends `slice` (a [`CudaSlice`], [`CudaView`](::cudarc::driver::CudaView) or
+    /// [`CudaViewMut`]) to DAGs. Only its address, length and device are taken: no access is
+    /// made, and nothing is recorded on it.
+    ///
+    /// Refused ([`Error::Cudarc`]): a slice of a non-primary context, as for
+    /// [`Device::from_cudarc`].
+    pub fn new(slice: &impl DevicePtr<T>) -> Result<Lent<T>> {
+        let stream = slice.stream();
+        let device = Device::from_cudarc(stream.context())?;
+        let (ptr, record) = slice.device_ptr(stream);
+        // Only the address is wanted: recording a read here would replace cudarc's record of
+        // reads on other streams (it keeps one read event per slice). `record` holds only
+        // references, so forgetting it leaks nothing.
+        std::mem::forget(record);
+        let alloc = Allocation {
+            ptr,
+            bytes: slice.num_bytes(),
+            space: MemorySpace::Device,
+            owner: Owner::Cuda(device),
+            uses: GpuUses::default(),
+            foreign: Some(Box::new(LentMemory)),
+        };
+        Ok(Lent {
+            buf: DeviceBuffer::from_alloc(Arc::new(alloc), slice.len()),
+            _elem: PhantomData,
+        })
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The elements `range` as a region for graph nodes (checked by the nodes using it).
+    pub fn region(&self, range: impl RangeBounds<usize>) -> Region {
+        self.buf.region(range)
+    }
+}
+
+impl<T: DeviceRepr> From<&Lent<T>> for Region {
+    fn from(l: &Lent<T>) -> Region {
+        Region::from(&l.buf)
+    }
+}
+
+impl<'a, T: DeviceRepr> From<&'a Lent<T>> for KernelArg<'a> {
+    fn from(l: &'a Lent<T>) -> Self {
+        KernelArg::from(&l.buf)
+    }
+}
+
+macro_rules! marked_lent {
+    ($($wrapper:ident),*) => {$(
+        impl<'a, T: DeviceRepr> From<$wrapper<&'a Lent<T>>> for KernelArg<'a> {
+            fn from(l: $wrapper<&'a Lent<T>>) -> Self {
+                KernelArg::from($wrapper(&l.0.buf))
+            }
+        }
+    )*};
+}
+
+marked_lent!(In, Out, InOut);
+
+/// A cudarc slice bound for one [`Exec::launch_lent`]: `&mut` access to a [`CudaSlice`] or a
+/// [`CudaViewMut`] whose memory holds lent memory the graph uses.
+pub struct Lend<'a> {
+    target: &'a mut dyn Lendable,
+}
+
+impl<'a> Lend<'a> {
+    /// Binds `slice` for a launch.
+    pub fn new<T: 'a>(slice: &'a mut CudaSlice<T>) -> Lend<'a> {
+        Lend { target: slice }
+    }
+
+    /// Binds a mutable view of a slice for a launch.
+    pub fn view<T: 'a>(view: &'a mut CudaViewMut<'_, T>) -> Lend<'a> {
+        Lend { target: view }
+    }
+}
+
+/// A slice as a launch binds it, its element type erased.
+trait Lendable {
+    /// The stream cudarc frees the slice on and, without event tracking, orders it by.
+    fn stream(&self) -> &Arc<CudaStream>;
+    /// Bytes.
+    fn bytes(&self) -> usize;
+    /// cudarc's write access on `stream` (`device_ptr_mut`): `stream` waits for the slice's
+    /// recorded reads and writes; dropping the guard records a write after what was queued.
+    fn access<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>);
+}
+
+macro_rules! lendable {
+    ($($ty:ty),*) => {$(
+        impl<T> Lendable for $ty {
+            fn stream(&self) -> &Arc<CudaStream> {
+                DeviceSlice::stream(self)
+            }
+            fn bytes(&self) -> usize {
+                self.num_bytes()
+            }
+            fn access<'s>(&'s mut self, stream: &'s CudaStream) -> (u64, SyncOnDrop<'s>) {
+                self.device_ptr_mut(stream)
+            }
+        }
+    )*};
+}
+
+lendable!(CudaSlice<T>, CudaViewMut<'_, T>);
+
+impl Exec {
+    /// [`Exec::launch`] for a graph that uses memory lent by cudarc ([`Lent`]), on `stream`,
+    /// a cudarc stream ([`Stream::from_cudarc`]) of the graph's device, binding `lends`: for
+    /// each lent allocation the graph uses, a [`Lend`] of a slice whose memory contains it
+    /// (the slice the `Lent` was made from, or one at the same memory). Allocates nothing.
+    ///
+    /// The stream first waits for the reads and writes cudarc recorded on each slice; after
+    /// the launch, a write is recorded on each, so cudarc orders its later use of the slices,
+    /// including freeing them, after the launch: reading a slice through cudarc's API after
+    /// this call sees the graph's writes with no explicit synchronisation. Where cudarc tracks
+    /// no events (its context made no stream besides the default one, or tracking was turned
+    /// off), each slice must belong to `stream`, whose order does the same.
+    ///
+    /// Refused, launching nothing ([`Error::Cudarc`]): a stream the crate did not take from
+    /// cudarc; lent memory of the graph that no lend contains (naming its address and size);
+    /// a slice of another context than the graph's device's, or of another stream while cudarc
+    /// tracks no events. A failure cudarc kept from its waits is [`Error::CudarcCall`].
+    pub fn launch_lent(&mut self, stream: &Stream, lends: &mut [Lend<'_>]) -> Result<()> {
+        const WHAT: &str = "Exec::launch_lent";
+        let problem = |problem: String| Error::Cudarc {
+            what: WHAT,
+            problem,
+        };
+        let cs = stream
+            .inner
+            .owner()
+            .and_then(|o| o.downcast_ref::<Arc<CudaStream>>())
+            .ok_or_else(|| {
+                problem(
+                    "the stream is not a cudarc stream (Stream::from_cudarc): cudarc's \
+                     ordering of the lent slices needs its stream"
+                        .into(),
+                )
+            })?;
+        let ctx = cs.context();
+        let tracked = ctx.is_managing_stream_synchronization();
+        let primary = self.device().primary_context()?;
+        for l in lends.iter() {
+            let s = l.target.stream();
+            if !std::ptr::eq(s.context().cu_ctx().cast(), primary) {
+                return Err(problem(
+                    "a lent slice belongs to another context than the graph's device's \
+                     primary context"
+                        .into(),
+                ));
+            }
+            if !tracked && s.cu_stream() != cs.cu_stream() {
+                return Err(problem(
+                    "cudarc tracks no events (its context made no stream besides the \
+                     default one, or tracking is off), and a lent slice belongs to another \
+                     stream than the launch's: launch on the slice's stream"
+                        .into(),
+                ));
+            }
+        }
+        bind(lends, cs, None, &mut |bound| {
+            for a in self.lent() {
+                let end = a.ptr + a.bytes as u64;
+                let mut b = bound;
+                let covered = loop {
+                    match b {
+                        Some(l) if l.start <= a.ptr && end <= l.end => break true,
+                        Some(l) => b = l.prev,
+                        None => break false,
+                    }
+                };
+                if !covered {
+                    return Err(problem(format!(
+                        "the graph uses lent memory at {:#x} ({} bytes) that no Lend contains",
+                        a.ptr, a.bytes
+                    )));
+                }
+            }
+            ctx.check_err()
+                .map_err(cudarc_call("CudaContext::check_err"))?;
+            self.launch_bound(stream)
+        })?;
+        if let Err(e) = ctx.check_err() {
+            // A write event may not have been recorded: cudarc could then use a slice the
+            // launch still writes. Wait for the launch before reporting.
+            let _ = cs.synchronize();
+            return Err(cudarc_call("CudaContext::check_err")(e));
+        }
+        Ok(())
+    }
+}
+
+/// The memory of one bound slice, and those bound before it.
+struct Bound<'p> {
+    start: u64,
+    end: u64,
+    prev: Option<&'p Bound<'p>>,
+}
+
+/// Runs `launch` with every slice of `lends` accessed for writing on `stream` (waits queued
+/// before, writes recorded after, whether the launch happened or not: recording a write after
+/// nothing new only orders cudarc's later work after the stream's tail), giving it the bound
+/// memory. Recursive, one level per lend, so the guards and the list of bound memory live on
+/// the stack: nothing is allocated.
+fn bind(
+    lends: &mut [Lend<'_>],
+    stream: &CudaStream,
+    prev: Option<&Bound<'_>>,
+    launch: &mut dyn FnMut(Option<&Bound<'_>>) -> Result<()>,
+) -> Result<()> {
+    match lends.split_first_mut() {
+        None => launch(prev),
+        Some((first, rest)) => {
+            let bytes = first.target.bytes() as u64;
+            let (start, record) = first.target.access(stream);
+            let here = Bound {
+                start,
+                end: start + bytes,
+                prev,
+            };
+            let r = bind(rest, stream, Some(&here), launch);
+            drop(record);
+            r
+        }
+    }
+}
