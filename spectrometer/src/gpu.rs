@@ -535,6 +535,26 @@ impl GpuEngine {
         self.exec.as_ref().map(|x| x.to_dot())
     }
 
+    /// Each node's time in the per-block graph (graph mode; `None` in stream mode), over
+    /// `launches` launches of a sequential copy of it on the compute stream
+    /// ([`cudagraph::Exec::profile`]: the nodes one at a time, events between them). The
+    /// engine's own graph is not launched. The copy runs on the engine's buffers as they are:
+    /// before the first block that is uninitialised input, which only the timings see (FFT,
+    /// detection and copies take the same time whatever the values), and every buffer it
+    /// writes is written again by the first blocks before anything reads it (the input by the
+    /// block's copy, a long FFT's columns by their gathers, each integration slot at its
+    /// integration's first spectrum, the output buffers by the blocks' copies). So a run after
+    /// it writes the same files as one without.
+    pub fn node_profile(&self, launches: u32) -> Result<Option<cudagraph::Profile>> {
+        self.exec
+            .as_ref()
+            .map(|x| {
+                x.profile(&self.stream, launches)
+                    .map_err(|e| gpu_err("profiling the graph", e))
+            })
+            .transpose()
+    }
+
     /// Device memory the engine allocated, bytes.
     pub fn device_bytes(&self) -> usize {
         self.d_in.size_bytes()

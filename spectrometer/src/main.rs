@@ -126,6 +126,21 @@ struct RunArgs {
     /// to `OUT_DIR/STEM.dot` (every node, with its parameters).
     #[arg(long)]
     dot: bool,
+    /// With `--device gpu` in graph mode: before the run, time each node of the graph (nodes
+    /// one at a time over `--profile-launches` launches) and print the table, slowest first;
+    /// with `--dot`, also write it as `OUT_DIR/STEM.profile.dot` (and `.svg` when Graphviz is
+    /// installed). The run then goes on as without it: its outputs are the same.
+    #[arg(long)]
+    profile: bool,
+    /// With `--profile`: how many launches to time (the mean, shortest and longest are shown).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 20,
+        requires = "profile",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    profile_launches: u32,
     /// Block buffers in the reader's ring (host memory ≈ ring × BLOCSIZE).
     #[arg(long, default_value_t = 4)]
     ring: usize,
@@ -352,6 +367,7 @@ fn engine_of(a: &RunArgs) -> anyhow::Result<EngineKind> {
                 ("--gpu", a.gpu.is_some()),
                 ("--gpu-mode", a.gpu_mode.is_some()),
                 ("--dot", a.dot),
+                ("--profile", a.profile),
             ];
             let given: Vec<&str> = gpu_only
                 .iter()
@@ -377,6 +393,11 @@ fn engine_of(a: &RunArgs) -> anyhow::Result<EngineKind> {
             if a.dot && mode != GpuMode::Graph {
                 bail!(
                     "--dot needs the graph mode (--gpu-mode graph): the stream mode makes no graph"
+                );
+            }
+            if a.profile && mode != GpuMode::Graph {
+                bail!(
+                    "--profile needs the graph mode (--gpu-mode graph): the stream mode makes no graph to profile"
                 );
             }
             if let Err(e) = cudagraph::Device::get(ordinal) {
@@ -448,18 +469,21 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
             eprintln!("{line}");
         }
         let plan = Plan::new(&scan, &cfg.products, &cfg.selection)?;
-        process(&scan, &plan, &cfg, a.dot, a.quiet)?;
+        let profile = a.profile.then_some(a.profile_launches);
+        process(&scan, &plan, &cfg, a.dot, profile, a.quiet)?;
     }
     Ok(())
 }
 
-/// Runs one stem with the engine `cfg` names (writing the graph's DOT first when `dot`), then
-/// prints the summary unless `quiet`.
+/// Runs one stem with the engine `cfg` names (writing the graph's DOT first when `dot`, and
+/// printing its per-node profile over `profile` launches when given), then prints the summary
+/// unless `quiet`.
 fn process(
     scan: &Scan,
     plan: &Plan,
     cfg: &RunConfig,
     dot: bool,
+    profile: Option<u32>,
     quiet: bool,
 ) -> anyhow::Result<()> {
     let report = match cfg.engine {
@@ -480,12 +504,48 @@ fn process(
                     .and_then(|()| std::fs::write(&path, text))
                     .with_context(|| format!("writing {}", path.display()))?;
             }
+            if let Some(launches) = profile {
+                print_profile(scan, cfg, &engine, launches, dot)?;
+            }
             run_stem(scan, plan, &mut engine, cfg)
         }
     }
     .with_context(|| format!("processing {}", scan.stem.display()))?;
     if !quiet {
         write!(std::io::stdout().lock(), "{report}").context("writing to standard output")?;
+    }
+    Ok(())
+}
+
+/// Prints the per-node profile of the engine's graph over `launches` launches (`--profile`) and,
+/// with `--dot`, writes it as `OUT_DIR/STEM.profile.dot` and, where Graphviz is installed,
+/// `.svg`.
+fn print_profile(
+    scan: &Scan,
+    cfg: &RunConfig,
+    engine: &GpuEngine,
+    launches: u32,
+    dot: bool,
+) -> anyhow::Result<()> {
+    let p = engine
+        .node_profile(launches)?
+        .context("--profile needs the graph mode (--gpu-mode graph)")?;
+    out!("graph of {} (one block):", scan.name())?;
+    write!(std::io::stdout().lock(), "{p}").context("writing to standard output")?;
+    if dot {
+        let path = cfg.out_dir.join(format!("{}.profile.dot", scan.name()));
+        std::fs::create_dir_all(&cfg.out_dir)
+            .and_then(|()| std::fs::write(&path, p.to_dot()))
+            .with_context(|| format!("writing {}", path.display()))?;
+        let svg = path.with_extension("svg");
+        match p.write_svg(&svg) {
+            Ok(()) => {}
+            Err(cudagraph::Error::GraphvizNotFound { .. }) => eprintln!(
+                "note: Graphviz `dot` is not installed: {} not written (the .dot is)",
+                svg.display()
+            ),
+            Err(e) => return Err(e).with_context(|| format!("writing {}", svg.display())),
+        }
     }
     Ok(())
 }
@@ -578,7 +638,7 @@ fn cmd_rawspec(a: RawspecArgs) -> anyhow::Result<()> {
         if a.debug {
             out!("{plan:#?}")?;
         }
-        process(&scan, &plan, &cfg, false, false)?;
+        process(&scan, &plan, &cfg, false, None, false)?;
     }
     Ok(())
 }

@@ -134,3 +134,43 @@ fn format_h5_without_the_feature_is_refused_with_the_way_to_get_it() {
     );
     assert!(!d.join("out").join("s.0.h5").exists());
 }
+
+/// `--profile` (the per-node profile of the GPU engine's graph) is parsed and checked on the
+/// host: refused for the CPU engine and for the stream mode (no graph), `--profile-launches`
+/// only with `--profile` and at least 1, and both listed in the help. (A GPU run is in
+/// `tests/gpu_engine.rs`: `run_profiles_the_graph_and_writes_the_same_files`.)
+#[test]
+fn profile_options_are_checked_before_anything_runs() {
+    let run = |extra: &[&str]| {
+        let o = bin()
+            .args(["run", "no-such-input", "-p", "8x1"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{extra:?} was accepted");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let e = run(&["--profile"]);
+    assert!(
+        e.contains("--profile only applies to the GPU engine"),
+        "{e}"
+    );
+    let e = run(&["--device", "gpu", "--gpu-mode", "stream", "--profile"]);
+    assert!(e.contains("--profile needs the graph mode"), "{e}");
+    let e = run(&["--profile-launches", "5"]);
+    assert!(e.contains("--profile"), "{e}");
+    assert!(e.contains("required"), "{e}");
+    let e = run(&["--device", "gpu", "--profile", "--profile-launches", "0"]);
+    assert!(e.contains("--profile-launches"), "{e}");
+    assert!(e.contains("0 is not in 1.."), "{e}");
+    // Accepted by the parser: with the CPU engine the refusal is the engine's, not clap's.
+    let e = run(&["--profile", "--profile-launches", "3"]);
+    assert!(e.contains("only applies to the GPU engine"), "{e}");
+    let h = bin().args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&h.stdout);
+    assert!(
+        help.contains("--profile") && help.contains("--profile-launches <N>"),
+        "{help}"
+    );
+    assert!(help.contains("[default: 20]"), "{help}");
+}

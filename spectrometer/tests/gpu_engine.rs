@@ -289,3 +289,62 @@ fn run_writes_the_graph_as_dot() {
         String::from_utf8_lossy(&r.stderr)
     );
 }
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
+fn run_profiles_the_graph_and_writes_the_same_files() {
+    gpu_or_fail();
+    let dir = tempfile::tempdir().unwrap();
+    let s = scan(dir.path(), "prof");
+    generate(&s).expect("generate");
+    let bin = || std::process::Command::new(env!("CARGO_BIN_EXE_cudagraph-spectrometer"));
+    // Two products, one of them an FFT longer than a block (a gather node): 1024 > 512.
+    let run = |out: &str, extra: &[&str]| {
+        bin()
+            .arg("run")
+            .arg(dir.path().join("prof"))
+            .args(["-p", "64x2", "-p", "1024x2:iquv", "--device", "gpu", "-o"])
+            .arg(dir.path().join(out))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let plain = run("plain", &["-q"]);
+    assert!(
+        plain.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let r = run(
+        "profiled",
+        &["--profile", "--profile-launches", "5", "--dot"],
+    );
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    println!("{stdout}");
+    assert!(stdout.contains("graph of prof (one block):"), "{stdout}");
+    assert!(stdout.contains("per-node profile: 8 nodes"), "{stdout}");
+    assert!(stdout.contains("5 launches"), "{stdout}");
+    for node in [
+        "D2D block",
+        "FFT 64",
+        "detect+integrate (product 0)",
+        "gather 2 blocks",
+    ] {
+        assert!(stdout.contains(node), "{node} missing: {stdout}");
+    }
+    assert!(stdout.contains("total (sum of the means)"), "{stdout}");
+    assert!(
+        stdout.contains("real-time factor"),
+        "the run went on: {stdout}"
+    );
+    let dot = std::fs::read_to_string(dir.path().join("profiled/prof.profile.dot"))
+        .expect("prof.profile.dot written");
+    assert!(dot.contains("fillcolor=\"#ff0000\""), "{dot}");
+    // The profile's launches changed nothing the run writes.
+    for f in ["prof.0.fil", "prof.1.fil"] {
+        let a = std::fs::read(dir.path().join("plain").join(f)).unwrap();
+        let b = std::fs::read(dir.path().join("profiled").join(f)).unwrap();
+        assert!(a == b, "{f} differs with --profile");
+    }
+}
