@@ -953,3 +953,88 @@ fn events_and_node_updates() {
     );
     assert!(t.contains("cannot become"), "{t}");
 }
+
+#[test]
+fn gemm_nodes() {
+    use cudagraph::{Gemm, Transpose};
+    let mut r = RecordingBackend::with_devices(DeviceLimits::hopper(), 2);
+    let blas = r.blas();
+    let a = r.device_buffer::<f32>(8 * 4);
+    let b = r.device_buffer::<f32>(4 * 6);
+    let c = r.device_buffer::<f32>(8 * 6);
+    let far = r.device_buffer_on::<f32>(1, 4 * 6);
+    let mut d = Dag::new();
+    d.add_empty();
+    let ok = Gemm::<f32>::new(8, 6, 4);
+    let gemm = |e: &Error| matches!(e, Error::Dag(DagError::Gemm { node, .. }) if node == "gemm#1");
+    // 82. A size of 0.
+    let t = refused(
+        "gemm with k = 0",
+        &mut d,
+        |d| d.add_gemm(&blas, &Gemm::new(8, 6, 0), &a, &b, &c),
+        gemm,
+    );
+    assert!(has(&t, &["k = 0", "at least 1"]), "{t}");
+    // 83. A size cuBLAS cannot take (its sizes are `int`).
+    let t = refused(
+        "gemm with m over i32::MAX",
+        &mut d,
+        |d| d.add_gemm(&blas, &Gemm::new(1 << 31, 6, 4), &a, &b, &c),
+        gemm,
+    );
+    assert!(
+        has(&t, &["m = 2147483648", "more than cuBLAS takes"]),
+        "{t}"
+    );
+    // 84. A leading dimension below the stored matrix's rows (A transposed is stored 4 x 8).
+    let t = refused(
+        "gemm with lda below the stored rows",
+        &mut d,
+        |d| d.add_gemm(&blas, &ok.trans_a(Transpose::Yes).lda(3), &a, &b, &c),
+        gemm,
+    );
+    assert!(has(&t, &["A's leading dimension 3", "row count 4"]), "{t}");
+    // 85. A buffer shorter than the matrix its leading dimension spans.
+    let t = refused(
+        "gemm with C past its buffer",
+        &mut d,
+        |d| d.add_gemm(&blas, &ok.ldc(9), &a, &b, &c),
+        gemm,
+    );
+    assert!(
+        has(&t, &["C is stored as 8 x 6", "spans 53 elements", "has 48"]),
+        "{t}"
+    );
+    // 86. C in the buffer of an input.
+    let t = refused(
+        "gemm writing its input",
+        &mut d,
+        |d| d.add_gemm(&blas, &Gemm::new(4, 4, 4), &a, &b, &a),
+        gemm,
+    );
+    assert!(has(&t, &["C is the buffer of A"]), "{t}");
+    // 87. A buffer of another device than the handle's.
+    let t = refused(
+        "gemm over another device's buffer",
+        &mut d,
+        |d| d.add_gemm(&blas, &ok, &a, &far, &c),
+        gemm,
+    );
+    assert!(has(&t, &["B belongs to", "the cuBLAS handle to"]), "{t}");
+    // 88. An empty workspace.
+    let t = refused(
+        "gemm without workspace",
+        &mut d,
+        |d| d.add_gemm(&blas, &ok.workspace_bytes(0), &a, &b, &c),
+        gemm,
+    );
+    assert!(has(&t, &["workspace", "at least 1 byte"]), "{t}");
+    // The same node, well formed, is accepted and lowers to one capture.
+    d.add_gemm(&blas, &ok, &a, &b, &c).unwrap();
+    d.lower(&mut r).unwrap();
+    assert!(
+        r.transcript().contains("captured `gemm#1`"),
+        "{}",
+        r.transcript()
+    );
+}
