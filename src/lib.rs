@@ -176,9 +176,9 @@ pub use fft::{
 pub use graph_buffer::GraphBuffer;
 pub use kernel::{
     compile, nvrtc_version, toolkit_include_dir, Access, AccessPolicy, AccessProperty, CodeKind,
-    CompileOptions, Compiled, Conditional, Dim3, In, InOut, Kernel, KernelArg, LaunchAttributes,
-    LaunchConfig, MemSyncDomain, Module, Out, ParamInfo, ParamSource, CONDITIONAL_INCLUDE,
-    MAX_PORTABLE_CLUSTER,
+    CompileOptions, Compiled, Conditional, DeviceGraph, DeviceNode, Dim3, In, InOut, Kernel,
+    KernelArg, LaunchAttributes, LaunchConfig, MemSyncDomain, Module, Out, ParamInfo, ParamSource,
+    CONDITIONAL_INCLUDE, DEVICE_UPDATE_INCLUDE, MAX_PORTABLE_CLUSTER,
 };
 pub use memory::{DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace, Region};
 pub use nccl::{Comm, Communicators, NcclType, ReduceOp};

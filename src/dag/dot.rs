@@ -94,6 +94,31 @@ impl Dag {
                 lines.extend(extra);
                 fill
             });
+            // A device-updatable kernel node: its handle and the kernels updating it, in a
+            // colour of its own.
+            let device_words = match &node.op {
+                super::Op::Kernel(_) if !self.device_nodes.is_empty() => {
+                    super::nodes::device_update::label_words(self, self.id_at(idx))
+                }
+                _ => None,
+            };
+            let mut color = match device_words {
+                Some(w) => {
+                    lines.push(w);
+                    super::nodes::device_update::DOT_COLOR
+                }
+                None => color,
+            };
+            // A kernel node launching a device graph.
+            if let (super::Op::Kernel(_), Some(w)) = (
+                &node.op,
+                (!self.device_graphs.is_empty())
+                    .then(|| self.device_graphs.label_words(self.id_at(idx)))
+                    .flatten(),
+            ) {
+                lines.push(w);
+                color = super::nodes::device_launch::DOT_COLOR;
+            }
             let color = styled.as_deref().unwrap_or(color);
             if let super::Op::MemAlloc(_) = &node.op {
                 // The span it allocates: its free node and the nodes using the buffer, and a

@@ -34,6 +34,11 @@ pub struct InstantiateFlags {
     /// the [`Exec`] frees those of its last launch when dropped. Without it, instantiation
     /// refuses a DAG with an allocation it does not free.
     pub auto_free_on_launch: bool,
+    /// Instantiate for launch from the device (`cudaGraphInstantiateFlagDeviceLaunch`): the
+    /// DAG may hold only kernel, memcpy, memset and child-graph nodes, all on its device
+    /// (checked, naming the node), and [`Exec::into_device_graph`] hands the graph over to
+    /// kernels of other graphs that launch it. Not with `auto_free_on_launch`.
+    pub device_launch: bool,
 }
 
 /// What [`Exec::update_or_reinstantiate`] did.
@@ -101,10 +106,14 @@ pub struct Exec {
     pub(super) scratch: ArgScratch,
     /// The flags it was instantiated with (a fresh instantiation by
     /// [`Exec::update_or_reinstantiate`] uses them too).
-    flags: InstantiateFlags,
+    pub(super) flags: InstantiateFlags,
     /// The addresses of the graph allocations the graph does not free (with
     /// `auto_free_on_launch`): the last launch's are freed on drop.
     unfreed: Vec<u64>,
+    /// Whether the next launch uploads the graph first (`cudaGraphUpload`): CUDA's rule for a
+    /// graph with device-updatable nodes, before its first launch and after a host-side update
+    /// of such a node.
+    pub(super) upload_before_launch: bool,
 }
 
 /// Something an update replaced, kept until the launches that may use it have completed.
@@ -204,6 +213,17 @@ impl Dag {
             }
         };
         crate::dag::nodes::graph_memory::check_unfreed(&self, flags.auto_free_on_launch)?;
+        if flags.device_launch {
+            if flags.auto_free_on_launch {
+                return Err(Error::BadOptions {
+                    what: "InstantiateFlags",
+                    problem: "`device_launch` and `auto_free_on_launch` cannot be used together \
+                              (CUDA's rule)"
+                        .into(),
+                });
+            }
+            crate::dag::nodes::device_launch::check_device_launch(&self, device.key())?;
+        }
         let log = ExecLaunches::new();
         let lowered = lower_to_cuda(&self, device, &mut reuse)?;
         let (graph, handles, fft, captured, disabled) = (
@@ -219,6 +239,9 @@ impl Dag {
         }
         if flags.auto_free_on_launch {
             f |= sys::cudaGraphInstantiateFlagAutoFreeOnLaunch as u64;
+        }
+        if flags.device_launch {
+            f |= sys::cudaGraphInstantiateFlagDeviceLaunch as u64;
         }
         let unfreed = if flags.auto_free_on_launch {
             let unfreed = crate::dag::nodes::graph_memory::unfreed(&self);
@@ -250,6 +273,7 @@ impl Dag {
                 return Err(e);
             }
         };
+        let upload_before_launch = !self.device_nodes.is_empty() && upload.is_none();
         let mut exec = Exec {
             raw,
             graph,
@@ -271,12 +295,14 @@ impl Dag {
             scratch: ArgScratch::default(),
             flags,
             unfreed,
+            upload_before_launch,
         };
         // Kernel arguments passing a conditional handle hold the graph's from here on (the
         // per-node updates of their other arguments pass them on); so do the nodes using a
         // graph buffer, its address.
         crate::dag::nodes::conditional::set_handle_values(&mut exec.dag, &lowered.conditionals);
         crate::dag::nodes::graph_memory::set_addresses(&mut exec.dag, &lowered.graph_allocs);
+        crate::dag::nodes::device_update::set_values(&mut exec.dag, &lowered.device_nodes);
         let Exec {
             dag,
             held,
@@ -291,6 +317,10 @@ impl Dag {
             n.op.host_fns("", &n.name(), hosts);
             n.for_each_allocation(&mut |a| hold_in(held, pinned, log, a));
         }
+        // The buffers of the device graphs its kernels launch: host access to them waits for
+        // this graph's launches too.
+        dag.device_graphs
+            .for_each_allocation(&mut |a| hold_in(held, pinned, log, a));
         // Nodes disabled in the DAG are disabled in the executable graph (CUDA instantiates
         // every node enabled). On error the Exec is dropped: nothing was launched.
         for (h, name) in &disabled {
@@ -519,6 +549,11 @@ impl Exec {
         self.check_host_panics()?;
         stream.check_device(&self.device, "the graph")?;
         crate::stream::check_not_in_host_node()?;
+        if self.upload_before_launch {
+            // A graph with device-updatable nodes (see `nodes/device_update.rs`).
+            self.upload(stream)?;
+            self.upload_before_launch = false;
+        }
         let (raw, log) = (self.raw, &self.log);
         let launch = || -> Result<()> {
             // What the launch uses is held by `self.dag`, the FFT context or `self.retired`,
@@ -680,6 +715,15 @@ impl Exec {
         }
     }
 
+    /// Notes a host-side update of node `id`: a device-updatable node's makes the next launch
+    /// upload the graph first (CUDA's rule). Allocates nothing.
+    #[inline]
+    pub(super) fn note_host_update(&mut self, id: NodeId) {
+        if !self.dag.device_nodes.is_empty() && self.dag.device_nodes.index_of(id).is_some() {
+            self.upload_before_launch = true;
+        }
+    }
+
     /// Notes one more reference of the DAG to `a`.
     pub(super) fn hold(&mut self, a: &Arc<Allocation>) {
         hold_in(&mut self.held, &mut self.pinned, &self.log, a);
@@ -720,6 +764,7 @@ impl Exec {
     /// kernel, memcpy or memset nodes; an FFT's parameter-setting kernel too). A disabled node
     /// does nothing when the graph runs; its dependencies still order the nodes around it.
     pub fn set_enabled(&mut self, id: NodeId, enabled: bool) -> Result<()> {
+        self.note_host_update(id);
         let h = self.handle(id)?;
         let raw = self.raw;
         let node = self.dag.node_mut(id)?;
@@ -774,6 +819,30 @@ impl Exec {
     /// launched), for a fresh instantiation to take over.
     fn update_keeping(&mut self, dag: &Dag, made: &mut Option<FftCaptureState>) -> Result<()> {
         check_same_topology(&self.dag, dag)?;
+        if let Some(n) = dag
+            .device_graph_user()
+            .or_else(|| self.dag.device_graph_user())
+        {
+            return Err(Error::UpdateRefused {
+                node: Some(n),
+                reason: "the graph's kernels launch device graphs, whose buffers the executable \
+                         graph counts as its own for its lifetime (Exec::update_or_reinstantiate \
+                         instantiates again)"
+                    .into(),
+            });
+        }
+        if let Some(n) = dag
+            .device_updatable_node()
+            .or_else(|| self.dag.device_updatable_node())
+        {
+            return Err(Error::UpdateRefused {
+                node: Some(n),
+                reason: "the graph has device-updatable kernel nodes, and CUDA updates neither \
+                         such a graph nor its executable graph as a whole \
+                         (Exec::update_or_reinstantiate instantiates again)"
+                    .into(),
+            });
+        }
         if let Some(a) = dag.graph_memory_node() {
             // The update's graph would allocate at other addresses than this one's, which its
             // kernels and fills would be given (CUDA keeps the executable graph's allocations).

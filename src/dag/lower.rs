@@ -21,6 +21,7 @@ use petgraph::visit::NodeIndexable;
 
 use super::nodes::backend::Backend;
 use super::nodes::conditional::{self, Scopes};
+use super::nodes::device_update;
 use super::nodes::graph_memory;
 use super::nodes::ValidationTarget;
 use super::{Dag, NodeId, Op, SerialOrder};
@@ -143,6 +144,9 @@ impl Dag {
         // DAGs: nothing allocated).
         let with_memory = !self.graph_memory.is_empty();
         let mut addrs = vec![0u64; self.graph_memory.alloc_count()];
+        // The device-updatable nodes' handles as their nodes are added (none in most DAGs).
+        let with_device_nodes = !self.device_nodes.is_empty();
+        let mut device_nodes = device_update::Lowering::new(self);
         // Each node on its device, switched only when it changes (never, unplaced).
         let mut current = home;
         // Nodes disabled in the DAG (an `Exec` disabled them): none in most DAGs, so nothing
@@ -164,6 +168,20 @@ impl Dag {
             }
             let name = node.name();
             let h = match &node.op {
+                Op::Kernel(k) if with_device_nodes && self.device_nodes.involves(id) => {
+                    device_update::lower_kernel(
+                        self,
+                        id,
+                        k,
+                        &name,
+                        backend,
+                        &deps,
+                        &[],
+                        scopes,
+                        &addrs,
+                        &mut device_nodes,
+                    )?
+                }
                 Op::Kernel(k) if with_handles || with_memory => {
                     self.lower_kernel(id, k, &name, &deps, backend, scopes, &addrs)?
                 }
@@ -182,6 +200,10 @@ impl Dag {
         }
         if current != home {
             backend.use_device(home)?;
+        }
+        // Kernels added before the device-updatable nodes they update get their handles.
+        if with_device_nodes {
+            device_update::finish(self, backend, scopes, &addrs, &device_nodes)?;
         }
         // The enabled flag is the executable graph's: disabled nodes are disabled after
         // instantiation (validation refused disabled nodes in child graphs).

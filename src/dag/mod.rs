@@ -303,6 +303,10 @@ pub struct Dag {
     pub(crate) conditionals: nodes::conditional::Handles,
     /// Its graph allocations, and the nodes that use a graph buffer.
     pub(crate) graph_memory: nodes::graph_memory::GraphMemory,
+    /// Its device-updatable kernel nodes, and the kernel arguments that pass one.
+    pub(crate) device_nodes: nodes::device_update::DeviceNodes,
+    /// The device graphs its kernel nodes pass (and keep alive).
+    pub(crate) device_graphs: nodes::device_launch::DeviceGraphs,
 }
 
 impl Dag {
@@ -618,6 +622,12 @@ impl Dag {
         if !self.graph_memory.is_empty() {
             nodes::graph_memory::validate(self, target)?;
         }
+        if !self.device_nodes.is_empty() {
+            nodes::device_update::validate(self, target)?;
+        }
+        if !self.device_graphs.is_empty() {
+            nodes::device_launch::validate(self, target)?;
+        }
         for idx in self.graph.node_indices() {
             let node = &self.graph[idx];
             if !node.enabled && !target.placeable {
@@ -820,6 +830,10 @@ impl Node {
 mod attribute_tests;
 #[cfg(test)]
 mod conditional_tests;
+#[cfg(test)]
+mod device_launch_tests;
+#[cfg(test)]
+mod device_update_tests;
 #[cfg(test)]
 mod enabled_tests;
 #[cfg(test)]

@@ -5,6 +5,8 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use super::conditional::Conditional;
+use super::device_graph::DeviceGraph;
+use super::device_node::DeviceNode;
 use crate::graph_buffer::{GraphBuffer, GraphBufferKey};
 use crate::memory::Region;
 use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, HostBuffer};
@@ -39,6 +41,12 @@ pub struct KernelArg<'a> {
     /// The graph-allocated buffer this argument passes ([`GraphBuffer`]): its bytes are a
     /// placeholder until lowering puts the allocation's address in their place.
     pub(crate) graph_buffer: Option<GraphBufferKey>,
+    /// The device-updatable kernel node this argument passes ([`DeviceNode`]): its bytes are
+    /// a placeholder until lowering puts the node's device handle in their place.
+    pub(crate) device_node: Option<DeviceNode>,
+    /// The graph launched from the device this argument passes ([`DeviceGraph`]): its bytes
+    /// are the graph's `cudaGraphExec_t`, and a node keeping the argument keeps the graph.
+    pub(crate) device_graph: Option<&'a DeviceGraph>,
     /// How the kernel uses the buffer this argument passes, when marked with [`In`], [`Out`]
     /// or [`InOut`]: the access and the byte range `(offset, len)` of the allocation (a
     /// region's own range, all of a buffer). `None`: unknown, which dependency inference
@@ -136,6 +144,8 @@ impl<'a> KernelArg<'a> {
             buffer: None,
             conditional: None,
             graph_buffer: None,
+            device_node: None,
+            device_graph: None,
             access: None,
         }
     }
@@ -147,6 +157,26 @@ impl<'a> KernelArg<'a> {
         let mut a = KernelArg::value(c.placeholder());
         a.type_name = "Conditional";
         a.conditional = Some(*c);
+        a
+    }
+
+    /// An argument passing the device handle of a device-updatable kernel node `n` (a
+    /// `cudaGraphDeviceNode_t`, 8 bytes): only a kernel node of the DAG that declared it can
+    /// take it, and lowering passes the handle CUDA gave the node in the graph being built.
+    pub fn device_node(n: &DeviceNode) -> Self {
+        let mut a = KernelArg::value(n.placeholder());
+        a.type_name = "DeviceNode";
+        a.device_node = Some(*n);
+        a
+    }
+
+    /// An argument passing graph `g`, launched from the device by the kernel (its
+    /// `cudaGraphExec_t`, 8 bytes): only a kernel node of a DAG can take it, and the DAG (and
+    /// any executable graph made from it) keeps `g` alive.
+    pub fn device_graph(g: &'a DeviceGraph) -> Self {
+        let mut a = KernelArg::value(g.raw());
+        a.type_name = "DeviceGraph";
+        a.device_graph = Some(g);
         a
     }
 
@@ -243,6 +273,24 @@ impl From<&Conditional> for KernelArg<'_> {
 impl From<Conditional> for KernelArg<'_> {
     fn from(c: Conditional) -> Self {
         KernelArg::conditional(&c)
+    }
+}
+
+impl<'a> From<&'a DeviceGraph> for KernelArg<'a> {
+    fn from(g: &'a DeviceGraph) -> Self {
+        KernelArg::device_graph(g)
+    }
+}
+
+impl From<&DeviceNode> for KernelArg<'_> {
+    fn from(n: &DeviceNode) -> Self {
+        KernelArg::device_node(n)
+    }
+}
+
+impl From<DeviceNode> for KernelArg<'_> {
+    fn from(n: DeviceNode) -> Self {
+        KernelArg::device_node(&n)
     }
 }
 

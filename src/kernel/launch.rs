@@ -275,6 +275,21 @@ impl Kernel {
                          graph that declared it can take (not a stream launch)"
                     ));
                 }
+                if a.device_node.is_some() {
+                    // Its bytes are a placeholder: CUDA gives the handle in a built graph.
+                    return Some(format!(
+                        "argument {i} is a device-updatable kernel node's handle, which only a \
+                         kernel node of the DAG that declared it can take (not a stream launch)"
+                    ));
+                }
+                if a.device_graph.is_some() {
+                    // CUDA launches a device graph only from a kernel of another graph, and
+                    // only a node keeps the graph alive for its launches.
+                    return Some(format!(
+                        "argument {i} is a device graph, which only a kernel node of a DAG can \
+                         take (CUDA launches a graph from the device only from a graph's kernel)"
+                    ));
+                }
                 if a.graph_buffer.is_some() {
                     // No address outside a built graph: the allocation lives in its span.
                     return Some(format!(

@@ -11,6 +11,10 @@
 //! - `args`: [`KernelArg`], [`args!`](crate::args).
 //! - `conditional`: [`Conditional`] (a conditional node's handle as a kernel argument) and
 //!   [`CONDITIONAL_INCLUDE`], what source that sets one needs.
+//! - `device_node`: [`DeviceNode`] (a device-updatable kernel node's handle as a kernel
+//!   argument) and [`DEVICE_UPDATE_INCLUDE`].
+//! - `device_graph`: [`DeviceGraph`] (an executable graph launched from the device, as a
+//!   kernel argument that keeps it alive).
 //! - `attributes`: [`LaunchAttributes`] of kernel nodes (priority, clusters, cooperative
 //!   launch, carve-out, L2 access-policy window, memory-sync domain) and their checks.
 //! - `packed`: `PackedArgs` (arguments at the parameter offsets, as nodes keep them),
@@ -25,6 +29,8 @@ mod attributes;
 mod compile;
 mod conditional;
 mod cubin;
+mod device_graph;
+mod device_node;
 mod launch;
 mod library;
 mod module;
@@ -36,6 +42,9 @@ pub use attributes::{
 };
 pub use compile::{compile, nvrtc_version, CodeKind, CompileOptions, Compiled};
 pub use conditional::{toolkit_include_dir, Conditional, CONDITIONAL_INCLUDE};
+pub use device_graph::DeviceGraph;
+pub(crate) use device_graph::DeviceGraphInner;
+pub use device_node::{DeviceNode, DEVICE_UPDATE_INCLUDE};
 pub use launch::{Dim3, Kernel, LaunchConfig, ParamInfo, ParamSource};
 pub use module::Module;
 pub(crate) use packed::{ArgArena, ArgScratch, PackedArgs};

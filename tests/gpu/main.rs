@@ -14,6 +14,7 @@ mod conditional;
 #[cfg(feature = "cudarc")]
 mod cudarc;
 mod dag;
+mod device_side;
 mod drop_order;
 mod enabled;
 mod events;
@@ -40,7 +41,7 @@ fn main() {
     }
     // The registered tests, module by module in this order, by name within a module (the
     // link order of the registrations is not the source order).
-    const ORDER: [&str; 17] = [
+    const ORDER: [&str; 18] = [
         "foundation::",
         "dag::",
         "enabled::",
@@ -48,6 +49,7 @@ fn main() {
         "attributes::",
         "conditional::",
         "memory_nodes::",
+        "device_side::",
         "gemm::",
         "fft::",
         "fft_update::",

@@ -32,6 +32,8 @@ pub(crate) struct LoweredGraph {
     pub(crate) conditionals: Vec<(u32, u64)>,
     /// The graph allocations' addresses, `(index, address)`.
     pub(crate) graph_allocs: Vec<(u32, u64)>,
+    /// The device-updatable nodes' handles, `(index, handle)`.
+    pub(crate) device_nodes: Vec<(u32, u64)>,
 }
 
 /// The CUDA devices as validation sees them: every device of the machine, peer access as
@@ -75,6 +77,8 @@ pub struct CudaBackend {
     conditionals: Vec<(u32, u64)>,
     /// The graph allocations' addresses, `(index, address)`.
     graph_allocs: Vec<(u32, u64)>,
+    /// The device-updatable nodes' handles, `(index, handle)`.
+    device_nodes: Vec<(u32, u64)>,
     /// Whether the graph is a conditional body, owned by its node (CUDA's): never destroyed
     /// here.
     body: bool,
@@ -106,6 +110,7 @@ impl CudaBackend {
             disabled: Vec::new(),
             conditionals: Vec::new(),
             graph_allocs: Vec::new(),
+            device_nodes: Vec::new(),
             body: true,
         }
     }
@@ -114,6 +119,47 @@ impl CudaBackend {
     fn keep_captured(&mut self, c: crate::dag::nodes::captured::Captured) -> sys::cudaGraphNode_t {
         self.captured.insert(c.out as CudaNodeKey, c.nodes);
         c.out
+    }
+
+    /// Adds kernel node `k` after `deps` (with `edges`, or none), then its launch attributes.
+    fn add_kernel(
+        &mut self,
+        deps: &[sys::cudaGraphNode_t],
+        edges: &[EdgeData],
+        k: &KernelNode,
+    ) -> Result<sys::cudaGraphNode_t> {
+        let params = k.cuda_params();
+        // Validated node: its kernel is a live kernel of this device, its arguments
+        // match the kernel's layout and their buffers are live allocations this device
+        // reaches.
+        let function = k.kernel().raw().is_some_and(|c| c.is_function());
+        let node = if function {
+            // A cudarc function, which the runtime refuses: through the driver.
+            #[cfg(feature = "cudarc")]
+            // SAFETY: as below; `params.func` is the live function the kernel holds.
+            unsafe {
+                crate::cudarc_interop::function::graph_add_node(self.graph, deps, edges, &params)?
+            }
+            #[cfg(not(feature = "cudarc"))]
+            unreachable!("functions are made only with the cudarc feature")
+        } else if edges.is_empty() {
+            // SAFETY: see above; CUDA copies the argument values during the call, and
+            // the DAG (and any Exec made from it) keeps the kernel and buffers alive.
+            unsafe { rt::graph_add_kernel_node(self.graph, deps, &params)? }
+        } else {
+            let mut raw = KernelNode::generic(params);
+            // SAFETY: as above; `edges` has one entry per dependency.
+            unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? }
+        };
+        if let Some(a) = k.attributes() {
+            for (id, value) in a.raw() {
+                // SAFETY: `node` is the kernel node just added; `raw` writes the member
+                // each attribute reads, and the access-policy window's buffer is kept
+                // alive by the DAG (and any Exec made from it).
+                unsafe { rt::graph_kernel_node_set_attribute(node, id, &value)? };
+            }
+        }
+        Ok(node)
     }
 
     /// The graph being built. It stays owned by the backend.
@@ -133,6 +179,7 @@ impl CudaBackend {
             disabled: std::mem::take(&mut self.disabled),
             conditionals: std::mem::take(&mut self.conditionals),
             graph_allocs: std::mem::take(&mut self.graph_allocs),
+            device_nodes: std::mem::take(&mut self.device_nodes),
         }
     }
 }
@@ -183,6 +230,18 @@ impl sealed::Lower for CudaBackend {
         self.disabled.push((node, name.to_string()));
         Ok(())
     }
+    fn set_kernel_params(
+        &mut self,
+        _name: &NodeName<'_>,
+        node: Self::Node,
+        kernel: &KernelNode,
+    ) -> Result<()> {
+        let params = kernel.cuda_params();
+        // SAFETY: `node` is a kernel node this backend added to the graph being built; the
+        // node is validated, as for `add_node` (CUDA copies the argument values during the
+        // call, and the DAG and any Exec made from it keep the kernel and buffers alive).
+        unsafe { rt::graph_kernel_node_set_params(node, &params) }
+    }
     fn key(&self) -> DeviceKey {
         self.device.key()
     }
@@ -218,41 +277,18 @@ impl sealed::Lower for CudaBackend {
                 // (and any Exec made from it) keeps the buffers and closure alive.
                 unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw) }
             }
-            NodeParams::Kernel(k) => {
-                let params = k.cuda_params();
-                // Validated node: its kernel is a live kernel of this device, its arguments
-                // match the kernel's layout and their buffers are live allocations this device
-                // reaches.
-                let function = k.kernel().raw().is_some_and(|c| c.is_function());
-                let node = if function {
-                    // A cudarc function, which the runtime refuses: through the driver.
-                    #[cfg(feature = "cudarc")]
-                    // SAFETY: as below; `params.func` is the live function the kernel holds.
-                    unsafe {
-                        crate::cudarc_interop::function::graph_add_node(
-                            self.graph, deps, edges, &params,
-                        )?
-                    }
-                    #[cfg(not(feature = "cudarc"))]
-                    unreachable!("functions are made only with the cudarc feature")
-                } else if edges.is_empty() {
-                    // SAFETY: see above; CUDA copies the argument values during the call, and
-                    // the DAG (and any Exec made from it) keeps the kernel and buffers alive.
-                    unsafe { rt::graph_add_kernel_node(self.graph, deps, &params)? }
-                } else {
-                    let mut raw = KernelNode::generic(params);
-                    // SAFETY: as above; `edges` has one entry per dependency.
-                    unsafe { rt::graph_add_node(self.graph, deps, edges, &mut raw)? }
-                };
-                if let Some(a) = k.attributes() {
-                    for (id, value) in a.raw() {
-                        // SAFETY: `node` is the kernel node just added; `raw` writes the member
-                        // each attribute reads, and the access-policy window's buffer is kept
-                        // alive by the DAG (and any Exec made from it).
-                        unsafe { rt::graph_kernel_node_set_attribute(node, id, &value)? };
-                    }
-                }
-                Ok(node)
+            NodeParams::Kernel(k) => self.add_kernel(deps, edges, k),
+            NodeParams::DeviceUpdatableKernel {
+                node,
+                index,
+                dev_node,
+            } => {
+                let n = self.add_kernel(deps, edges, node)?;
+                // SAFETY: `n` is the kernel node just added, of a graph not instantiated yet.
+                let h = unsafe { rt::graph_kernel_node_make_device_updatable(n)? } as u64;
+                dev_node.set(h);
+                self.device_nodes.push((index, h));
+                Ok(n)
             }
             NodeParams::Copy1d {
                 dst,

@@ -93,6 +93,8 @@ pub struct RecordingBackend {
     /// The address the next graph allocation gets (from `0x6a00_0000_0000`, 256-byte
     /// aligned, like the pool's).
     next_graph_alloc: u64,
+    /// The handle the next device-updatable node gets (from `0xde0_0000_0000`).
+    next_device_node: u64,
     /// The FFT nodes' stand-in states (numbered handles), work areas and capture stream, kept
     /// and reused as the CUDA backend's are (`nodes/fft/reuse.rs`).
     fft: FftStates<RecordedFft>,
@@ -173,6 +175,7 @@ impl RecordingBackend {
             next_addr: 0x7000_0000_0000,
             next_conditional: 0xc0de_0000_0000,
             next_graph_alloc: 0x6a00_0000_0000,
+            next_device_node: 0xde0_0000_0000,
             fft: FftStates::default(),
             fft_made: RecordedFftMaker::default(),
             fft_shares: std::collections::HashMap::new(),
@@ -591,6 +594,23 @@ impl sealed::Lower for RecordingBackend {
         self.record("cudaGraphNodeSetEnabled", kind, name, &[node], p);
         Ok(())
     }
+    fn set_kernel_params(
+        &mut self,
+        name: &NodeName<'_>,
+        node: usize,
+        kernel: &KernelNode,
+    ) -> Result<()> {
+        let raw = kernel.cuda_params();
+        self.record_kernel(
+            "cudaGraphKernelNodeSetParams",
+            name,
+            &[node],
+            &raw,
+            kernel,
+            String::new(),
+        );
+        Ok(())
+    }
     fn key(&self) -> DeviceKey {
         DeviceKey::Recording(self.id)
     }
@@ -635,6 +655,23 @@ impl sealed::Lower for RecordingBackend {
                     "cudaGraphAddNode"
                 };
                 Ok(self.record_kernel(function, name, deps, &k.cuda_params(), k, edge_words))
+            }
+            NodeParams::DeviceUpdatableKernel {
+                node,
+                index,
+                dev_node,
+            } => {
+                let function = if edges.is_empty() {
+                    "cudaGraphAddKernelNode"
+                } else {
+                    "cudaGraphAddNode"
+                };
+                let h = self.next_device_node;
+                self.next_device_node += 0x100;
+                dev_node.set(h);
+                // The attribute's call, as the CUDA backend makes it after adding the node.
+                let suffix = format!("{edge_words} device_updatable=#{index} dev_node={h:#x}");
+                Ok(self.record_kernel(function, name, deps, &node.cuda_params(), node, suffix))
             }
             NodeParams::Generic(raw) => {
                 let (kind, p) = describe_generic(&raw);

@@ -34,6 +34,18 @@ pub enum NodeParams<'a> {
     /// `cudaGraphKernelNodeSetAttribute` after adding); the recording backend names the
     /// kernel and its argument bytes from the node.
     Kernel(&'a KernelNode),
+    /// A device-updatable kernel node (`Dag::device_node`): added as [`NodeParams::Kernel`],
+    /// then given the launch attribute `cudaLaunchAttributeDeviceUpdatableKernelNode`; the
+    /// backend writes the handle CUDA returns (`cudaGraphDeviceNode_t`) to `dev_node` (a
+    /// variant of its own: lowering writes the handle into the kernels that update the node).
+    DeviceUpdatableKernel {
+        /// The node, as for [`NodeParams::Kernel`].
+        node: &'a KernelNode,
+        /// Which of the DAG's device nodes (`DeviceNode::index`).
+        index: u32,
+        /// Where the backend puts the handle.
+        dev_node: &'a std::cell::Cell<u64>,
+    },
     /// A 1D copy, kept on `cudaGraphAddMemcpyNode1D`: through the generic API it would be a
     /// `cudaMemcpy3DParms` copy whose pitch is the byte count, which CUDA limits
     /// (`cudaDevAttrMaxPitch`) where a 1D copy has no limit, and per-node updates of 1D copies
@@ -150,6 +162,16 @@ pub(crate) mod sealed {
             edges: &[EdgeData],
             params: NodeParams<'_>,
         ) -> Result<Self::Node>;
+        /// Replaces the parameters of kernel node `node` (added by this backend, in the graph
+        /// being built) with `kernel`'s (`cudaGraphKernelNodeSetParams`): for a kernel added
+        /// before a value its arguments pass existed (a device-updatable node's handle,
+        /// `nodes/device_update.rs`). Called after every node was added.
+        fn set_kernel_params(
+            &mut self,
+            name: &NodeName<'_>,
+            node: Self::Node,
+            kernel: &KernelNode,
+        ) -> Result<()>;
         /// Lets work running on `from` use device memory of `to` (`cudaDeviceEnablePeerAccess`).
         /// Called before any node is added, once per pair the DAG's nodes need (validation
         /// checked that `from` can access `to`).

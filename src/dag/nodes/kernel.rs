@@ -429,6 +429,8 @@ impl Dag {
         let id = self.push(Op::Kernel(node));
         self.conditionals.note_args(id, args);
         self.graph_memory.note_args(id, args);
+        self.device_nodes.note_args(id, args);
+        self.device_graphs.note_args(id, args);
         Ok(id)
     }
 
@@ -474,6 +476,8 @@ impl Dag {
         k.marks = marks_of(args);
         self.conditionals.note_args(id, args);
         self.graph_memory.note_args(id, args);
+        self.device_nodes.note_args(id, args);
+        self.device_graphs.note_args(id, args);
         Ok(())
     }
 
@@ -659,11 +663,17 @@ impl Exec {
     /// argument that passes one, is refused (update its other arguments with
     /// [`Exec::set_kernel_arg`]).
     pub fn set_kernel_args(&mut self, id: NodeId, args: &[KernelArg]) -> Result<()> {
+        self.note_host_update(id);
         if self.dag.conditionals.has_uses()
             || self.dag.graph_memory.has_uses()
-            || args
-                .iter()
-                .any(|a| a.conditional.is_some() || a.graph_buffer.is_some())
+            || self.dag.device_nodes.has_uses()
+            || !self.dag.device_graphs.is_empty()
+            || args.iter().any(|a| {
+                a.conditional.is_some()
+                    || a.graph_buffer.is_some()
+                    || a.device_node.is_some()
+                    || a.device_graph.is_some()
+            })
         {
             self.check_handle_update(id, args.iter().enumerate())?;
         }
@@ -698,7 +708,9 @@ impl Exec {
             .dag
             .conditionals
             .exec_update_problem(id, args.clone())
-            .or_else(|| self.dag.graph_memory.exec_update_problem(id, args));
+            .or_else(|| self.dag.graph_memory.exec_update_problem(id, args.clone()))
+            .or_else(|| self.dag.device_nodes.exec_update_problem(id, args.clone()))
+            .or_else(|| self.dag.device_graphs.exec_update_problem(id, args));
         match problem {
             None => Ok(()),
             Some(problem) => Err(node.kernel_args_error(k, problem)),
@@ -715,10 +727,15 @@ impl Exec {
         arg: impl Into<KernelArg<'a>>,
     ) -> Result<()> {
         let arg = arg.into();
+        self.note_host_update(id);
         if self.dag.conditionals.has_uses()
             || self.dag.graph_memory.has_uses()
+            || self.dag.device_nodes.has_uses()
+            || !self.dag.device_graphs.is_empty()
             || arg.conditional.is_some()
             || arg.graph_buffer.is_some()
+            || arg.device_node.is_some()
+            || arg.device_graph.is_some()
         {
             self.check_handle_update(id, std::iter::once((index, &arg)))?;
         }
@@ -743,6 +760,7 @@ impl Exec {
     /// the node's launch attributes: a cluster must still divide the grid, a cooperative grid
     /// still fit).
     pub fn set_launch_config(&mut self, id: NodeId, config: LaunchConfig) -> Result<()> {
+        self.note_host_update(id);
         let node = self.dag.node(id)?;
         let k = node.kernel()?;
         // The limits of the kernel's device (the node's).

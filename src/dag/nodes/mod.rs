@@ -11,6 +11,8 @@ pub(crate) mod backend;
 pub(crate) mod captured;
 pub(crate) mod child;
 pub(crate) mod conditional;
+pub(crate) mod device_launch;
+pub(crate) mod device_update;
 pub(crate) mod empty;
 pub(crate) mod event;
 pub(crate) mod fft;

@@ -268,6 +268,40 @@ pub unsafe fn graph_kernel_node_priority(node: sys::cudaGraphNode_t) -> Result<i
     Ok(unsafe { v.priority })
 }
 
+/// Makes kernel node `node` device-updatable (`cudaGraphKernelNodeSetAttribute` with
+/// `cudaLaunchAttributeDeviceUpdatableKernelNode`, CUDA 12.4+) and returns the handle device
+/// code updates it with (`cudaGraphDeviceNode_t`, read back with
+/// `cudaGraphKernelNodeGetAttribute`).
+///
+/// # Safety
+/// `node` is a live kernel node of a graph that is not instantiated yet.
+pub unsafe fn graph_kernel_node_make_device_updatable(
+    node: sys::cudaGraphNode_t,
+) -> Result<sys::cudaGraphDeviceNode_t> {
+    let id = sys::cudaLaunchAttributeID::cudaLaunchAttributeDeviceUpdatableKernelNode;
+    // SAFETY: an all-zero union is a valid value of every member.
+    let mut v: sys::cudaLaunchAttributeValue = unsafe { std::mem::zeroed() };
+    // Writing a plain-data field of the zeroed union's member for `id` (safe: a union field
+    // of `Copy` type is written without `unsafe`).
+    v.deviceUpdatableKernelNode.deviceUpdatable = 1;
+    rt!(cudaGraphKernelNodeSetAttribute(node, id, &v))?;
+    rt!(cudaGraphKernelNodeGetAttribute(node, id, &mut v))?;
+    // SAFETY: CUDA wrote the `deviceUpdatableKernelNode` member for this attribute.
+    Ok(unsafe { v.deviceUpdatableKernelNode.devNode })
+}
+
+/// `cudaGraphKernelNodeSetParams`: replaces the parameters of a kernel node of a graph being
+/// built (not instantiated yet).
+///
+/// # Safety
+/// As [`graph_add_kernel_node`]'s `params`; `node` is a live kernel node.
+pub unsafe fn graph_kernel_node_set_params(
+    node: sys::cudaGraphNode_t,
+    params: &sys::cudaKernelNodeParams,
+) -> Result<()> {
+    rt!(cudaGraphKernelNodeSetParams(node, params))
+}
+
 /// Why `cudaGraphInstantiateWithParams` refused a graph: the error, CUDA's
 /// `cudaGraphInstantiateResult` (read as an integer: a value a newer CUDA adds must not become
 /// an invalid Rust enum) and the node CUDA blames, if it names one.
