@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use anyhow::ensure;
-use cudagraph::{args, dst, src, Dag, DeviceBuffer, Event, LaunchConfig, NodeKind};
+use cudagraph::{
+    args, dst, src, Dag, DeviceBuffer, Event, LaunchConfig, NodeKind, CONDITIONAL_INCLUDE,
+};
 
 use crate::common::Gpu;
 
@@ -218,5 +220,68 @@ fn nodes_run_launches_plus_one_times_and_the_exec_is_untouched(gpu: &Gpu) -> any
         ),
         "{err}"
     );
+    Ok(())
+}
+
+/// A WHILE body's kernel (halves `x[0]`, counts, goes on above the threshold) and `y += s`
+/// (`cudaGraphSetConditional` needs [`CONDITIONAL_INCLUDE`]).
+const WHILE_SOURCE: &str = r#"
+extern "C" __global__ void halve(float* x, unsigned int* iters, float threshold,
+                                 cudaGraphConditionalHandle h) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        x[0] *= 0.5f;
+        iters[0] += 1;
+        cudaGraphSetConditional(h, x[0] > threshold ? 1u : 0u);
+    }
+}
+extern "C" __global__ void add_into(float* y, const float* s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += s[i];
+}
+"#;
+
+register!(gpu "profile::a_while_node_and_graph_memory_run_in_the_profiled_copy" => a_while_node_and_graph_memory_run_in_the_profiled_copy);
+/// The sequential copy makes its own conditional handle and graph allocation (late values of
+/// the graph being built, not the `Exec`'s): a WHILE halving `x[0]` from 1024 while it is above
+/// 1 (10 iterations, then 1 per launch) and `y += s` for a graph buffer `s` filled with 1.5
+/// run in every profiled launch; the WHILE and each memory node are one entry.
+fn a_while_node_and_graph_memory_run_in_the_profiled_copy(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let m = gpu.module(&format!("{CONDITIONAL_INCLUDE}{WHILE_SOURCE}"))?;
+    let (halve, add) = (m.kernel("halve")?, m.kernel("add_into")?);
+    const N: usize = 256;
+    let x = DeviceBuffer::from_slice(d, &[1024.0f32])?;
+    let iters = DeviceBuffer::<u32>::zeros(d, 1)?;
+    let y = DeviceBuffer::<f32>::zeros(d, N)?;
+    let mut dag = Dag::new();
+    let h = dag.conditional_handle(1);
+    let mut body = Dag::new();
+    body.add_kernel(
+        &halve,
+        LaunchConfig::new(1, 1),
+        &args![&x, &iters, 1.0f32, &h],
+    )?;
+    let w = dag.add_while(&h, &body)?;
+    dag.set_name(w, "halve while above 1");
+    let (alloc, s) = dag.add_alloc::<f32>(N)?;
+    let fill = dag.add_graph_memset(&s, 1.5f32)?;
+    let k = dag.add_kernel(
+        &add,
+        LaunchConfig::for_elements(N as u32, 256),
+        &args![&y, &s, N as i32],
+    )?;
+    let free = dag.add_free(&s)?;
+    dag.chain(&[w, alloc, fill, k, free])?;
+    let exec = dag.instantiate(d)?;
+    let p = exec.profile(&gpu.stream, 3)?;
+    println!("{p}");
+    ensure!(p.nodes().len() == 5, "{} entries", p.nodes().len());
+    ensure!(
+        p.node(w).map(|t| t.kind) == Some(NodeKind::Conditional),
+        "the WHILE is one conditional entry"
+    );
+    // Four runs (a warm-up and 3): 10 + 1 + 1 + 1 iterations, y grew by 1.5 four times.
+    ensure!(iters.to_vec()? == [13], "iterations {:?}", iters.to_vec()?);
+    crate::common::assert_close(&y.to_vec()?, &[6.0; N], 1e-6)?;
     Ok(())
 }
