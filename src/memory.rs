@@ -148,6 +148,11 @@ impl Allocation {
     }
 }
 
+/// What an allocation of memory cudarc lent (`Lent`, feature `cudarc`) holds in place of an
+/// owner: nothing to free (cudarc's slice owns the memory), and the mark that it is lent.
+#[cfg(feature = "cudarc")]
+pub(crate) struct LentMemory;
+
 impl Allocation {
     /// Whether this is memory cudarc lent (`Lent`, feature `cudarc`): its owner is cudarc's
     /// slice, which the crate does not hold, so only graph launches that bind the slice
@@ -157,7 +162,7 @@ impl Allocation {
         {
             self.foreign
                 .as_ref()
-                .is_some_and(|f| (**f).is::<crate::cudarc_interop::lent::LentMemory>())
+                .is_some_and(|f| (**f).is::<LentMemory>())
         }
         #[cfg(not(feature = "cudarc"))]
         false

@@ -26,13 +26,9 @@ use crate::dag::Exec;
 use crate::device::{Device, Owner};
 use crate::error::{Error, Result};
 use crate::kernel::{In, InOut, KernelArg, Out};
-use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, MemorySpace, Region};
+use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, LentMemory, MemorySpace, Region};
 use crate::stream::track::GpuUses;
 use crate::stream::Stream;
-
-/// What a lent allocation holds in place of an owner: nothing to free (cudarc's slice owns
-/// the memory), and the mark that the allocation is lent ([`Allocation::is_lent`]).
-pub(crate) struct LentMemory;
 
 /// A cudarc buffer (a [`CudaSlice`], or a view of one) lent to DAGs: its memory as an operand
 /// of graph nodes (kernel arguments, with [`In`]/[`Out`]/[`InOut`] marks, copy and memset

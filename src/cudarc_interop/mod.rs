@@ -300,7 +300,8 @@ mod tests {
         let mut b = rec.device_buffer::<f32>(16);
         let k = rec.kernel("k", &[8]);
         assert!(k.args_problem(&crate::args![&b]).is_none(), "own memory");
-        Arc::get_mut(&mut b.alloc).expect("new").foreign = Some(Box::new(lent::LentMemory));
+        Arc::get_mut(&mut b.alloc).expect("new").foreign =
+            Some(Box::new(crate::memory::LentMemory));
         assert!(b.alloc.is_lent());
         let problem = k.args_problem(&crate::args![&b]).expect("refused");
         assert!(problem.contains("lent by cudarc"), "{problem}");
@@ -327,7 +328,10 @@ mod tests {
         // A library kernel is given as `kern` with its context.
         let ctx = 0x99usize as sys::CUcontext;
         let d = crate::result::driver::kernel_node_params(&p, ctx);
-        assert_eq!((d.func, d.kern.cast(), d.ctx), (std::ptr::null_mut(), f, ctx));
+        assert_eq!(
+            (d.func, d.kern.cast(), d.ctx),
+            (std::ptr::null_mut(), f, ctx)
+        );
     }
 
     #[test]

@@ -194,7 +194,7 @@ impl Kernel {
             #[cfg(feature = "cudarc")]
             // SAFETY: the function is live (its module is held by `self`).
             Some(KernelCode::Function(f)) => unsafe {
-                crate::cudarc_interop::function::set_max_dynamic_shared_mem(f, value)?
+                crate::result::cudarc::set_max_dynamic_shared_mem(f, value)?
             },
             _ => {}
         }
@@ -224,7 +224,7 @@ impl Kernel {
             },
             #[cfg(feature = "cudarc")]
             KernelCode::Function(f) => unsafe {
-                crate::cudarc_interop::function::occupancy(f, threads, dynamic_smem)?
+                crate::result::cudarc::occupancy(f, threads, dynamic_smem)?
             },
             #[cfg(not(feature = "cudarc"))]
             KernelCode::Function(_) => unreachable!("made only with the cudarc feature"),
@@ -589,7 +589,14 @@ impl Kernel {
             #[cfg(feature = "cudarc")]
             // SAFETY: as above.
             KernelCode::Function(f) => unsafe {
-                crate::cudarc_interop::function::launch(f, cfg, ptrs.as_mut_ptr(), stream)
+                crate::result::cudarc::launch(
+                    f,
+                    cfg.grid.into(),
+                    cfg.block.into(),
+                    cfg.shared_mem_bytes,
+                    ptrs.as_mut_ptr(),
+                    stream,
+                )
             },
             #[cfg(not(feature = "cudarc"))]
             KernelCode::Function(_) => unreachable!("made only with the cudarc feature"),

@@ -5,6 +5,8 @@
 //! types of this crate) uphold each function's `# Safety` contract.
 
 pub mod cublas;
+#[cfg(feature = "cudarc")]
+pub mod cudarc;
 pub mod cufft;
 pub mod driver;
 pub mod nccl;

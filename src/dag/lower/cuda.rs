@@ -138,7 +138,7 @@ impl CudaBackend {
             #[cfg(feature = "cudarc")]
             // SAFETY: as below; `params.func` is the live function the kernel holds.
             unsafe {
-                crate::cudarc_interop::function::graph_add_node(self.graph, deps, edges, &params)?
+                crate::result::cudarc::graph_add_node(self.graph, deps, edges, &params)?
             }
             #[cfg(not(feature = "cudarc"))]
             unreachable!("functions are made only with the cudarc feature")

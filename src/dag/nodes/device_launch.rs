@@ -226,6 +226,19 @@ impl Exec {
                     .into(),
             });
         }
+        #[cfg(feature = "cudarc")]
+        if let Some(a) = self.lent().next() {
+            // A launch from the device cannot bind the cudarc slice (`Exec::launch_lent`).
+            return Err(Error::Cudarc {
+                what: "Exec::into_device_graph",
+                problem: format!(
+                    "the graph uses memory lent by cudarc (a Lent of {:#x}, {} bytes), which \
+                     only host launches that bind its slice may use; take the slice into a \
+                     DeviceBuffer (DeviceBuffer::from_cudarc) for a device-launched graph",
+                    a.ptr, a.bytes
+                ),
+            });
+        }
         self.upload(stream)?;
         stream.synchronize()?;
         let mut allocations: Vec<Arc<Allocation>> = Vec::new();
