@@ -17,6 +17,7 @@ use crate::stream::{Event, Stream};
 
 /// One node's times in a [`Profile`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct NodeTime {
     /// The node.
     pub node: NodeId,
@@ -113,7 +114,7 @@ impl Exec {
     /// use cudagraph::{Dag, Device, Stream};
     /// let device = Device::get(0)?;
     /// let stream = Stream::new(&device)?;
-    /// let mut dag = Dag::new();
+    /// let dag = Dag::new();
     /// // … nodes and dependencies …
     /// let exec = dag.instantiate(&device)?;
     /// let profile = exec.profile(&stream, 100)?;
