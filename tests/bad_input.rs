@@ -1038,3 +1038,78 @@ fn gemm_nodes() {
         r.transcript()
     );
 }
+
+#[test]
+fn device_updatable_nodes() {
+    let mut r = RecordingBackend::with_devices(DeviceLimits::hopper(), 2);
+    let size = r.kernel("size", &[8, 8]);
+    let work = r.kernel("work", &[8]);
+    let n = r.device_buffer::<i32>(1);
+    let x = r.device_buffer::<f32>(256);
+    let one = LaunchConfig::new(1, 1);
+    let wrong_kind_at = |want: &'static str| move |e: &Error| matches!(e, Error::Dag(DagError::WrongKind { node, .. }) if node == want);
+    // size -> work, `work` device-updatable: the handle, the DAG, the two nodes.
+    let sized = || {
+        let mut dag = Dag::new();
+        let s = dag.add_kernel(&size, one, &args![0u64, &n]).unwrap();
+        dag.set_name(s, "size");
+        let w = dag.add_kernel(&work, one, &args![&x]).unwrap();
+        dag.set_name(w, "work");
+        let h = dag.device_node(w).unwrap();
+        dag.set_kernel_args(s, &args![&h, &n]).unwrap();
+        dag.add_dependency(s, w).unwrap();
+        (dag, h, s, w)
+    };
+    let (ok, ..) = sized();
+    ok.lower(&mut r)
+        .expect("a device-updatable node as it should be");
+    // 89. A node that is not a kernel made device-updatable: refused by the builder.
+    let mut dag = Dag::new();
+    let e = dag.add_empty();
+    let t = refused(
+        "device node of an empty node",
+        &mut dag,
+        |d| d.device_node(e),
+        wrong_kind_at("empty#0"),
+    );
+    assert!(has(&t, &["a kernel node"]), "{t}");
+    // 90. A kernel passing the device node of another DAG.
+    let (_, foreign, ..) = sized();
+    let mut dag = Dag::new();
+    let u = dag.add_kernel(&size, one, &args![&foreign, &n]).unwrap();
+    dag.set_name(u, "stranger");
+    let t = lowering_refused(
+        "device node of another DAG",
+        &dag,
+        &mut r,
+        wrong_kind_at("stranger"),
+    );
+    assert!(has(&t, &["device node #0 of another DAG"]), "{t}");
+    // 91. Device-updatable nodes inside a child graph (named by path).
+    let (inner, ..) = sized();
+    let mut dag = Dag::new();
+    let c = dag.add_child(&inner);
+    dag.set_name(c, "inner");
+    let t = lowering_refused(
+        "device nodes in a child graph",
+        &dag,
+        &mut r,
+        |e| matches!(e, Error::Dag(DagError::WrongKind { node, .. }) if node.starts_with("inner/")),
+    );
+    assert!(has(&t, &["inside a child graph"]), "{t}");
+    // 92. The device-updatable node placed on another device than the graph's.
+    let (mut dag, _, _, w) = sized();
+    dag.place_on(w, r.device_key(1)).unwrap();
+    let t = lowering_refused(
+        "device-updatable node placed elsewhere",
+        &dag,
+        &mut r,
+        |e| matches!(e, Error::Dag(DagError::WrongKind { node, .. }) if node == "work"),
+    );
+    assert!(has(&t, &["placed on", "device node #0"]), "{t}");
+    // 93. A removed device-updatable node whose handle a kernel still passes.
+    let (mut dag, _, _, w) = sized();
+    dag.remove(w).unwrap();
+    let t = lowering_refused("removed device node", &dag, &mut r, wrong_kind_at("size"));
+    assert!(has(&t, &["was removed"]), "{t}");
+}
