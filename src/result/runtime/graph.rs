@@ -270,8 +270,9 @@ pub unsafe fn graph_kernel_node_priority(node: sys::cudaGraphNode_t) -> Result<i
 
 /// Makes kernel node `node` device-updatable (`cudaGraphKernelNodeSetAttribute` with
 /// `cudaLaunchAttributeDeviceUpdatableKernelNode`, CUDA 12.4+) and returns the handle device
-/// code updates it with (`cudaGraphDeviceNode_t`, read back with
-/// `cudaGraphKernelNodeGetAttribute`).
+/// code updates it with (`cudaGraphDeviceNode_t`). CUDA writes the handle into the value it is
+/// given (`devNode`, as for a launch attribute of `cudaLaunchKernelEx`); should it leave it
+/// null, the handle is read back with `cudaGraphKernelNodeGetAttribute`.
 ///
 /// # Safety
 /// `node` is a live kernel node of a graph that is not instantiated yet.
@@ -284,7 +285,18 @@ pub unsafe fn graph_kernel_node_make_device_updatable(
     // Writing a plain-data field of the zeroed union's member for `id` (safe: a union field
     // of `Copy` type is written without `unsafe`).
     v.deviceUpdatableKernelNode.deviceUpdatable = 1;
-    rt!(cudaGraphKernelNodeSetAttribute(node, id, &v))?;
+    // Passed through a pointer made from `&mut v`: CUDA may write the handle into it.
+    let value: *mut sys::cudaLaunchAttributeValue = &mut v;
+    rt!(cudaGraphKernelNodeSetAttribute(
+        node,
+        id,
+        value.cast_const()
+    ))?;
+    // SAFETY: `v` is this member for `id`, written by us or by CUDA (plain data).
+    let written = unsafe { v.deviceUpdatableKernelNode.devNode };
+    if !written.is_null() {
+        return Ok(written);
+    }
     rt!(cudaGraphKernelNodeGetAttribute(node, id, &mut v))?;
     // SAFETY: CUDA wrote the `deviceUpdatableKernelNode` member for this attribute.
     Ok(unsafe { v.deviceUpdatableKernelNode.devNode })
