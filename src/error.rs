@@ -537,6 +537,19 @@ pub enum DagError {
         /// What is wrong.
         problem: String,
     },
+    /// A programmatic edge ([`Dag::add_programmatic_dependency`](crate::Dag::add_programmatic_dependency))
+    /// where CUDA allows none: not between two kernel nodes, between kernels on two devices,
+    /// on a device older than compute capability 9.0, or where the two nodes are already joined
+    /// by an edge of another kind.
+    #[error("programmatic edge `{before}` -> `{after}`: {problem}")]
+    Programmatic {
+        /// The node before the edge.
+        before: String,
+        /// The node after it.
+        after: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// CUDA refused to instantiate the graph and blamed this node
     /// (`cudaGraphInstantiateWithParams`' error node; a node a captured or FFT node made is
     /// named by that node).

@@ -166,7 +166,7 @@ pub use cudarc_interop::{Lend, Lent};
 pub use dag::{
     dst, src, Backend, CaptureStream, Copy2d, CudaBackend, Dag, Dst, Exec, FftNode, FftSpec,
     Hazard, HazardKind, InferredEdge, InstantiateFlags, Memset2d, MemsetValue, NodeId, NodeKind,
-    NodeName, Race, RecordingBackend, Src, UpdateOutcome,
+    NodeName, ProgrammaticPort, Race, RecordingBackend, Src, UpdateOutcome,
 };
 pub use dag::{NodeTime, Profile};
 pub use device::{versions, Device, DeviceLimits, DeviceProperties};

@@ -1,5 +1,6 @@
 //! DOT export: node names, kinds (a shape and colour per kind), launch shapes, bytes copied,
-//! and dependencies (inferred ones dashed, labelled with the hazard, buffer and range); the bodies of conditional nodes as clusters labelled with their
+//! and dependencies (inferred ones dashed, labelled with the hazard, buffer and range;
+//! programmatic ones bold and violet, labelled with their port); the bodies of conditional nodes as clusters labelled with their
 //! condition; an allocation node with the span it allocates (its free node, the nodes using
 //! the buffer, a dotted `span` edge to the free). The text is deterministic (nodes in index order, edges in insertion
 //! order) and meant for inspection with Graphviz; its exact form may change between versions.
@@ -190,9 +191,18 @@ impl Dag {
         for e in self.graph.edge_references() {
             let (from, to) = (e.source().index(), e.target().index());
             match e.weight().inferred() {
-                None => {
-                    let _ = writeln!(s, "{indent}{prefix}{from} -> {prefix}{to};");
-                }
+                None => match e.weight().programmatic() {
+                    None => {
+                        let _ = writeln!(s, "{indent}{prefix}{from} -> {prefix}{to};");
+                    }
+                    Some(port) => {
+                        let _ = writeln!(
+                            s,
+                            "{indent}{prefix}{from} -> {prefix}{to} [style=bold, color=\"#7048e8\", label=\"{}\"];",
+                            port.words()
+                        );
+                    }
+                },
                 Some(h) => {
                     let _ = writeln!(
                         s,

@@ -438,6 +438,42 @@ pub(crate) fn check_same_topology(old: &Dag, new: &Dag) -> Result<()> {
             reason: "the dependencies differ from the instantiated graph's".into(),
         });
     }
+    // The edge data too: `cudaGraphExecUpdate` pairs edges with their data, and an edge that
+    // changed kind (plain or programmatic, or its port) is a change of topology.
+    let (new_p, old_p) = (new.programmatic_serials(), old.programmatic_serials());
+    if new_p != old_p {
+        let differs = new_p
+            .iter()
+            .find(|e| !old_p.contains(e))
+            .map(|&(b, a, port)| (b, a, Some(port)))
+            .or_else(|| {
+                old_p
+                    .iter()
+                    .find(|e| !new_p.contains(e))
+                    .map(|&(b, a, _)| (b, a, None))
+            })
+            .expect("the lists differ");
+        let (b, a, port) = differs;
+        let name = |serial| {
+            new.graph
+                .node_weights()
+                .find(|n| n.serial == serial)
+                .map_or_else(String::new, |n| n.name().to_string())
+        };
+        let now = match port {
+            Some(p) => format!("programmatic ({})", p.words()),
+            None => "not programmatic (or of another port)".into(),
+        };
+        return Err(Error::UpdateRefused {
+            node: Some(name(a)),
+            reason: format!(
+                "the edge `{}` -> `{}` is {now} in the new DAG, unlike the instantiated \
+                 graph's: an update keeps every edge's data",
+                name(b),
+                name(a)
+            ),
+        });
+    }
     Ok(())
 }
 

@@ -489,6 +489,7 @@ impl Dag {
                     after.idx,
                     Dependency {
                         inferred: Some(Box::new(hazard.clone())),
+                        programmatic: None,
                     },
                 );
                 if before.serial > after.serial {

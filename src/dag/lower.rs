@@ -107,6 +107,9 @@ impl Dag {
         let mut handles: Vec<Option<B::Node>> = vec![None; self.graph.node_bound()];
         let mut deps: Vec<B::Node> = Vec::new();
         let mut dep_idx = Vec::new();
+        // The edge data of a kernel's dependencies when one is programmatic (none in most
+        // DAGs: then nothing is looked up per node).
+        let mut edges = Vec::new();
         // Canonical order (nodes and each node's dependencies by serial): CUDA pairs the nodes
         // of two graphs in a whole-graph update by creation order and dependency order, so two
         // DAGs with the same nodes and edges lower to graphs CUDA pairs node by node, whatever
@@ -161,6 +164,10 @@ impl Dag {
                     .map(|p| handles[p.index()].expect("dependencies are lowered first")),
             );
             let node = &self.graph[id.idx];
+            // Only a kernel node has programmatic dependencies (the builder's check).
+            if matches!(node.op, Op::Kernel(_)) {
+                self.edge_data(id, &dep_idx, &mut edges);
+            }
             let device = node.device.unwrap_or(home);
             if device != current {
                 backend.use_device(device)?;
@@ -176,14 +183,20 @@ impl Dag {
                         &name,
                         backend,
                         &deps,
-                        &[],
+                        &edges,
                         scopes,
                         &addrs,
                         &mut device_nodes,
                     )?
                 }
-                Op::Kernel(k) if with_handles || with_memory => {
-                    self.lower_kernel(id, k, &name, &deps, backend, scopes, &addrs)?
+                Op::Kernel(k) if with_handles || with_memory || !edges.is_empty() => {
+                    let at = LoweringAt {
+                        deps: &deps,
+                        edges: &edges,
+                        scopes,
+                        addrs: &addrs,
+                    };
+                    self.lower_kernel(id, k, &name, backend, &at)?
                 }
                 op if with_memory => {
                     match graph_memory::lower_node(op, &name, &deps, backend, &mut addrs)? {
@@ -213,32 +226,47 @@ impl Dag {
         Ok(handles)
     }
 
-    /// Adds kernel node `id` (`k`), whose arguments may pass conditional handles or graph
-    /// buffers: a copy of its arguments with the handles (`scopes`) and addresses (`addrs`) of
-    /// the graph being built; the node itself when it passes neither.
-    #[allow(clippy::too_many_arguments)] // reason: the lowering loop's state, passed as is
+    /// Adds kernel node `id` (`k`) after `at.deps` with `at.edges` (its edge data when a
+    /// dependency is programmatic), whose arguments may pass conditional handles or graph
+    /// buffers: a copy of its arguments with the handles (`at.scopes`) and addresses
+    /// (`at.addrs`) of the graph being built; the node itself when it passes neither.
     fn lower_kernel<B: Backend>(
         &self,
         id: NodeId,
         k: &super::KernelNode,
         name: &super::NodeName<'_>,
-        deps: &[B::Node],
         backend: &mut B,
-        scopes: &Scopes,
-        addrs: &[u64],
+        at: &LoweringAt<'_, B::Node>,
     ) -> Result<B::Node> {
-        let handles = conditional::kernel_uses(self, id);
-        let buffers = self.graph_memory.kernel_uses(id);
+        let handles = self.conditionals.has_uses() && conditional::kernel_uses(self, id);
+        let buffers = !self.graph_memory.is_empty() && self.graph_memory.kernel_uses(id);
         if !handles && !buffers {
-            return backend.add_node(name, deps, &[], super::nodes::NodeParams::Kernel(k));
+            return backend.add_node(name, at.deps, at.edges, super::nodes::NodeParams::Kernel(k));
         }
         let mut patched = k.clone();
         if handles {
-            conditional::patch_kernel(self, id, &mut patched, name, scopes)?;
+            conditional::patch_kernel(self, id, &mut patched, name, at.scopes)?;
         }
         if buffers {
-            graph_memory::patch_kernel(self, id, &mut patched, name, addrs)?;
+            graph_memory::patch_kernel(self, id, &mut patched, name, at.addrs)?;
         }
-        backend.add_node(name, deps, &[], super::nodes::NodeParams::Kernel(&patched))
+        backend.add_node(
+            name,
+            at.deps,
+            at.edges,
+            super::nodes::NodeParams::Kernel(&patched),
+        )
     }
+}
+
+/// The lowering loop's state a kernel node is added with.
+struct LoweringAt<'a, N> {
+    /// The backend's handles of the node's dependencies, in canonical order.
+    deps: &'a [N],
+    /// Their edge data (empty: plain dependencies).
+    edges: &'a [super::nodes::EdgeData],
+    /// The conditional handles in scope.
+    scopes: &'a Scopes,
+    /// The graph allocations' addresses, by index.
+    addrs: &'a [u64],
 }

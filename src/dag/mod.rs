@@ -16,6 +16,7 @@ mod infer;
 pub(crate) mod lower;
 pub(crate) mod nodes;
 mod profile;
+mod programmatic;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -70,16 +71,72 @@ impl NodeId {
 
 /// An edge of the DAG: the source must finish before the target starts. Explicit (added with
 /// [`Dag::add_dependency`] and its kin) or inferred from data access
-/// ([`Dag::infer_dependencies`]), which keeps the hazard it prevents.
+/// ([`Dag::infer_dependencies`]), which keeps the hazard it prevents; or a programmatic edge
+/// between two kernels ([`Dag::add_programmatic_dependency`]), after which the target may start
+/// early and waits in `cudaGridDependencySynchronize()`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Dependency {
     inferred: Option<Box<Hazard>>,
+    programmatic: Option<ProgrammaticPort>,
 }
 
 impl Dependency {
     /// The hazard an inferred edge prevents; `None` for an explicit edge.
     pub fn inferred(&self) -> Option<&Hazard> {
         self.inferred.as_deref()
+    }
+
+    /// The port of a programmatic edge ([`Dag::add_programmatic_dependency`]); `None` for a
+    /// full dependency.
+    pub fn programmatic(&self) -> Option<ProgrammaticPort> {
+        self.programmatic
+    }
+
+    /// CUDA's data for this edge (`cudaGraphEdgeData`): all zero for a full dependency;
+    /// `cudaGraphDependencyTypeProgrammatic` from the port for a programmatic edge.
+    pub(crate) fn edge_data(&self) -> EdgeData {
+        let mut e = EdgeData::default();
+        if let Some(port) = self.programmatic {
+            e.from_port = port.cuda_port();
+            e.type_ =
+                crate::sys::cudaGraphDependencyType::cudaGraphDependencyTypeProgrammatic as u8;
+        }
+        e
+    }
+}
+
+/// When the kernel after a programmatic edge ([`Dag::add_programmatic_dependency`]) may start:
+/// the edge's outgoing port on the kernel before it (`cudaGraphEdgeData::from_port`). Either
+/// way the kernel after it must call `cudaGridDependencySynchronize()` before it touches what
+/// the kernel before it writes: only then has that kernel completed and its writes become
+/// visible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProgrammaticPort {
+    /// `cudaGraphKernelNodePortProgrammatic`: once every block of the kernel before has called
+    /// `cudaTriggerProgrammaticLaunchCompletion()` or exited.
+    Programmatic,
+    /// `cudaGraphKernelNodePortLaunchCompletion`: once every block of the kernel before has
+    /// started (or triggered), whether or not it calls the trigger.
+    LaunchCompletion,
+}
+
+impl ProgrammaticPort {
+    /// CUDA's port number (`cudaGraphKernelNodePort*`, `#define`s of `driver_types.h` that
+    /// bindgen does not bind: `Programmatic` 1, `LaunchCompletion` 2; 0 is the default port,
+    /// full completion).
+    pub(crate) fn cuda_port(self) -> u8 {
+        match self {
+            ProgrammaticPort::Programmatic => 1,
+            ProgrammaticPort::LaunchCompletion => 2,
+        }
+    }
+
+    /// The port in words (DOT labels, errors): `programmatic`, `launch completion`.
+    pub fn words(self) -> &'static str {
+        match self {
+            ProgrammaticPort::Programmatic => "programmatic",
+            ProgrammaticPort::LaunchCompletion => "launch completion",
+        }
     }
 }
 
@@ -297,6 +354,10 @@ pub struct Dag {
     /// Edges added from a later node to an earlier one (by serial; removals do not count
     /// down). While there are none, the canonical order is serial order.
     backward_edges: usize,
+    /// Programmatic edges added ([`Dag::add_programmatic_dependency`]; removals do not count
+    /// down). While there are none, lowering passes no edge data and validation has none to
+    /// check.
+    programmatic_edges: usize,
     /// Where kernel nodes added to this DAG keep their arguments (a copy starts a new one).
     pub(crate) arg_arena: crate::kernel::ArgArena,
     /// The conditional handles it declared, and its kernel arguments that pass one.
@@ -628,6 +689,9 @@ impl Dag {
         if !self.device_graphs.is_empty() {
             nodes::device_launch::validate(self, target)?;
         }
+        if self.programmatic_edges > 0 {
+            programmatic::validate(self, target)?;
+        }
         for idx in self.graph.node_indices() {
             let node = &self.graph[idx];
             if !node.enabled && !target.placeable {
@@ -732,6 +796,50 @@ impl Dag {
         out.clear();
         out.extend(self.graph.neighbors_directed(id.idx, Direction::Incoming));
         out.sort_unstable_by_key(|&i| self.graph[i].serial);
+    }
+
+    /// The edge data of `id`'s dependencies in the order [`Dag::sorted_dependencies`] put them
+    /// in (`deps`), into `out`; left empty when none is programmatic (plain dependencies: no
+    /// edge data, the kernel-specific call).
+    pub(crate) fn edge_data(&self, id: NodeId, deps: &[NodeIndex], out: &mut Vec<EdgeData>) {
+        out.clear();
+        if self.programmatic_edges == 0
+            || !self
+                .graph
+                .edges_directed(id.idx, Direction::Incoming)
+                .any(|e| e.weight().programmatic.is_some())
+        {
+            return;
+        }
+        out.extend(deps.iter().map(|&p| {
+            let e = self
+                .graph
+                .find_edge(p, id.idx)
+                .expect("`deps` are the node's dependencies");
+            self.graph[e].edge_data()
+        }));
+    }
+
+    /// The programmatic edges as (before, after, port) by serial, sorted: equal for two DAGs
+    /// with the same edges exactly when the same edges are programmatic, with the same ports.
+    pub(crate) fn programmatic_serials(&self) -> Vec<(u64, u64, ProgrammaticPort)> {
+        if self.programmatic_edges == 0 {
+            return Vec::new();
+        }
+        let mut e: Vec<_> = self
+            .graph
+            .edge_references()
+            .filter_map(|e| {
+                let port = e.weight().programmatic?;
+                Some((
+                    self.graph[e.source()].serial,
+                    self.graph[e.target()].serial,
+                    port,
+                ))
+            })
+            .collect();
+        e.sort_unstable();
+        e
     }
 
     /// Every edge as (before, after).
@@ -850,6 +958,8 @@ mod kernel_tests;
 mod placement_tests;
 #[cfg(test)]
 mod profile_tests;
+#[cfg(test)]
+mod programmatic_tests;
 #[cfg(test)]
 mod prop_tests;
 #[cfg(test)]
