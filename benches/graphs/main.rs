@@ -45,6 +45,13 @@
 //! (default `bench-results/` under the current directory). A "targets" section at the end
 //! compares the measured ratios with the project's targets.
 //!
+//! The **programmatic experiment** (`programmatic`) is the chain experiment (N = 10, 100,
+//! 1,000 one-block kernels) with plain edges against programmatic dependent launch edges of
+//! each port (`Dag::add_programmatic_dependency`), GPU time per node from events around 20
+//! back-to-back launches. The **inference experiment** (`inference`) times
+//! `Dag::infer_dependencies` on 10,000 kernel nodes (over 1,000, 100 and 1 buffers) against
+//! `Dag::instantiate` of the same DAG (the limit: at most 20%).
+//!
 //! The **WHILE experiment** (`while`, `while_loop.rs`) runs a loop whose body is 1 or 10
 //! one-block kernels, 100 or 1,000 iterations, as a WHILE conditional node (one launch) and as
 //! the host loop it replaces (launch the body graph, copy a flag to pinned memory, wait, read
@@ -57,7 +64,7 @@
 //! Knobs (environment): `CUDAGRAPH_BENCH_NS` (comma-separated N values, default
 //! `1,10,100,1000,10000`), `CUDAGRAPH_BENCH_REPS_SCALE` (multiplies the repetition counts,
 //! default 1), `CUDAGRAPH_BENCH_ONLY` (comma-separated experiment names, default all:
-//! `launch,construction,update,host,fft,while,memory`).
+//! `launch,construction,update,host,fft,while,memory,programmatic,inference`).
 //!
 //! Files: one per experiment (`launch.rs`, `construction.rs`, `update.rs` with its
 //! whole-graph part in `whole.rs`, `host_only.rs`, `fft.rs`); `bench.rs` (the shared context:
@@ -85,8 +92,10 @@ mod construction;
 mod fft;
 mod graph_memory;
 mod host_only;
+mod inference;
 mod launch;
 mod plot;
+mod programmatic;
 mod raw;
 mod report;
 mod update;
@@ -140,6 +149,14 @@ fn experiments() -> Vec<Experiment> {
         Experiment {
             name: "memory",
             run: graph_memory::memory_experiment,
+        },
+        Experiment {
+            name: "programmatic",
+            run: programmatic::programmatic_experiment,
+        },
+        Experiment {
+            name: "inference",
+            run: inference::inference_experiment,
         },
     ]
 }

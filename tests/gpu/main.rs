@@ -22,10 +22,12 @@ mod fft;
 mod fft_update;
 mod foundation;
 mod gemm;
+mod infer;
 mod memory_nodes;
 mod nccl;
 mod placement;
 mod profile;
+mod programmatic;
 mod soundness;
 mod sources;
 
@@ -41,7 +43,7 @@ fn main() {
     }
     // The registered tests, module by module in this order, by name within a module (the
     // link order of the registrations is not the source order).
-    const ORDER: [&str; 18] = [
+    const ORDER: [&str; 20] = [
         "foundation::",
         "dag::",
         "enabled::",
@@ -51,6 +53,8 @@ fn main() {
         "memory_nodes::",
         "device_side::",
         "gemm::",
+        "programmatic::",
+        "infer::",
         "fft::",
         "fft_update::",
         "soundness::",

@@ -19,6 +19,7 @@ fn compile_with_nvrtc() -> anyhow::Result<()> {
             crate::memory_nodes::SOURCE,
             CodeKind::Cubin,
         ),
+        ("infer::SOURCE", crate::infer::SOURCE, CodeKind::Cubin),
         // A custom FFT callback: as cuFFT links it (LTO-IR) and as the unfused form's
         // conversion kernel compiles it (ordinary device code).
         ("fft::CUSTOM_I8", crate::fft::CUSTOM_I8, CodeKind::LtoIr),
