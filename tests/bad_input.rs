@@ -8,7 +8,7 @@ use cudagraph::fft::{FftPlanDesc, FftType};
 use cudagraph::nccl::{Communicators, ReduceOp};
 use cudagraph::{
     args, dst, src, Copy2d, Dag, DagError, DeviceLimits, Dim3, Error, FftPlan, LaunchAttributes,
-    LaunchConfig, Memset2d, RecordingBackend,
+    LaunchConfig, Memset2d, ProgrammaticPort, RecordingBackend,
 };
 
 fn rec() -> RecordingBackend {
@@ -1112,4 +1112,100 @@ fn device_updatable_nodes() {
     dag.remove(w).unwrap();
     let t = lowering_refused("removed device node", &dag, &mut r, wrong_kind_at("size"));
     assert!(has(&t, &["was removed"]), "{t}");
+}
+
+#[test]
+fn programmatic_edges() {
+    let mut r = RecordingBackend::with_devices(DeviceLimits::hopper(), 2);
+    let x = r.device_buffer::<f32>(64);
+    let k = r.kernel("step", &[8]);
+    let one = LaunchConfig::new(1, 32);
+    let port = ProgrammaticPort::Programmatic;
+    let two = |dag: &mut Dag| {
+        let a = dag.add_kernel(&k, one, &args![&x]).unwrap();
+        let b = dag.add_kernel(&k, one, &args![&x]).unwrap();
+        dag.set_name(a, "a");
+        dag.set_name(b, "b");
+        (a, b)
+    };
+    let programmatic_at = |before: &'static str, after: &'static str| {
+        move |e: &Error| {
+            matches!(e, Error::Dag(DagError::Programmatic { before: b, after: a, .. })
+                if b == before && a == after)
+        }
+    };
+    let mut ok = Dag::new();
+    let (a, b) = two(&mut ok);
+    ok.add_programmatic_dependency(a, b, port).unwrap();
+    ok.lower(&mut r)
+        .expect("a programmatic edge as it should be");
+    // 94. A programmatic edge to a node that is not a kernel.
+    let mut dag = Dag::new();
+    let (a, _) = two(&mut dag);
+    let m = dag.add_memset(&x, 0u32).unwrap();
+    dag.set_name(m, "fill");
+    let t = refused(
+        "programmatic edge to a memset",
+        &mut dag,
+        |d| d.add_programmatic_dependency(a, m, port),
+        programmatic_at("a", "fill"),
+    );
+    assert!(
+        has(&t, &["`fill` is a memset node", "two kernel nodes"]),
+        "{t}"
+    );
+    // 95. Kernels placed on two devices: refused when added.
+    let k1 = r.kernel_on(1, "step", &[]);
+    let mut dag = Dag::new();
+    let (a, _) = two(&mut dag);
+    let c = dag.add_kernel(&k1, one, &[]).unwrap();
+    dag.set_name(c, "c");
+    dag.place_on(a, r.device_key(0)).unwrap();
+    dag.place_on(c, r.device_key(1)).unwrap();
+    let t = refused(
+        "programmatic edge across devices",
+        &mut dag,
+        |d| d.add_programmatic_dependency(a, c, port),
+        programmatic_at("a", "c"),
+    );
+    assert!(has(&t, &["two devices"]), "{t}");
+    // 96. The same with `a` unplaced (the home device): refused by lowering.
+    dag.unplace(a).unwrap();
+    dag.add_programmatic_dependency(a, c, port).unwrap();
+    let t = lowering_refused(
+        "programmatic edge across devices, unplaced",
+        &dag,
+        &mut r,
+        programmatic_at("a", "c"),
+    );
+    assert!(has(&t, &["run on two devices"]), "{t}");
+    // 97. Two nodes already joined by a plain edge.
+    let mut dag = Dag::new();
+    let (a, b) = two(&mut dag);
+    dag.add_dependency(a, b).unwrap();
+    let t = refused(
+        "programmatic edge over a plain one",
+        &mut dag,
+        |d| d.add_programmatic_dependency(a, b, port),
+        programmatic_at("a", "b"),
+    );
+    assert!(has(&t, &["plain edge"]), "{t}");
+    // 98. A device older than compute capability 9.0: refused by lowering.
+    let mut ampere = RecordingBackend::new(DeviceLimits {
+        compute_capability: (8, 6),
+        ..DeviceLimits::hopper()
+    });
+    let xa = ampere.device_buffer::<f32>(64);
+    let ka = ampere.kernel("step", &[8]);
+    let mut dag = Dag::new();
+    let a = dag.add_kernel(&ka, one, &args![&xa]).unwrap();
+    let b = dag.add_kernel(&ka, one, &args![&xa]).unwrap();
+    dag.add_programmatic_dependency(a, b, port).unwrap();
+    let t = lowering_refused(
+        "programmatic edge before Hopper",
+        &dag,
+        &mut ampere,
+        programmatic_at("kernel#0", "kernel#1"),
+    );
+    assert!(has(&t, &["compute capability 8.6", "9.0"]), "{t}");
 }
