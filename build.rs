@@ -99,7 +99,8 @@ mod generate {
             "cuda",
             "Cuda",
             "cuInit|cuGetErrorName|cuGetErrorString|cuDeviceGet|cuDevicePrimaryCtxRetain|\
-             cuDevicePrimaryCtxRelease_v2|cuGraphExecKernelNodeSetParams_v2",
+             cuDevicePrimaryCtxRelease_v2|cuGraphExecKernelNodeSetParams_v2|cuLinkCreate_v2|\
+             cuLinkAddData_v2|cuLinkAddFile_v2|cuLinkComplete|cuLinkDestroy",
         ),
         ("cufft", "Cufft", "cufft.*"),
         ("nvrtc", "Nvrtc", "nvrtc.*"),

@@ -57,7 +57,7 @@
 //! | conditional (IF, IF/ELSE, WHILE, SWITCH) | [`Dag::add_if`], [`Dag::add_if_else`], [`Dag::add_while`], [`Dag::add_switch`]; bodies are [`Dag`]s; the handle from [`Dag::conditional_handle`] is a kernel argument ([`Conditional`]; source includes [`CONDITIONAL_INCLUDE`]) | `cudaGraphConditionalHandleCreate` (reset to its default at each launch), then `cudaGraphAddNode` (conditional); each body lowered into its graph from `phGraph_out` | whole-graph update (reaches the bodies' nodes) |
 //! | graph memory: allocation / free | [`Dag::add_alloc`] (returns a [`GraphBuffer`], used as a kernel argument and by [`Dag::add_graph_memset`] between its allocation and free, validated), [`Dag::add_free`]; [`InstantiateFlags::auto_free_on_launch`] for allocations never freed | `cudaGraphAddNode` (mem alloc: the address CUDA returns in `dptr` is written into the nodes using the buffer; mem free) | — (a whole-graph update is refused: [`Exec::update_or_reinstantiate`] instantiates again) |
 //! | device-updatable kernel | [`Dag::device_node`] on a kernel node; the [`DeviceNode`] is an argument of the kernels that update it (source includes [`DEVICE_UPDATE_INCLUDE`]) | the kernel node, then `cudaGraphKernelNodeSetAttribute` (`cudaLaunchAttributeDeviceUpdatableKernelNode`, the handle read back); kernels added before it get the handle with `cudaGraphKernelNodeSetParams` | on the device: `cudaGraphKernelNodeSetGridDim`, `SetEnabled`, `SetParam`; on the host as a kernel (then uploaded again); no whole-graph update |
-//! | kernel launching a device graph | [`InstantiateFlags::device_launch`] and [`Exec::into_device_graph`] make a [`DeviceGraph`], an argument of the launching kernel (linked with `libcudadevrt` outside the crate) | `cudaGraphInstantiateWithParams` (`cudaGraphInstantiateFlagDeviceLaunch`), `cudaGraphUpload`; the kernel node as any | — (the argument cannot be replaced; no whole-graph update) |
+//! | kernel launching a device graph | [`InstantiateFlags::device_launch`] and [`Exec::into_device_graph`] make a [`DeviceGraph`], an argument of the launching kernel (compiled with [`CodeKind::DeviceRuntime`]: NVRTC's relocatable PTX linked with `libcudadevrt.a` by `cuLinkCreate` … `cuLinkComplete`) | `cudaGraphInstantiateWithParams` (`cudaGraphInstantiateFlagDeviceLaunch`), `cudaGraphUpload`; the kernel node as any | — (the argument cannot be replaced; no whole-graph update) |
 //! | FFT | [`Dag::add_fft`] | a parameter kernel node (`cudaGraphAddNode`) + `cufftExec*` captured with `cudaStreamBeginCaptureToGraph` ([`fft`]); unfused ([`Fusion`]): also a conversion kernel node | `cudaGraphExecKernelNodeSetParams` on the parameter (and conversion) node |
 //! | GEMM (cuBLAS) | [`Dag::add_gemm`] with a [`Blas`] handle and a [`Gemm`] (column-major; checked against the buffers) | `cublasGemmEx` captured with `cudaStreamBeginCaptureToGraph`, after setting the node's own workspace ([`blas`]) | whole-graph update (captures again) |
 //! | collective (NCCL) | [`Dag::add_all_reduce`] and the others of [`nccl`] | `ncclAllReduce` & co. captured with `cudaStreamBeginCaptureToGraph`, inside [`Communicators::instantiate`] | whole-graph rebuild |
@@ -177,10 +177,10 @@ pub use fft::{
 };
 pub use graph_buffer::GraphBuffer;
 pub use kernel::{
-    compile, nvrtc_version, toolkit_include_dir, Access, AccessPolicy, AccessProperty, CodeKind,
-    CompileOptions, Compiled, Conditional, DeviceGraph, DeviceNode, Dim3, In, InOut, Kernel,
-    KernelArg, LaunchAttributes, LaunchConfig, MemSyncDomain, Module, Out, ParamInfo, ParamSource,
-    CONDITIONAL_INCLUDE, DEVICE_UPDATE_INCLUDE, MAX_PORTABLE_CLUSTER,
+    compile, cudadevrt_path, nvrtc_version, toolkit_include_dir, Access, AccessPolicy,
+    AccessProperty, CodeKind, CompileOptions, Compiled, Conditional, DeviceGraph, DeviceNode, Dim3,
+    In, InOut, Kernel, KernelArg, LaunchAttributes, LaunchConfig, MemSyncDomain, Module, Out,
+    ParamInfo, ParamSource, CONDITIONAL_INCLUDE, DEVICE_UPDATE_INCLUDE, MAX_PORTABLE_CLUSTER,
 };
 pub use memory::{DeviceBuffer, DeviceRepr, HostBuffer, MemorySpace, Region};
 pub use nccl::{Comm, Communicators, NcclType, ReduceOp};

@@ -18,6 +18,13 @@ pub enum CodeKind {
     Cubin,
     /// LTO-IR (`-dlto -rdc=true -arch=compute_XX`), for cuFFT's LTO callbacks.
     LtoIr,
+    /// Machine code that may call the device runtime: relocatable PTX (`-rdc=true
+    /// -arch=compute_XX`) linked with the toolkit's `libcudadevrt.a` by the driver's JIT linker
+    /// into a cubin, loadable as a module. For kernels that launch graphs from the device
+    /// (`cudaGraphLaunch`, see [`DeviceGraph`](crate::DeviceGraph)) or use dynamic parallelism.
+    /// Needs a device (the linker runs in its context) and the toolkit's library
+    /// ([`cudadevrt_path`](crate::cudadevrt_path)).
+    DeviceRuntime,
 }
 
 /// Options for [`compile`].
@@ -128,6 +135,18 @@ pub fn compile(
             })
         }
     };
+    // The device runtime to link with, and the device whose context links (DeviceRuntime).
+    let devrt = match (options.kind, device) {
+        (CodeKind::DeviceRuntime, Some(d)) => Some((d, super::link::cudadevrt()?)),
+        (CodeKind::DeviceRuntime, None) => {
+            return Err(Error::BadOptions {
+                what: "compile",
+                problem: "CodeKind::DeviceRuntime links in a device's context: give a device"
+                    .into(),
+            })
+        }
+        _ => None,
+    };
     let arch = pick_arch(cc)?;
     let src = CString::new(source).map_err(|_| Error::Nul {
         what: "the kernel source",
@@ -149,6 +168,10 @@ pub fn compile(
             push("-dlto".into())?;
             push("-rdc=true".into())?;
         }
+        CodeKind::DeviceRuntime => {
+            push(format!("-arch=compute_{arch}"))?;
+            push("-rdc=true".into())?;
+        }
     }
     push("-default-device".into())?;
     for o in &options.options {
@@ -167,8 +190,13 @@ pub fn compile(
     let cache_dir = crate::cache::dir();
     let key = cache_dir.as_ref().and_then(|_| {
         let (major, minor) = nvrtc_version().ok()?;
+        // Linked output also depends on the device runtime linked in.
+        let linked = devrt
+            .as_ref()
+            .map(|(_, p)| format!("\nlinked with {}", p.display()))
+            .unwrap_or_default();
         Some(format!(
-            "nvrtc {major}.{minor}\nname {}\noptions {:?}\nexpressions {:?}\nsource\n{source}",
+            "nvrtc {major}.{minor}\nname {}\noptions {:?}\nexpressions {:?}{linked}\nsource\n{source}",
             options.name, opts, options.name_expressions
         ))
     });
@@ -227,7 +255,12 @@ pub fn compile(
         match options.kind {
             CodeKind::Cubin => nv::cubin(guard.0)?,
             CodeKind::LtoIr => nv::lto_ir(guard.0)?,
+            CodeKind::DeviceRuntime => nv::ptx(guard.0)?,
         }
+    };
+    let image = match &devrt {
+        Some((d, path)) => super::link::with_device_runtime(d, &image, &options.name, path)?,
+        None => image,
     };
     let compiled = Compiled {
         image,

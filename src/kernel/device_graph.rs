@@ -7,7 +7,8 @@
 //! device graph while the device may launch it), and kept alive by every kernel node that passes
 //! it (a `cudaGraphExec_t` argument, `KernelArg::from(&graph)`), so it outlives the launches of
 //! the graphs whose kernels launch it (`cudaGraphLaunch(graph, cudaStreamGraphFireAndForget)`,
-//! `cudaStreamGraphTailLaunch`, `cudaStreamGraphFireAndForgetAsSibling`).
+//! `cudaStreamGraphTailLaunch`, `cudaStreamGraphFireAndForgetAsSibling`; such a kernel is
+//! compiled with [`CodeKind::DeviceRuntime`](crate::CodeKind::DeviceRuntime)).
 
 use std::any::Any;
 use std::sync::Arc;
@@ -22,10 +23,9 @@ use crate::memory::Allocation;
 ///
 /// A kernel node passing it gets its `cudaGraphExec_t` (8 bytes) as the argument. The CUDA C++
 /// that launches it calls `cudaGraphLaunch` from device code, which needs relocatable device
-/// code linked with the device runtime (`-rdc=true`, `libcudadevrt.a`): NVRTC output from
-/// [`compile`](fn@crate::compile) is not linked, so such a kernel comes from a cubin linked
-/// elsewhere ([`Module::load`](crate::Module::load)) (see the README, "Device-side graph
-/// launch").
+/// code linked with the device runtime: compile it with
+/// [`CodeKind::DeviceRuntime`](crate::CodeKind::DeviceRuntime) (or load a cubin linked
+/// elsewhere with [`Module::load`](crate::Module::load)).
 #[derive(Clone)]
 pub struct DeviceGraph {
     pub(crate) inner: Arc<DeviceGraphInner>,

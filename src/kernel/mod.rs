@@ -20,6 +20,8 @@
 //! - `packed`: `PackedArgs` (arguments at the parameter offsets, as nodes keep them),
 //!   `ArgArena`, `ArgScratch`.
 //! - `arena`: `Arena`, the shared chunks a DAG's kernel nodes carve their argument blocks from.
+//! - `link`: linking relocatable NVRTC output with the device runtime (`libcudadevrt.a`) by the
+//!   driver's JIT linker, for [`CodeKind::DeviceRuntime`].
 //! - `library`: the loaded `cudaLibrary_t` a [`Module`] and its kernels share (below both
 //!   `module` and `launch`, so neither imports the other's file back).
 
@@ -33,6 +35,7 @@ mod device_graph;
 mod device_node;
 mod launch;
 mod library;
+mod link;
 mod module;
 mod packed;
 
@@ -46,5 +49,6 @@ pub use device_graph::DeviceGraph;
 pub(crate) use device_graph::DeviceGraphInner;
 pub use device_node::{DeviceNode, DEVICE_UPDATE_INCLUDE};
 pub use launch::{Dim3, Kernel, LaunchConfig, ParamInfo, ParamSource};
+pub use link::cudadevrt_path;
 pub use module::Module;
 pub(crate) use packed::{ArgArena, ArgScratch, PackedArgs};

@@ -45,10 +45,11 @@ impl Module {
         source: &str,
         options: &CompileOptions,
     ) -> Result<Module> {
-        if options.kind != CodeKind::Cubin {
+        if options.kind == CodeKind::LtoIr {
             return Err(Error::BadOptions {
                 what: "Module::from_source_with",
-                problem: "a module is loaded from a cubin (CodeKind::Cubin); LTO-IR is for \
+                problem: "a module is loaded from a cubin (CodeKind::Cubin, or \
+                          CodeKind::DeviceRuntime linked with the device runtime); LTO-IR is for \
                           cuFFT callbacks"
                     .into(),
             });

@@ -1,9 +1,12 @@
 //! CUDA driver API calls (`libcuda.so.1`): the few the crate makes without the runtime.
 //!
 //! The runtime is the crate's API; a call goes to the driver only where the runtime's wrapper
-//! costs what the crate's own targets cannot afford. That is one operation today: updating a
-//! kernel node of an executable graph (`cuGraphExecKernelNodeSetParams`, with `cuInit`,
-//! `cuDeviceGet` and the primary-context retain and release it needs). On the H200 (CUDA 13.0,
+//! costs what the crate's own targets cannot afford, or where the runtime has no such call. That
+//! is two operations today: linking NVRTC's relocatable code with the device runtime
+//! (`cuLinkCreate`, `cuLinkAddData`, `cuLinkAddFile`, `cuLinkComplete`, `cuLinkDestroy`: the
+//! runtime has no JIT linker), and updating a kernel node of an executable graph
+//! (`cuGraphExecKernelNodeSetParams`, with `cuInit`, `cuDeviceGet` and the primary-context
+//! retain and release it needs). On the H200 (CUDA 13.0,
 //! driver 580) the runtime's `cudaGraphExecKernelNodeSetParams` takes about 0.29 µs, the driver's
 //! `cuGraphExecKernelNodeSetParams` about 0.18 µs for the same node given as kernel and context
 //! (0.15 µs given as a context's function), measured side by side in one process. Per-node
@@ -69,6 +72,94 @@ pub unsafe fn primary_ctx_release(ordinal: i32) -> Result<()> {
     let mut dev: sys::CUdevice = 0;
     drv!(cuDeviceGet(&mut dev, ordinal))?;
     drv!(cuDevicePrimaryCtxRelease_v2(dev))
+}
+
+/// `cuLinkCreate` with an error log: a JIT link state of the current context, whose errors
+/// the linker writes into `log` (NUL-terminated).
+///
+/// # Safety
+/// A context is current; `log` outlives the state ([`link_destroy`] is called before it is
+/// dropped or moved).
+pub unsafe fn link_create(log: &mut [u8]) -> Result<sys::CUlinkState> {
+    let mut options = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    // The driver's convention: each value is given in a pointer-sized slot, a size as the
+    // integer itself.
+    let mut values = [
+        log.as_mut_ptr().cast::<std::ffi::c_void>(),
+        log.len() as *mut std::ffi::c_void,
+    ];
+    let mut state: sys::CUlinkState = std::ptr::null_mut();
+    drv!(cuLinkCreate_v2(
+        options.len() as u32,
+        options.as_mut_ptr(),
+        values.as_mut_ptr(),
+        &mut state
+    ))?;
+    Ok(state)
+}
+
+/// `cuLinkAddData`: adds `data` (of `kind`, named `name` in the linker's messages).
+///
+/// # Safety
+/// `state` is a live link state; `data` is an image of `kind` (PTX: NUL-terminated).
+pub unsafe fn link_add_data(
+    state: sys::CUlinkState,
+    kind: sys::CUjitInputType,
+    data: &[u8],
+    name: &std::ffi::CStr,
+) -> Result<()> {
+    drv!(cuLinkAddData_v2(
+        state,
+        kind,
+        data.as_ptr().cast_mut().cast(),
+        data.len(),
+        name.as_ptr(),
+        0,
+        std::ptr::null_mut(),
+        std::ptr::null_mut()
+    ))
+}
+
+/// `cuLinkAddFile`: adds the file at `path` (of `kind`, e.g. a static library).
+///
+/// # Safety
+/// `state` is a live link state.
+pub unsafe fn link_add_file(
+    state: sys::CUlinkState,
+    kind: sys::CUjitInputType,
+    path: &std::ffi::CStr,
+) -> Result<()> {
+    drv!(cuLinkAddFile_v2(
+        state,
+        kind,
+        path.as_ptr(),
+        0,
+        std::ptr::null_mut(),
+        std::ptr::null_mut()
+    ))
+}
+
+/// `cuLinkComplete`: the linked cubin, copied (the state owns the linker's copy).
+///
+/// # Safety
+/// `state` is a live link state.
+pub unsafe fn link_complete(state: sys::CUlinkState) -> Result<Vec<u8>> {
+    let mut image: *mut std::ffi::c_void = std::ptr::null_mut();
+    let mut size = 0usize;
+    drv!(cuLinkComplete(state, &mut image, &mut size))?;
+    // SAFETY: the driver returned `size` bytes at `image`, valid until the state is destroyed.
+    Ok(unsafe { std::slice::from_raw_parts(image.cast::<u8>(), size) }.to_vec())
+}
+
+/// `cuLinkDestroy`.
+///
+/// # Safety
+/// `state` is a live link state, used no more.
+pub unsafe fn link_destroy(state: sys::CUlinkState) -> Result<()> {
+    drv!(cuLinkDestroy(state))
 }
 
 /// `cuGraphExecKernelNodeSetParams`: the runtime's `cudaGraphExecKernelNodeSetParams` with

@@ -146,6 +146,18 @@ pub unsafe fn cubin(prog: sys::nvrtcProgram) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// `nvrtcGetPTXSize` + `nvrtcGetPTX` (NUL-terminated, as the driver's JIT linker takes it).
+///
+/// # Safety
+/// `prog` is live and was compiled for a virtual `compute_XX` architecture.
+pub unsafe fn ptx(prog: sys::nvrtcProgram) -> Result<Vec<u8>> {
+    let mut n = 0usize;
+    nv!(nvrtcGetPTXSize(prog, &mut n))?;
+    let mut buf = vec![0u8; n];
+    nv!(nvrtcGetPTX(prog, buf.as_mut_ptr().cast()))?;
+    Ok(buf)
+}
+
 /// `nvrtcGetLTOIRSize` + `nvrtcGetLTOIR`.
 ///
 /// # Safety

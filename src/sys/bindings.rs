@@ -4155,6 +4155,65 @@ pub type CUfunction = *mut CUfunc_st;
 pub type CUkernel = *mut CUkern_st;
 pub type CUgraphNode = *mut CUgraphNode_st;
 pub type CUgraphExec = *mut CUgraphExec_st;
+#[repr(u32)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub enum CUjit_option_enum {
+    CU_JIT_MAX_REGISTERS = 0,
+    CU_JIT_THREADS_PER_BLOCK = 1,
+    CU_JIT_WALL_TIME = 2,
+    CU_JIT_INFO_LOG_BUFFER = 3,
+    CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
+    CU_JIT_ERROR_LOG_BUFFER = 5,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+    CU_JIT_OPTIMIZATION_LEVEL = 7,
+    CU_JIT_TARGET_FROM_CUCONTEXT = 8,
+    CU_JIT_TARGET = 9,
+    CU_JIT_FALLBACK_STRATEGY = 10,
+    CU_JIT_GENERATE_DEBUG_INFO = 11,
+    CU_JIT_LOG_VERBOSE = 12,
+    CU_JIT_GENERATE_LINE_INFO = 13,
+    CU_JIT_CACHE_MODE = 14,
+    CU_JIT_NEW_SM3X_OPT = 15,
+    CU_JIT_FAST_COMPILE = 16,
+    CU_JIT_GLOBAL_SYMBOL_NAMES = 17,
+    CU_JIT_GLOBAL_SYMBOL_ADDRESSES = 18,
+    CU_JIT_GLOBAL_SYMBOL_COUNT = 19,
+    CU_JIT_LTO = 20,
+    CU_JIT_FTZ = 21,
+    CU_JIT_PREC_DIV = 22,
+    CU_JIT_PREC_SQRT = 23,
+    CU_JIT_FMA = 24,
+    CU_JIT_REFERENCED_KERNEL_NAMES = 25,
+    CU_JIT_REFERENCED_KERNEL_COUNT = 26,
+    CU_JIT_REFERENCED_VARIABLE_NAMES = 27,
+    CU_JIT_REFERENCED_VARIABLE_COUNT = 28,
+    CU_JIT_OPTIMIZE_UNUSED_DEVICE_VARIABLES = 29,
+    CU_JIT_POSITION_INDEPENDENT_CODE = 30,
+    CU_JIT_MIN_CTA_PER_SM = 31,
+    CU_JIT_MAX_THREADS_PER_BLOCK = 32,
+    CU_JIT_OVERRIDE_DIRECTIVE_VALUES = 33,
+    CU_JIT_SPLIT_COMPILE = 34,
+    CU_JIT_NUM_OPTIONS = 35,
+}
+pub use self::CUjit_option_enum as CUjit_option;
+#[repr(u32)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub enum CUjitInputType_enum {
+    CU_JIT_INPUT_CUBIN = 0,
+    CU_JIT_INPUT_PTX = 1,
+    CU_JIT_INPUT_FATBINARY = 2,
+    CU_JIT_INPUT_OBJECT = 3,
+    CU_JIT_INPUT_LIBRARY = 4,
+    CU_JIT_INPUT_NVVM = 5,
+    CU_JIT_NUM_INPUT_TYPES = 6,
+}
+pub use self::CUjitInputType_enum as CUjitInputType;
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUlinkState_st {
+    _unused: [u8; 0],
+}
+pub type CUlinkState = *mut CUlinkState_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUDA_KERNEL_NODE_PARAMS_v2_st {
@@ -12135,6 +12194,49 @@ pub mod cuda {
         >,
         pub cuDevicePrimaryCtxRelease_v2:
             Result<unsafe extern "C" fn(dev: CUdevice) -> CUresult, ::libloading::Error>,
+        pub cuLinkCreate_v2: Result<
+            unsafe extern "C" fn(
+                numOptions: ::std::os::raw::c_uint,
+                options: *mut CUjit_option,
+                optionValues: *mut *mut ::std::os::raw::c_void,
+                stateOut: *mut CUlinkState,
+            ) -> CUresult,
+            ::libloading::Error,
+        >,
+        pub cuLinkAddData_v2: Result<
+            unsafe extern "C" fn(
+                state: CUlinkState,
+                type_: CUjitInputType,
+                data: *mut ::std::os::raw::c_void,
+                size: usize,
+                name: *const ::std::os::raw::c_char,
+                numOptions: ::std::os::raw::c_uint,
+                options: *mut CUjit_option,
+                optionValues: *mut *mut ::std::os::raw::c_void,
+            ) -> CUresult,
+            ::libloading::Error,
+        >,
+        pub cuLinkAddFile_v2: Result<
+            unsafe extern "C" fn(
+                state: CUlinkState,
+                type_: CUjitInputType,
+                path: *const ::std::os::raw::c_char,
+                numOptions: ::std::os::raw::c_uint,
+                options: *mut CUjit_option,
+                optionValues: *mut *mut ::std::os::raw::c_void,
+            ) -> CUresult,
+            ::libloading::Error,
+        >,
+        pub cuLinkComplete: Result<
+            unsafe extern "C" fn(
+                state: CUlinkState,
+                cubinOut: *mut *mut ::std::os::raw::c_void,
+                sizeOut: *mut usize,
+            ) -> CUresult,
+            ::libloading::Error,
+        >,
+        pub cuLinkDestroy:
+            Result<unsafe extern "C" fn(state: CUlinkState) -> CUresult, ::libloading::Error>,
         pub cuGraphExecKernelNodeSetParams_v2: Result<
             unsafe extern "C" fn(
                 hGraphExec: CUgraphExec,
@@ -12167,6 +12269,11 @@ pub mod cuda {
             let cuDevicePrimaryCtxRelease_v2 = __library
                 .get(b"cuDevicePrimaryCtxRelease_v2\0")
                 .map(|sym| *sym);
+            let cuLinkCreate_v2 = __library.get(b"cuLinkCreate_v2\0").map(|sym| *sym);
+            let cuLinkAddData_v2 = __library.get(b"cuLinkAddData_v2\0").map(|sym| *sym);
+            let cuLinkAddFile_v2 = __library.get(b"cuLinkAddFile_v2\0").map(|sym| *sym);
+            let cuLinkComplete = __library.get(b"cuLinkComplete\0").map(|sym| *sym);
+            let cuLinkDestroy = __library.get(b"cuLinkDestroy\0").map(|sym| *sym);
             let cuGraphExecKernelNodeSetParams_v2 = __library
                 .get(b"cuGraphExecKernelNodeSetParams_v2\0")
                 .map(|sym| *sym);
@@ -12178,6 +12285,11 @@ pub mod cuda {
                 cuDeviceGet,
                 cuDevicePrimaryCtxRetain,
                 cuDevicePrimaryCtxRelease_v2,
+                cuLinkCreate_v2,
+                cuLinkAddData_v2,
+                cuLinkAddFile_v2,
+                cuLinkComplete,
+                cuLinkDestroy,
                 cuGraphExecKernelNodeSetParams_v2,
             })
         }
@@ -12229,6 +12341,86 @@ pub mod cuda {
                 .cuDevicePrimaryCtxRelease_v2
                 .as_ref()
                 .expect("Expected function, got error."))(dev)
+        }
+        pub unsafe fn cuLinkCreate_v2(
+            &self,
+            numOptions: ::std::os::raw::c_uint,
+            options: *mut CUjit_option,
+            optionValues: *mut *mut ::std::os::raw::c_void,
+            stateOut: *mut CUlinkState,
+        ) -> CUresult {
+            (self
+                .cuLinkCreate_v2
+                .as_ref()
+                .expect("Expected function, got error."))(
+                numOptions,
+                options,
+                optionValues,
+                stateOut,
+            )
+        }
+        pub unsafe fn cuLinkAddData_v2(
+            &self,
+            state: CUlinkState,
+            type_: CUjitInputType,
+            data: *mut ::std::os::raw::c_void,
+            size: usize,
+            name: *const ::std::os::raw::c_char,
+            numOptions: ::std::os::raw::c_uint,
+            options: *mut CUjit_option,
+            optionValues: *mut *mut ::std::os::raw::c_void,
+        ) -> CUresult {
+            (self
+                .cuLinkAddData_v2
+                .as_ref()
+                .expect("Expected function, got error."))(
+                state,
+                type_,
+                data,
+                size,
+                name,
+                numOptions,
+                options,
+                optionValues,
+            )
+        }
+        pub unsafe fn cuLinkAddFile_v2(
+            &self,
+            state: CUlinkState,
+            type_: CUjitInputType,
+            path: *const ::std::os::raw::c_char,
+            numOptions: ::std::os::raw::c_uint,
+            options: *mut CUjit_option,
+            optionValues: *mut *mut ::std::os::raw::c_void,
+        ) -> CUresult {
+            (self
+                .cuLinkAddFile_v2
+                .as_ref()
+                .expect("Expected function, got error."))(
+                state,
+                type_,
+                path,
+                numOptions,
+                options,
+                optionValues,
+            )
+        }
+        pub unsafe fn cuLinkComplete(
+            &self,
+            state: CUlinkState,
+            cubinOut: *mut *mut ::std::os::raw::c_void,
+            sizeOut: *mut usize,
+        ) -> CUresult {
+            (self
+                .cuLinkComplete
+                .as_ref()
+                .expect("Expected function, got error."))(state, cubinOut, sizeOut)
+        }
+        pub unsafe fn cuLinkDestroy(&self, state: CUlinkState) -> CUresult {
+            (self
+                .cuLinkDestroy
+                .as_ref()
+                .expect("Expected function, got error."))(state)
         }
         pub unsafe fn cuGraphExecKernelNodeSetParams_v2(
             &self,

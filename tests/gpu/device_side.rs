@@ -5,16 +5,14 @@
 //! instantiation CUDA refuses, naming the node (a kernel using dynamic parallelism, which
 //! validation cannot see). Each result is checked against the CPU.
 //!
-//! The last two need a kernel linked with the device runtime (`-rdc=true`, `libcudadevrt.a`),
-//! which NVRTC output is not: they build it with the toolkit's `nvcc` and `nvlink` (found from
-//! `cudagraph::toolkit_include_dir()`, i.e. `CUDA_PATH`), and fail as unsupported without them.
+//! The last two need kernels linked with the device runtime (`CodeKind::DeviceRuntime`: NVRTC's
+//! relocatable PTX and the toolkit's `libcudadevrt.a`, linked by the driver's JIT linker), and
+//! fail as unsupported without the library.
 
-use std::path::{Path, PathBuf};
-
-use anyhow::{ensure, Context};
+use anyhow::ensure;
 use cudagraph::{
-    args, Dag, DagError, DeviceBuffer, Error, InstantiateFlags, Kernel, LaunchConfig, Module,
-    DEVICE_UPDATE_INCLUDE,
+    args, CodeKind, CompileOptions, Dag, DagError, DeviceBuffer, Error, InstantiateFlags, Kernel,
+    LaunchConfig, Module, DEVICE_UPDATE_INCLUDE,
 };
 
 use crate::common::{assert_close, Gpu, Unsupported};
@@ -180,9 +178,8 @@ fn device_launch_from_the_host(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Kernels that need the device runtime linked in.
+/// Kernels that need the device runtime linked in (`CodeKind::DeviceRuntime`).
 const LAUNCHERS: &str = r#"
-#include <cuda_runtime.h>
 // Launches `fire` fire-and-forget and `tail` after this graph's environment completes.
 extern "C" __global__ void launch_both(cudaGraphExec_t fire, cudaGraphExec_t tail) {
     if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -197,86 +194,28 @@ extern "C" __global__ void spawn(float* x) {
 }
 "#;
 
-/// The CUDA toolkit's root (above the include directory `compile` uses).
-fn toolkit() -> anyhow::Result<PathBuf> {
-    let include = cudagraph::toolkit_include_dir()
-        .ok_or_else(|| Unsupported("no CUDA toolkit found (set CUDA_PATH)".into()))?;
-    Ok(include
-        .parent()
-        .context("the include directory has a parent")?
-        .to_path_buf())
-}
-
-/// `LAUNCHERS` compiled with `nvcc -rdc=true` and linked with `libcudadevrt.a` by `nvlink`
-/// into one cubin for this GPU, loaded.
+/// `LAUNCHERS` compiled by NVRTC as relocatable code and linked with the toolkit's
+/// `libcudadevrt.a` by the driver's JIT linker (`CodeKind::DeviceRuntime`), loaded. Unsupported
+/// (failing with the reason) without the library.
 fn linked_launchers(gpu: &Gpu) -> anyhow::Result<Module> {
-    let root = toolkit()?;
-    let (nvcc, nvlink) = (root.join("bin/nvcc"), root.join("bin/nvlink"));
-    let devrt = [
-        "lib64",
-        "lib",
-        "targets/x86_64-linux/lib",
-        "targets/sbsa-linux/lib",
-    ]
-    .iter()
-    .map(|d| root.join(d))
-    .find(|d| d.join("libcudadevrt.a").is_file());
-    let (true, true, Some(devrt)) = (nvcc.is_file(), nvlink.is_file(), devrt) else {
-        return Err(Unsupported(format!(
-            "device-side graph launch needs nvcc, nvlink and libcudadevrt.a under {}",
-            root.display()
-        ))
+    let Some(devrt) = cudagraph::cudadevrt_path() else {
+        return Err(Unsupported(
+            "device-side graph launch needs the CUDA toolkit's libcudadevrt.a (set CUDA_PATH)"
+                .into(),
+        )
         .into());
     };
-    let (major, minor) = gpu.device.limits().compute_capability;
-    let arch = format!("sm_{major}{minor}");
-    let dir = std::env::temp_dir().join(format!("cudagraph-devrt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let src = dir.join("launchers.cu");
-    std::fs::write(&src, LAUNCHERS)?;
-    let obj = dir.join("launchers.o.cubin");
-    let linked = dir.join("launchers.cubin");
-    run(
-        Path::new(&nvcc),
-        &[
-            &format!("-arch={arch}"),
-            "-rdc=true",
-            "-cubin",
-            "-o",
-            path(&obj),
-            path(&src),
-        ],
-    )?;
-    run(
-        Path::new(&nvlink),
-        &[
-            &format!("--arch={arch}"),
-            "-o",
-            path(&linked),
-            path(&obj),
-            &format!("-L{}", devrt.display()),
-            "-lcudadevrt",
-        ],
-    )?;
-    let image = std::fs::read(&linked)?;
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(Module::load(&gpu.device, &image, Default::default())?)
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("temporary paths are UTF-8")
-}
-
-fn run(program: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let out = std::process::Command::new(program).args(args).output()?;
-    ensure!(
-        out.status.success(),
-        "{} {:?} failed: {}",
-        program.display(),
-        args,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(())
+    println!("linking with {}", devrt.display());
+    let options = CompileOptions {
+        name: "launchers.cu".into(),
+        kind: CodeKind::DeviceRuntime,
+        ..Default::default()
+    };
+    Ok(Module::from_source_with(
+        &gpu.device,
+        &format!("{DEVICE_UPDATE_INCLUDE}{LAUNCHERS}"),
+        &options,
+    )?)
 }
 
 register!(gpu "device_side::a_kernel_launches_device_graphs_fire_and_forget_and_as_tail" => launches_device_graphs);
