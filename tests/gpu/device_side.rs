@@ -18,7 +18,7 @@ use cudagraph::{
 use crate::common::{assert_close, Gpu, Unsupported};
 
 /// Kernels updating other nodes from the device (`<cuda_device_runtime_api.h>`).
-const UPDATERS: &str = r#"
+pub const UPDATERS: &str = r#"
 // Sets the grid of `next` to cover `n[0]` elements in blocks of 256.
 extern "C" __global__ void size_next(cudaGraphDeviceNode_t next, const int* n) {
     if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -179,7 +179,7 @@ fn device_launch_from_the_host(gpu: &Gpu) -> anyhow::Result<()> {
 }
 
 /// Kernels that need the device runtime linked in (`CodeKind::DeviceRuntime`).
-const LAUNCHERS: &str = r#"
+pub const LAUNCHERS: &str = r#"
 // Launches `fire` fire-and-forget and `tail` after this graph's environment completes.
 extern "C" __global__ void launch_both(cudaGraphExec_t fire, cudaGraphExec_t tail) {
     if (blockIdx.x == 0 && threadIdx.x == 0) {

@@ -7,6 +7,18 @@ use crate::common::KERNELS;
 
 register!(nvrtc "sources::compile_with_nvrtc" => compile_with_nvrtc);
 fn compile_with_nvrtc() -> anyhow::Result<()> {
+    // Device-side work needs the device runtime's header, and the launchers relocatable code
+    // (their link with libcudadevrt needs a device: `CodeKind::DeviceRuntime`, on the GPU).
+    let updaters = format!(
+        "{}{}",
+        cudagraph::DEVICE_UPDATE_INCLUDE,
+        crate::device_side::UPDATERS
+    );
+    let launchers = format!(
+        "{}{}",
+        cudagraph::DEVICE_UPDATE_INCLUDE,
+        crate::device_side::LAUNCHERS
+    );
     let sources = [
         ("common::KERNELS", KERNELS, CodeKind::Cubin),
         (
@@ -20,6 +32,12 @@ fn compile_with_nvrtc() -> anyhow::Result<()> {
             CodeKind::Cubin,
         ),
         ("infer::SOURCE", crate::infer::SOURCE, CodeKind::Cubin),
+        ("device_side::UPDATERS", updaters.as_str(), CodeKind::Cubin),
+        (
+            "device_side::LAUNCHERS",
+            launchers.as_str(),
+            CodeKind::Cubin,
+        ),
         // A custom FFT callback: as cuFFT links it (LTO-IR) and as the unfused form's
         // conversion kernel compiles it (ordinary device code).
         ("fft::CUSTOM_I8", crate::fft::CUSTOM_I8, CodeKind::LtoIr),
@@ -31,6 +49,12 @@ fn compile_with_nvrtc() -> anyhow::Result<()> {
             name: format!("{name}.cu"),
             arch: Some((9, 0)),
             kind,
+            // Relocatable: its calls into the device runtime are linked on the GPU.
+            options: if name == "device_side::LAUNCHERS" {
+                vec!["-rdc=true".into()]
+            } else {
+                Vec::new()
+            },
             ..CompileOptions::default()
         };
         match compile(None, source, &opts) {
