@@ -49,8 +49,8 @@ fn compile_with_nvrtc() -> anyhow::Result<()> {
             name: format!("{name}.cu"),
             arch: Some((9, 0)),
             kind,
-            // Relocatable: its calls into the device runtime are linked on the GPU.
-            options: if name == "device_side::LAUNCHERS" {
+            // Relocatable: their calls into the device runtime may be linked on the GPU.
+            options: if name.starts_with("device_side::") {
                 vec!["-rdc=true".into()]
             } else {
                 Vec::new()
