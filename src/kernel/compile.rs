@@ -85,6 +85,41 @@ pub(crate) fn toolkit_include() -> Option<PathBuf> {
         .find(|d| d.join("cuda_runtime_api.h").exists())
 }
 
+/// Where `libcudadevrt.a` is looked for, under the CUDA toolkit's root (the directory above
+/// the include directory `compile` uses).
+const DEVRT_DIRS: [&str; 4] = [
+    "lib64",
+    "lib",
+    "targets/x86_64-linux/lib",
+    "targets/sbsa-linux/lib",
+];
+
+/// The device runtime library of the CUDA toolkit, if one is installed (`$CUDA_PATH`,
+/// `$CUDA_HOME`, `/usr/local/cuda`, as for the include directory).
+pub fn cudadevrt_path() -> Option<PathBuf> {
+    devrt_under(toolkit_include()?.parent()?)
+}
+
+/// `libcudadevrt.a` in the first of [`DEVRT_DIRS`] under `root` that has it.
+pub(crate) fn devrt_under(root: &std::path::Path) -> Option<PathBuf> {
+    DEVRT_DIRS
+        .iter()
+        .map(|d| root.join(d).join("libcudadevrt.a"))
+        .find(|p| p.is_file())
+}
+
+/// The device runtime library, or the error saying where it was looked for.
+pub(crate) fn cudadevrt() -> Result<PathBuf> {
+    cudadevrt_path().ok_or_else(|| Error::BadOptions {
+        what: "CodeKind::DeviceRuntime",
+        problem: format!(
+            "linking with the device runtime needs libcudadevrt.a, found in none of {} under \
+             the CUDA toolkit (set CUDA_PATH to a CUDA 13 toolkit)",
+            DEVRT_DIRS.join(", ")
+        ),
+    })
+}
+
 /// The NVRTC version, `(major, minor)`.
 pub fn nvrtc_version() -> Result<(i32, i32)> {
     // SAFETY: plain query.
@@ -137,7 +172,7 @@ pub fn compile(
     };
     // The device runtime to link with, and the device whose context links (DeviceRuntime).
     let devrt = match (options.kind, device) {
-        (CodeKind::DeviceRuntime, Some(d)) => Some((d, super::link::cudadevrt()?)),
+        (CodeKind::DeviceRuntime, Some(d)) => Some((d, cudadevrt()?)),
         (CodeKind::DeviceRuntime, None) => {
             return Err(Error::BadOptions {
                 what: "compile",

@@ -1,49 +1,14 @@
 //! Linking NVRTC's relocatable device code with the device runtime (`libcudadevrt.a`), which
 //! device-side `cudaGraphLaunch` (and dynamic parallelism) needs: the driver's JIT linker
 //! (`cuLinkCreate` … `cuLinkComplete`), for [`CodeKind::DeviceRuntime`](super::CodeKind).
+//! Where the library is found is `compile.rs`'s business (with the toolkit's include directory).
 
 use std::ffi::CString;
-use std::path::PathBuf;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::result::driver as dr;
 use crate::sys;
-
-/// Where `libcudadevrt.a` is looked for, under the CUDA toolkit's root (the directory above
-/// the include directory `compile` uses).
-const DEVRT_DIRS: [&str; 4] = [
-    "lib64",
-    "lib",
-    "targets/x86_64-linux/lib",
-    "targets/sbsa-linux/lib",
-];
-
-/// The device runtime library of the CUDA toolkit, if one is installed (`$CUDA_PATH`,
-/// `$CUDA_HOME`, `/usr/local/cuda`, as for the include directory).
-pub fn cudadevrt_path() -> Option<PathBuf> {
-    devrt_under(super::compile::toolkit_include()?.parent()?)
-}
-
-/// `libcudadevrt.a` in the first of [`DEVRT_DIRS`] under `root` that has it.
-fn devrt_under(root: &std::path::Path) -> Option<PathBuf> {
-    DEVRT_DIRS
-        .iter()
-        .map(|d| root.join(d).join("libcudadevrt.a"))
-        .find(|p| p.is_file())
-}
-
-/// The device runtime library, or the error saying where it was looked for.
-pub(crate) fn cudadevrt() -> Result<PathBuf> {
-    cudadevrt_path().ok_or_else(|| Error::BadOptions {
-        what: "CodeKind::DeviceRuntime",
-        problem: format!(
-            "linking with the device runtime needs libcudadevrt.a, found in none of {} under \
-             the CUDA toolkit (set CUDA_PATH to a CUDA 13 toolkit)",
-            DEVRT_DIRS.join(", ")
-        ),
-    })
-}
 
 /// Links `ptx` (NVRTC output compiled with `-rdc=true`, NUL-terminated; `name` in the
 /// linker's messages) with the device runtime `devrt` on `device`: a cubin to load.
@@ -113,22 +78,17 @@ mod tests {
 
     #[test]
     fn the_device_runtime_is_looked_for_under_the_toolkit() {
+        use crate::kernel::compile::devrt_under;
         let dir = std::env::temp_dir().join(format!("cudagraph-devrt-{}", std::process::id()));
         let targets = dir.join("targets/x86_64-linux/lib");
         std::fs::create_dir_all(&targets).unwrap();
-        assert_eq!(super::devrt_under(&dir), None);
+        assert_eq!(devrt_under(&dir), None);
         std::fs::write(targets.join("libcudadevrt.a"), "!<arch>\n").unwrap();
-        assert_eq!(
-            super::devrt_under(&dir),
-            Some(targets.join("libcudadevrt.a"))
-        );
+        assert_eq!(devrt_under(&dir), Some(targets.join("libcudadevrt.a")));
         // lib64 first, where a toolkit has both.
         std::fs::create_dir_all(dir.join("lib64")).unwrap();
         std::fs::write(dir.join("lib64/libcudadevrt.a"), "!<arch>\n").unwrap();
-        assert_eq!(
-            super::devrt_under(&dir),
-            Some(dir.join("lib64/libcudadevrt.a"))
-        );
+        assert_eq!(devrt_under(&dir), Some(dir.join("lib64/libcudadevrt.a")));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -43,12 +43,11 @@ pub use args::{Access, In, InOut, KernelArg, Out};
 pub use attributes::{
     AccessPolicy, AccessProperty, LaunchAttributes, MemSyncDomain, MAX_PORTABLE_CLUSTER,
 };
-pub use compile::{compile, nvrtc_version, CodeKind, CompileOptions, Compiled};
+pub use compile::{compile, cudadevrt_path, nvrtc_version, CodeKind, CompileOptions, Compiled};
 pub use conditional::{toolkit_include_dir, Conditional, CONDITIONAL_INCLUDE};
 pub use device_graph::DeviceGraph;
 pub(crate) use device_graph::DeviceGraphInner;
 pub use device_node::{DeviceNode, DEVICE_UPDATE_INCLUDE};
 pub use launch::{Dim3, Kernel, LaunchConfig, ParamInfo, ParamSource};
-pub use link::cudadevrt_path;
 pub use module::Module;
 pub(crate) use packed::{ArgArena, ArgScratch, PackedArgs};
