@@ -23,7 +23,7 @@ pub enum CodeKind {
     /// into a cubin, loadable as a module. For kernels that launch graphs from the device
     /// (`cudaGraphLaunch`, see [`DeviceGraph`](crate::DeviceGraph)) or use dynamic parallelism.
     /// Needs a device (the linker runs in its context) and the toolkit's library
-    /// ([`cudadevrt_path`](crate::cudadevrt_path)).
+    /// ([`cudadevrt_path`]).
     DeviceRuntime,
 }
 
