@@ -14,11 +14,18 @@ use crate::report::{ratio_summary, Report, Table};
 /// with the device calls a kernel after a programmatic edge makes. `cudaGridDependencySynchronize()`
 /// waits for the kernel before (whose increment it reads); the trigger lets the next kernel
 /// start while this one finishes. With plain edges both return at once.
+///
+/// `pdl_free` is the floor: a kernel that does not wait (its atomic add needs nothing of the
+/// kernel before), so a programmatic edge lets the kernels overlap entirely.
 const SOURCE: &str = r#"
 extern "C" __global__ void pdl_tiny(unsigned* c, unsigned v) {
     cudaTriggerProgrammaticLaunchCompletion();
     cudaGridDependencySynchronize();
     if (threadIdx.x == 0) c[0] += v;
+}
+extern "C" __global__ void pdl_free(unsigned* c, unsigned v) {
+    cudaTriggerProgrammaticLaunchCompletion();
+    if (threadIdx.x == 0) atomicAdd(c, v);
 }
 "#;
 
@@ -32,12 +39,15 @@ const AIM_US: f64 = 0.6;
 const PLAIN: &str = "plain edges";
 const PROG: &str = "programmatic port";
 const COMPLETION: &str = "launch-completion port";
+const FREE: &str = "programmatic port, kernels that do not wait (floor)";
 
-/// The three chains: plain edges, programmatic edges of each port.
-const METHODS: [(&str, Option<ProgrammaticPort>); 3] = [
-    (PLAIN, None),
-    (PROG, Some(ProgrammaticPort::Programmatic)),
-    (COMPLETION, Some(ProgrammaticPort::LaunchCompletion)),
+/// The chains: plain edges, programmatic edges of each port (kernels that wait), and
+/// programmatic edges between kernels that do not wait (`pdl_free`).
+const METHODS: [(&str, Option<ProgrammaticPort>, bool); 4] = [
+    (PLAIN, None, true),
+    (PROG, Some(ProgrammaticPort::Programmatic), true),
+    (COMPLETION, Some(ProgrammaticPort::LaunchCompletion), true),
+    (FREE, Some(ProgrammaticPort::Programmatic), false),
 ];
 
 /// A chain of `n` `pdl_tiny` nodes adding 1 to the bench's counter, joined by `port`.
@@ -74,7 +84,7 @@ pub fn programmatic_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
     let compiled = cudagraph::compile(Some(&b.device), &source, &CompileOptions::default())
         .context("compiling pdl_tiny (needs the toolkit's cuda_device_runtime_api.h)")?;
     let module = Module::load(&b.device, &compiled.image, Default::default())?;
-    let k = module.kernel("pdl_tiny")?;
+    let (waits, free) = (module.kernel("pdl_tiny")?, module.kernel("pdl_free")?);
     let mut t = Table::new(
         "programmatic-chain-gpu",
         "Chain with programmatic edges: GPU time, per node",
@@ -84,18 +94,24 @@ pub fn programmatic_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
              and adds 1 to a counter) as one `Exec`, joined by plain edges or by programmatic \
              edges (`Dag::add_programmatic_dependency`) of each port. CUDA events around \
              {LAUNCHES} back-to-back launches, divided by {LAUNCHES}·N; the median of the \
-             repetitions, methods interleaved. Every chain is checked to count N first."
+             repetitions, methods interleaved. Every chain is checked to count N first. The \
+             last row is the floor: kernels that do not wait (`atomicAdd`, no \
+             `cudaGridDependencySynchronize()`), so programmatic edges overlap them entirely; \
+             it is not a dependent chain."
         ),
         &NS,
     );
     let rows: Vec<usize> = METHODS
         .iter()
-        .map(|&(l, p)| t.row(l, p.map(|_| PLAIN)))
+        .map(|&(l, p, _)| t.row(l, p.map(|_| PLAIN)))
         .collect();
     for (ni, &n) in NS.iter().enumerate() {
         let mut execs: Vec<Exec> = METHODS
             .iter()
-            .map(|&(_, p)| Ok(chain(b, &k, n, p)?.into_exec(&b.device)?))
+            .map(|&(_, p, wait)| {
+                let k = if wait { &waits } else { &free };
+                Ok(chain(b, k, n, p)?.into_exec(&b.device)?)
+            })
             .collect::<Result<_>>()?;
         // Warm-up (the first launch uploads the graph), and a check that each chain counts n:
         // a kernel reading the counter before the one before it wrote would lose increments.
@@ -131,7 +147,7 @@ pub fn programmatic_experiment(b: &mut Bench, report: &mut Report) -> Result<()>
         drop(execs);
         progress(&format!("programmatic chain, N={n} ({reps} reps)"), t_start);
     }
-    for label in [PROG, COMPLETION] {
+    for label in [PROG, COMPLETION, FREE] {
         let (detail, _) = ratio_summary(&t, label, &NS);
         report.info(
             format!("programmatic edges: {label} vs plain edges"),

@@ -18,7 +18,8 @@
 //! - not where the two nodes are already joined by an edge of another kind (CUDA keeps one
 //!   edge per pair).
 //!
-//! A child graph keeps its programmatic edges (lowered through the same path).
+//! A child graph and a conditional body keep their programmatic edges (lowered through the
+//! same path; CUDA 13.0 takes both, checked on an H100 by the GPU tests `programmatic::`).
 
 use super::nodes::ValidationTarget;
 use super::{Dag, DagError, NodeId, Op, ProgrammaticPort};
