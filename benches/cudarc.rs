@@ -9,11 +9,15 @@
 //!   instantiates) and the graph replayed with `CudaGraph::launch`;
 //! - **cudagraph**: a DAG of N kernel nodes built from the same function
 //!   (`Kernel::from_cudarc`) over the same slice (`Lent`), instantiated, launched with
-//!   `Exec::launch_lent`.
+//!   `Exec::launch_lent`;
+//! - and, to show where the launch time goes, the same executable graph launched by the
+//!   runtime's `cudaGraphLaunch` and the driver's `cuGraphLaunch` alone, and the same DAG over a
+//!   buffer of the crate's launched with `Exec::launch`.
 //!
-//! Per node: CPU µs to queue (wall time of the launching loop), GPU µs (events around the
-//! launches), and for the graphs the build time (capture + instantiate; add nodes +
-//! instantiate). Each figure is the median of 5 trials. The slice's value is checked after
+//! Per node: CPU µs to queue (wall time of the launching calls, in batches of at most 1,000
+//! queued nodes started on an idle stream, so that no launch waits for room in the queue), GPU
+//! µs (events around back-to-back launches), and for the graphs the build time (capture +
+//! `end_capture`, which instantiates; adding the nodes + `Dag::into_exec`), split in two. Each figure is the median of 5 trials. The slice's value is checked after
 //! every trial. cudarc's event tracking is turned off (one stream, as cudarc's own capture
 //! requires: a capture may not wait on events recorded outside it), so no variant pays for
 //! events.
@@ -33,6 +37,8 @@ const SOURCE: &str = r#"extern "C" __global__ void bump(float* x, int n) {
 }"#;
 const LEN: usize = 256;
 const TRIALS: usize = 5;
+/// Batches of launches timed on the CPU per trial.
+const BATCHES: usize = 20;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -45,28 +51,44 @@ struct Row {
     build_ms: Option<f64>,
 }
 
-/// Times `launch` (queueing `nodes` nodes per call) `reps` times: CPU and GPU µs per node.
+/// Times `launch` (queueing `nodes` nodes per call): CPU µs per node to queue, measured in
+/// batches of at most 1,000 queued nodes after the stream is idle (so the launch queue never
+/// fills and the CPU never waits for the GPU), and GPU µs per node, from events around `reps`
+/// back-to-back calls.
 fn time(
     ctx: &std::sync::Arc<CudaContext>,
     cs: &std::sync::Arc<CudaStream>,
     reps: usize,
     nodes: usize,
     launch: &mut dyn FnMut() -> anyhow::Result<()>,
-) -> anyhow::Result<(f64, f64)> {
+) -> anyhow::Result<(f64, f64, usize)> {
+    let batch = (1000 / nodes).max(1);
+    let mut cpu = Duration::ZERO;
+    let mut calls = 0;
+    for _ in 0..BATCHES {
+        cs.synchronize()?;
+        let t = Instant::now();
+        for _ in 0..batch {
+            launch()?;
+        }
+        cpu += t.elapsed();
+        calls += batch;
+    }
     let e0 = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
     let e1 = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
     cs.synchronize()?;
     e0.record(cs)?;
-    let t = Instant::now();
     for _ in 0..reps {
         launch()?;
     }
-    let cpu = t.elapsed();
     e1.record(cs)?;
     cs.synchronize()?;
     let gpu_ms = e0.elapsed_ms(&e1)? as f64;
-    let per = (reps * nodes) as f64;
-    Ok((cpu.as_secs_f64() * 1e6 / per, gpu_ms * 1e3 / per))
+    Ok((
+        cpu.as_secs_f64() * 1e6 / (calls * nodes) as f64,
+        gpu_ms * 1e3 / (reps * nodes) as f64,
+        calls + reps,
+    ))
 }
 
 fn main() -> anyhow::Result<()> {
@@ -113,7 +135,11 @@ fn main() -> anyhow::Result<()> {
             ("stream", vec![]),
             ("capture", vec![]),
             ("cudagraph", vec![]),
+            ("  runtime", vec![]),
+            ("  driver", vec![]),
+            ("  own buf", vec![]),
         ];
+        let (mut split, mut cap_split) = (Vec::new(), Vec::new());
         for _ in 0..TRIALS {
             // cudarc, stream launches.
             let mut round = || -> anyhow::Result<()> {
@@ -123,8 +149,8 @@ fn main() -> anyhow::Result<()> {
                 }
                 Ok(())
             };
-            let (cpu_us, gpu_us) = time(&ctx, &cs, reps, chain, &mut round)?;
-            check(&x, reps * chain, "stream")?;
+            let (cpu_us, gpu_us, calls) = time(&ctx, &cs, reps, chain, &mut round)?;
+            check(&x, calls * chain, "stream")?;
             rows[0].1.push(Row {
                 cpu_us,
                 gpu_us,
@@ -138,13 +164,15 @@ fn main() -> anyhow::Result<()> {
                 // SAFETY: as above.
                 unsafe { cs.launch_builder(&f).arg(&mut x).arg(&n).launch(cu_cfg)? };
             }
+            let captured = t.elapsed();
             let g = cs
                 .end_capture(CUgraphInstantiate_flags(0))?
                 .expect("a graph was captured");
             let build = t.elapsed();
+            cap_split.push((ms(captured), ms(build - captured)));
             g.upload()?;
-            let (cpu_us, gpu_us) = time(&ctx, &cs, reps, chain, &mut || Ok(g.launch()?))?;
-            check(&x, reps * chain, "capture")?;
+            let (cpu_us, gpu_us, calls) = time(&ctx, &cs, reps, chain, &mut || Ok(g.launch()?))?;
+            check(&x, calls * chain, "capture")?;
             rows[1].1.push(Row {
                 cpu_us,
                 gpu_us,
@@ -162,17 +190,78 @@ fn main() -> anyhow::Result<()> {
                 }
                 prev = Some(k);
             }
-            let mut exec = dag.instantiate(&device)?;
+            let added = t.elapsed();
+            let mut exec = dag.into_exec(&device)?;
             let build = t.elapsed();
             exec.upload(&stream)?;
-            let (cpu_us, gpu_us) = time(&ctx, &cs, reps, chain, &mut || {
+            let (cpu_us, gpu_us, calls) = time(&ctx, &cs, reps, chain, &mut || {
                 Ok(exec.launch_lent(&stream, &mut [Lend::new(&mut x)])?)
             })?;
-            check(&x, reps * chain, "cudagraph")?;
+            check(&x, calls * chain, "cudagraph")?;
+            split.push((ms(added), ms(build - added)));
             rows[2].1.push(Row {
                 cpu_us,
                 gpu_us,
                 build_ms: Some(ms(build)),
+            });
+
+            // Where the launch time goes, on the same executable graph: the runtime's and the
+            // driver's launch calls alone (no binding, no bookkeeping).
+            let raw = exec.raw();
+            let (cpu_us, gpu_us, calls) = time(&ctx, &cs, reps, chain, &mut || {
+                // SAFETY: `raw` is live (held by `exec`), of the stream's device; the slice it
+                // writes is alive and used on this stream only.
+                unsafe { cudagraph::result::runtime::graph_launch(raw, cs.cu_stream().cast())? };
+                Ok(())
+            })?;
+            check(&x, calls * chain, "cudaGraphLaunch")?;
+            rows[3].1.push(Row {
+                cpu_us,
+                gpu_us,
+                build_ms: None,
+            });
+            let (cpu_us, gpu_us, calls) = time(&ctx, &cs, reps, chain, &mut || {
+                // SAFETY: as above.
+                let r = unsafe {
+                    cudagraph::cudarc::driver::sys::cuGraphLaunch(raw.cast(), cs.cu_stream())
+                };
+                ensure!(
+                    r == cudagraph::cudarc::driver::sys::CUresult::CUDA_SUCCESS,
+                    "{r:?}"
+                );
+                Ok(())
+            })?;
+            check(&x, calls * chain, "cuGraphLaunch")?;
+            rows[4].1.push(Row {
+                cpu_us,
+                gpu_us,
+                build_ms: None,
+            });
+            // The same DAG over a buffer of the crate's, launched with `Exec::launch`.
+            let own = cudagraph::DeviceBuffer::<f32>::zeros(&device, LEN)?;
+            let mut dag = Dag::new();
+            let mut prev = None;
+            for _ in 0..chain {
+                let k = dag.add_kernel(&kernel, cfg, &args![&own, n])?;
+                if let Some(p) = prev {
+                    dag.add_dependency(p, k)?;
+                }
+                prev = Some(k);
+            }
+            let mut own_exec = dag.into_exec(&device)?;
+            own_exec.upload(&stream)?;
+            let (cpu_us, gpu_us, _) =
+                time(
+                    &ctx,
+                    &cs,
+                    reps,
+                    chain,
+                    &mut || Ok(own_exec.launch(&stream)?),
+                )?;
+            rows[5].1.push(Row {
+                cpu_us,
+                gpu_us,
+                build_ms: None,
             });
         }
         let med: Vec<(&str, f64, f64, Option<f64>)> = rows
@@ -191,6 +280,13 @@ fn main() -> anyhow::Result<()> {
             let build = build.map_or("-".to_string(), |b| format!("{b:.3}"));
             println!("{chain:>5}  {how:<10} {cpu:>12.3} {gpu:>12.3} {build:>12}");
         }
+        let m = |v: &[(f64, f64)], i: usize| {
+            median(v.iter().map(|p| if i == 0 { p.0 } else { p.1 }).collect())
+        };
+        println!(
+            "{chain:>5}  build split: capture {:.3} + end_capture/instantiate {:.3} ms; DAG nodes {:.3} + into_exec {:.3} ms",
+            m(&cap_split, 0), m(&cap_split, 1), m(&split, 0), m(&split, 1)
+        );
         let (cap, ours) = (&med[1], &med[2]);
         let launch_ratio = ours.1 / cap.1;
         let build_ratio = ours.3.unwrap() / cap.3.unwrap();
