@@ -18,8 +18,9 @@
 //!    [`Dag::add_event_wait`], [`Dag::add_if`], [`Dag::add_if_else`], [`Dag::add_while`],
 //!    [`Dag::add_switch`] (over a [`Dag::conditional_handle`]), [`Dag::add_alloc`],
 //!    [`Dag::add_free`], [`Dag::add_graph_memset`] (a [`GraphBuffer`]); [`Dag::add_dependency`],
-//!    [`Dag::chain`], [`Dag::fan_out`], [`Dag::fan_in`]. Arguments, bounds and cycles are checked
-//!    here, and errors name the node.
+//!    [`Dag::chain`], [`Dag::fan_out`], [`Dag::fan_in`], [`Dag::add_programmatic_dependency`]
+//!    (kernel to kernel), or [`Dag::infer_dependencies`] from the data the nodes touch.
+//!    Arguments, bounds and cycles are checked here, and errors name the node.
 //! 2. **Validate** for a device: [`Dag::validate`] (launch shapes, devices). [`Dag::to_dot`]
 //!    shows the DAG.
 //! 3. **Lower**: [`Dag::lower`] through a [`Backend`]: [`CudaBackend`] makes the CUDA calls,
@@ -62,6 +63,7 @@
 //! | GEMM (cuBLAS) | [`Dag::add_gemm`] with a [`Blas`] handle and a [`Gemm`] (column-major; checked against the buffers) | `cublasGemmEx` captured with `cudaStreamBeginCaptureToGraph`, after setting the node's own workspace ([`blas`]) | whole-graph update (captures again) |
 //! | collective (NCCL) | [`Dag::add_all_reduce`] and the others of [`nccl`] | `ncclAllReduce` & co. captured with `cudaStreamBeginCaptureToGraph`, inside [`Communicators::instantiate`] | whole-graph rebuild |
 //! | enable/disable | — | — | `cudaGraphNodeSetEnabled` |
+//! | programmatic edge (kernel to kernel) | [`Dag::add_programmatic_dependency`] ([`ProgrammaticPort`]; the later kernel calls `cudaGridDependencySynchronize()`) | `cudaGraphAddNode` of the later kernel with `cudaGraphEdgeData` (type programmatic, the port as `from_port`) | whole-graph update keeps it; a change of edge kind is refused |
 //! | whole graph | — | `cudaGraphInstantiate` | `cudaGraphExecUpdate` |
 //!
 //! ## Layers
