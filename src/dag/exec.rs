@@ -833,7 +833,9 @@ impl Exec {
     /// the node it blamed and why, and the graph is left as it was.
     ///
     /// Nodes are paired by [`NodeId`]: the DAG must have the nodes of the one instantiated
-    /// (same ids, same kinds) and the same dependencies. Lowering creates CUDA nodes in a
+    /// (same ids, same kinds) and the same dependencies, each of the same kind (plain, or
+    /// programmatic with the same port: [`Dag::add_programmatic_dependency`]; the edge data is
+    /// kept, and a change is refused naming the edge). Lowering creates CUDA nodes in a
     /// canonical order (see [`Dag::topological_order`]), which is how CUDA pairs nodes too, so
     /// per-node updates after a whole-graph update still reach the node with that id. FFT
     /// nodes whose plan did not change keep their cuFFT plans.
