@@ -194,8 +194,10 @@ impl Exec {
     ///
     /// Refused, launching nothing ([`Error::Cudarc`]): a stream the crate did not take from
     /// cudarc; lent memory of the graph that no lend contains (naming its address and size);
-    /// a slice of another context than the graph's device's, or of another stream while cudarc
-    /// tracks no events. A failure cudarc kept from its waits is [`Error::CudarcCall`].
+    /// a slice of another context than the graph's device's, of another `CudaContext` object
+    /// than the stream's (cudarc tracks events per object: open the context once and share the
+    /// `Arc`), or of another stream while cudarc tracks no events; more than 64 lends. A
+    /// failure cudarc kept from its waits is [`Error::CudarcCall`].
     pub fn launch_lent(&mut self, stream: &Stream, lends: &mut [Lend<'_>]) -> Result<()> {
         const WHAT: &str = "Exec::launch_lent";
         let problem = |problem: String| Error::Cudarc {
@@ -214,38 +216,29 @@ impl Exec {
                 )
             })?;
         let ctx = cs.context();
+        if lends.len() > MAX_LENDS {
+            return Err(problem(format!(
+                "{} lends: at most {MAX_LENDS} slices are bound per launch",
+                lends.len()
+            )));
+        }
         let tracked = ctx.is_managing_stream_synchronization();
         let primary = self.device().primary_context()?;
         for l in lends.iter() {
             let s = l.target.stream();
-            if !std::ptr::eq(s.context().cu_ctx().cast(), primary) {
-                return Err(problem(
-                    "a lent slice belongs to another context than the graph's device's \
-                     primary context"
-                        .into(),
-                ));
-            }
-            if !tracked && s.cu_stream() != cs.cu_stream() {
-                return Err(problem(
-                    "cudarc tracks no events (its context made no stream besides the \
-                     default one, or tracking is off), and a lent slice belongs to another \
-                     stream than the launch's: launch on the slice's stream"
-                        .into(),
-                ));
+            let check = LendCheck {
+                same_context: Arc::ptr_eq(s.context(), ctx),
+                primary: std::ptr::eq(s.context().cu_ctx().cast(), primary),
+                tracked,
+                same_stream: s.cu_stream() == cs.cu_stream(),
+            };
+            if let Some(p) = check.problem() {
+                return Err(problem(p.into()));
             }
         }
         bind(lends, cs, None, &mut |bound| {
             for a in self.lent() {
-                let end = a.ptr + a.bytes as u64;
-                let mut b = bound;
-                let covered = loop {
-                    match b {
-                        Some(l) if l.start <= a.ptr && end <= l.end => break true,
-                        Some(l) => b = l.prev,
-                        None => break false,
-                    }
-                };
-                if !covered {
+                if !covered(a.ptr, a.bytes, bound) {
                     return Err(problem(format!(
                         "the graph uses lent memory at {:#x} ({} bytes) that no Lend contains",
                         a.ptr, a.bytes
@@ -264,6 +257,63 @@ impl Exec {
         }
         Ok(())
     }
+}
+
+/// At most this many slices are bound per launch ([`bind`] recurses once per slice).
+const MAX_LENDS: usize = 64;
+
+/// What decides whether a lent slice may be bound for a launch on a cudarc stream.
+#[derive(Debug, Clone, Copy)]
+struct LendCheck {
+    /// The slice's context is the launch stream's `CudaContext` (the same `Arc`: cudarc keeps
+    /// its event-tracking state per `CudaContext` object, and the slice's drop and accesses
+    /// consult the slice's, the write record after the launch the stream's).
+    same_context: bool,
+    /// The slice's context is the graph's device's primary context.
+    primary: bool,
+    /// cudarc manages stream synchronisation in that context (events recorded and waited).
+    tracked: bool,
+    /// The slice's stream is the launch stream.
+    same_stream: bool,
+}
+
+impl LendCheck {
+    /// Why the slice may not be bound, if it may not.
+    fn problem(self) -> Option<&'static str> {
+        if !self.primary {
+            return Some(
+                "a lent slice belongs to another context than the graph's device's primary \
+                 context",
+            );
+        }
+        if !self.same_context {
+            return Some(
+                "a lent slice belongs to another CudaContext object than the launch stream \
+                 (cudarc tracks events per CudaContext, so the launch would not be ordered \
+                 with the slice's free): use one CudaContext for both",
+            );
+        }
+        if !self.tracked && !self.same_stream {
+            return Some(
+                "cudarc tracks no events (its context made no stream besides the default \
+                 one, or tracking is off), and a lent slice belongs to another stream than \
+                 the launch's: launch on the slice's stream",
+            );
+        }
+        None
+    }
+}
+
+/// Whether `bytes` at `ptr` lie inside one of the bound slices.
+fn covered(ptr: u64, bytes: usize, mut bound: Option<&Bound<'_>>) -> bool {
+    let end = ptr + bytes as u64;
+    while let Some(l) = bound {
+        if l.start <= ptr && end <= l.end {
+            return true;
+        }
+        bound = l.prev;
+    }
+    false
 }
 
 /// The memory of one bound slice, and those bound before it.
@@ -298,5 +348,71 @@ fn bind(
             drop(record);
             r
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lend_is_refused_across_contexts_and_untracked_streams() {
+        let ok = LendCheck {
+            same_context: true,
+            primary: true,
+            tracked: true,
+            same_stream: false,
+        };
+        assert_eq!(ok.problem(), None, "tracked: any stream of the context");
+        let p = LendCheck {
+            primary: false,
+            ..ok
+        }
+        .problem()
+        .unwrap();
+        assert!(p.contains("primary context"), "{p}");
+        let p = LendCheck {
+            same_context: false,
+            ..ok
+        }
+        .problem()
+        .unwrap();
+        assert!(p.contains("another CudaContext object"), "{p}");
+        let p = LendCheck {
+            tracked: false,
+            ..ok
+        }
+        .problem()
+        .unwrap();
+        assert!(p.contains("launch on the slice's stream"), "{p}");
+        let same = LendCheck {
+            tracked: false,
+            same_stream: true,
+            ..ok
+        };
+        assert_eq!(same.problem(), None, "untracked: the slice's own stream");
+    }
+
+    #[test]
+    fn lent_memory_must_lie_inside_one_bound_slice() {
+        let a = Bound {
+            start: 0x1000,
+            end: 0x2000,
+            prev: None,
+        };
+        let b = Bound {
+            start: 0x8000,
+            end: 0x8100,
+            prev: Some(&a),
+        };
+        assert!(covered(0x1000, 0x1000, Some(&b)), "all of the first");
+        assert!(covered(0x8040, 0x40, Some(&b)), "inside the second");
+        assert!(!covered(0x1800, 0x1000, Some(&b)), "past the first's end");
+        assert!(
+            !covered(0x1f00, 0x6200, Some(&b)),
+            "across both, inside neither"
+        );
+        assert!(!covered(0x4000, 4, Some(&b)), "between them");
+        assert!(!covered(0x1000, 4, None), "nothing bound");
     }
 }

@@ -566,7 +566,8 @@ impl Exec {
             return Err(Error::Cudarc {
                 what: "Exec::launch",
                 problem: format!(
-                    "the graph uses memory lent by cudarc (a Lent of {:#x}, {} bytes): launch                      it with Exec::launch_lent, which binds each lent slice for the launch",
+                    "the graph uses memory lent by cudarc (a Lent of {:#x}, {} bytes): launch \
+                     it with Exec::launch_lent, which binds each lent slice for the launch",
                     a.ptr, a.bytes
                 ),
             });

@@ -545,3 +545,36 @@ fn dot_shows_memory_nodes_with_the_span_they_allocate() {
     };
     assert!(stderr.is_empty(), "{stderr}\n{dot}");
 }
+
+#[test]
+fn a_user_that_reaches_its_free_only_through_a_programmatic_edge_is_refused() {
+    use crate::dag::ProgrammaticPort;
+    let mut r = rec();
+    let (k, out) = setup(&mut r);
+    // alloc -> fill -> reduce =(programmatic)=> after -> free: `after` may start, and finish,
+    // while `reduce` still uses the buffer.
+    let mut dag = Dag::new();
+    let (alloc, buf) = dag.add_alloc::<f32>(64).unwrap();
+    let fill = dag.add_graph_memset(&buf, 0u32).unwrap();
+    let reduce = dag
+        .add_kernel(&k, LaunchConfig::new(1, 1), &args![&buf, &out])
+        .unwrap();
+    dag.set_name(reduce, "reduce");
+    let after = dag
+        .add_kernel(&k, LaunchConfig::new(1, 1), &args![&out, &out])
+        .unwrap();
+    let free = dag.add_free(&buf).unwrap();
+    dag.chain(&[alloc, fill, reduce]).unwrap();
+    dag.add_programmatic_dependency(reduce, after, ProgrammaticPort::Programmatic)
+        .unwrap();
+    dag.add_dependency(after, free).unwrap();
+    let (node, problem) = graph_memory_error(validate(&dag, &r).unwrap_err());
+    assert_eq!(node, "reduce");
+    assert!(
+        problem.contains("only through a programmatic edge out of it"),
+        "{problem}"
+    );
+    // A full dependency from it towards the free makes the DAG valid.
+    dag.add_dependency(reduce, free).unwrap();
+    validate(&dag, &r).unwrap();
+}

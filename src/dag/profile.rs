@@ -132,6 +132,19 @@ impl Exec {
                 problem: "`launches` is 0: at least one launch is needed to time the nodes".into(),
             });
         }
+        #[cfg(feature = "cudarc")]
+        if let Some(a) = self.lent().next() {
+            // Its launches would need the slices bound, which `profile` has no way to take.
+            return Err(Error::Cudarc {
+                what: "Exec::profile",
+                problem: format!(
+                    "the graph uses memory lent by cudarc (a Lent of {:#x}, {} bytes), which \
+                     the profiled copy could not bind: profile a DAG over DeviceBuffers \
+                     (DeviceBuffer::from_cudarc)",
+                    a.ptr, a.bytes
+                ),
+            });
+        }
         stream.check_device(&self.device, "the graph")?;
         crate::stream::check_not_in_host_node()?;
         // The sequential graph runs the same nodes on the same buffers: after this graph's

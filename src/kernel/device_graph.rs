@@ -45,8 +45,10 @@ pub(crate) struct DeviceGraphInner {
 }
 
 impl DeviceGraph {
-    /// The `cudaGraphExec_t` kernels are given.
-    pub fn raw(&self) -> u64 {
+    /// The `cudaGraphExec_t` kernels are given. Crate-only: passed as a plain `u64` it would
+    /// keep nothing alive (a [`KernelArg`](crate::KernelArg) made from the `DeviceGraph`
+    /// does).
+    pub(crate) fn raw(&self) -> u64 {
         self.inner.raw
     }
 

@@ -217,12 +217,15 @@ impl Kernel {
         };
         device.bind()?;
         let threads = i32::try_from(block_threads).unwrap_or(i32::MAX);
-        // SAFETY: the kernel is live (its module is held by `self`), of the current device.
         let n = match raw {
+            // SAFETY: the kernel is live (its module is held by `self`), of the current device.
             KernelCode::Library(k) => unsafe {
                 rt::occupancy_max_active_blocks(k as *const c_void, threads, dynamic_smem)?
             },
             #[cfg(feature = "cudarc")]
+            // SAFETY: the function is live (its module is held by `self`) and of the current
+            // context: `bind` made the device's primary context current, the context
+            // `Kernel::from_cudarc` requires the function's module to be loaded in.
             KernelCode::Function(f) => unsafe {
                 crate::result::cudarc::occupancy(f, threads, dynamic_smem)?
             },

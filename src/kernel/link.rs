@@ -27,8 +27,11 @@ pub(crate) fn with_device_runtime(
     // The linker works in the current context: the device's primary context.
     device.bind()?;
     let mut log = vec![0u8; 16 * 1024];
-    // SAFETY: a context is current (above); `log` lives until after `link_destroy` below.
-    let state = unsafe { dr::link_create(&mut log)? };
+    let mut slots = dr::LinkSlots::new(&mut log);
+    // SAFETY: a context is current (above); `slots` and `log` (heap memory, not resized)
+    // stay in place until after `link_destroy` below, on every path out of this function
+    // (the link calls return errors, they do not unwind).
+    let state = unsafe { dr::link_create(&mut slots)? };
     let linked = (|| {
         // SAFETY: `state` is live; `ptx` is NVRTC's NUL-terminated PTX.
         unsafe { dr::link_add_data(state, sys::CUjitInputType::CU_JIT_INPUT_PTX, ptx, &name)? };

@@ -74,28 +74,42 @@ pub unsafe fn primary_ctx_release(ordinal: i32) -> Result<()> {
     drv!(cuDevicePrimaryCtxRelease_v2(dev))
 }
 
+/// The option arrays of a JIT link state ([`link_create`]): the driver keeps pointers to them
+/// for the life of the state and writes outputs into them (the error log's size), so they
+/// must stay where they are until [`link_destroy`].
+pub struct LinkSlots {
+    options: [sys::CUjit_option; 2],
+    values: [*mut std::ffi::c_void; 2],
+}
+
+impl LinkSlots {
+    /// Slots for an error log written into `log` (NUL-terminated).
+    pub fn new(log: &mut [u8]) -> LinkSlots {
+        LinkSlots {
+            options: [
+                sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+                sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            ],
+            // The driver's convention: each value is given in a pointer-sized slot, a size as
+            // the integer itself.
+            values: [log.as_mut_ptr().cast(), log.len() as *mut std::ffi::c_void],
+        }
+    }
+}
+
 /// `cuLinkCreate` with an error log: a JIT link state of the current context, whose errors
-/// the linker writes into `log` (NUL-terminated).
+/// the linker writes into the log `slots` were made for.
 ///
 /// # Safety
-/// A context is current; `log` outlives the state ([`link_destroy`] is called before it is
-/// dropped or moved).
-pub unsafe fn link_create(log: &mut [u8]) -> Result<sys::CUlinkState> {
-    let mut options = [
-        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-    ];
-    // The driver's convention: each value is given in a pointer-sized slot, a size as the
-    // integer itself.
-    let mut values = [
-        log.as_mut_ptr().cast::<std::ffi::c_void>(),
-        log.len() as *mut std::ffi::c_void,
-    ];
+/// A context is current; `slots` and the log it was made for outlive the state, unmoved
+/// ([`link_destroy`] is called before either is dropped or moved): the driver keeps pointers
+/// to both and writes into them during the later link calls.
+pub unsafe fn link_create(slots: &mut LinkSlots) -> Result<sys::CUlinkState> {
     let mut state: sys::CUlinkState = std::ptr::null_mut();
     drv!(cuLinkCreate_v2(
-        options.len() as u32,
-        options.as_mut_ptr(),
-        values.as_mut_ptr(),
+        slots.options.len() as u32,
+        slots.options.as_mut_ptr(),
+        slots.values.as_mut_ptr(),
         &mut state
     ))?;
     Ok(state)

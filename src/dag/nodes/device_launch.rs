@@ -217,7 +217,7 @@ impl Exec {
     ///
     /// Refused unless the DAG was instantiated with
     /// [`InstantiateFlags::device_launch`](crate::InstantiateFlags::device_launch).
-    pub fn into_device_graph(self, stream: &Stream) -> Result<DeviceGraph> {
+    pub fn into_device_graph(mut self, stream: &Stream) -> Result<DeviceGraph> {
         if !self.flags.device_launch {
             return Err(Error::BadOptions {
                 what: "Exec::into_device_graph",
@@ -239,6 +239,9 @@ impl Exec {
                 ),
             });
         }
+        // Host launches of this graph may still run (on any stream): CUDA leaves a device
+        // launch beside them undefined, so they complete first.
+        self.synchronize()?;
         self.upload(stream)?;
         stream.synchronize()?;
         let mut allocations: Vec<Arc<Allocation>> = Vec::new();

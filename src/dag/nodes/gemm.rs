@@ -117,20 +117,27 @@ impl<T: GemmScalar> GemmWork<T> {
         // it: its buffers and workspace belong to the handle's device). The stream is set
         // first (setting it resets the workspace), then the node's own workspace (device
         // memory of that device, `workspace_bytes` long, 256-byte aligned as cudaMalloc's,
-        // kept alive by the node and used by no other node), then host pointer mode: `alpha`
+        // kept alive by the node; copies of the node share it, see `Dag::add_gemm`), then
+        // host pointer mode: `alpha`
         // and `beta` are read during the call and recorded by value. `a`, `b`, `c` hold the
         // matrices their sizes and leading dimensions describe (checked when the node was
         // added), are kept alive by the node, and `c` overlaps neither input (checked too).
-        unsafe {
-            cb::set_stream(h, stream)?;
-            cb::set_workspace(
-                h,
-                self.workspace as *mut std::ffi::c_void,
-                self.workspace_bytes,
-            )?;
-            cb::set_pointer_mode(h, sys::cublasPointerMode_t::CUBLAS_POINTER_MODE_HOST)?;
-            cb::gemm_ex(h, &g)
-        }
+        let r = unsafe {
+            cb::set_stream(h, stream).and_then(|()| {
+                cb::set_workspace(
+                    h,
+                    self.workspace as *mut std::ffi::c_void,
+                    self.workspace_bytes,
+                )?;
+                cb::set_pointer_mode(h, sys::cublasPointerMode_t::CUBLAS_POINTER_MODE_HOST)?;
+                cb::gemm_ex(h, &g)
+            })
+        };
+        // The capture stream is destroyed after the capture: the handle must not keep naming
+        // it (its destruction, or a later call that forgot to set a stream, would use it).
+        // SAFETY: `h` is live and ours while the lock is held; the null stream is always valid.
+        let reset = unsafe { cb::set_stream(h, std::ptr::null_mut()) };
+        r.and(reset)
     }
 }
 
@@ -144,7 +151,11 @@ impl Dag {
     /// ([`NodeKind::Captured`](crate::NodeKind::Captured), made with [`Dag::add_captured`]) whose
     /// work sets the capture stream, the node's own workspace (`gemm.workspace_bytes` of device
     /// memory allocated now, so that cuBLAS allocates nothing during capture and no two nodes
-    /// share scratch) and host pointer mode on `blas`, then calls `cublasGemmEx`. It keeps
+    /// share scratch) and host pointer mode on `blas`, then calls `cublasGemmEx`. Copies of
+    /// the node share its workspace, as they share `C`: do not run two copies at once (a child
+    /// DAG holding it added twice without an edge between the two, or two `Exec`s of one DAG
+    /// launched concurrently), which would also write `C` twice at once; [`Dag::races`]
+    /// reports the first case. It keeps
     /// `blas`, the buffers and the workspace alive. Dependencies are as for any node; for
     /// [`Dag::infer_dependencies`] it reads and writes `A`, `B`, `C` (the elements they span)
     /// and its workspace.

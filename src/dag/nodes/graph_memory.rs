@@ -52,6 +52,7 @@
 //! refused.
 
 use petgraph::algo::{has_path_connecting, DfsSpace};
+use petgraph::visit::EdgeRef;
 
 use super::memset::{FillTarget, MemsetNode, MemsetValue};
 use super::{Label, NodeOp, ValidationTarget};
@@ -384,6 +385,19 @@ pub(crate) fn validate(dag: &Dag, target: &ValidationTarget<'_>) -> Result<()> {
     let mut path = |from: NodeId, to: NodeId| {
         has_path_connecting(&dag.graph, from.idx, to.idx, Some(&mut space))
     };
+    // Whether `user` completes before `free` starts: a path whose first edge is a full
+    // dependency. After a programmatic edge the next kernel may run while `user` still does
+    // (unless its code waits with `cudaGridDependencySynchronize`, which the crate cannot
+    // see), so such a path orders only the starts; every later node of the path has started
+    // before `free` starts, the first one after `user` completed.
+    let mut space2 = DfsSpace::new(&dag.graph);
+    let mut completes_before = |user: NodeId, free: NodeId| {
+        dag.graph.edges(user.idx).any(|e| {
+            e.weight().programmatic().is_none()
+                && (e.target() == free.idx
+                    || has_path_connecting(&dag.graph, e.target(), free.idx, Some(&mut space2)))
+        })
+    };
     // The free node of each allocation.
     let mut frees: Vec<Option<NodeId>> = vec![None; m.allocs.len()];
     for i in dag.graph.node_indices() {
@@ -465,6 +479,14 @@ pub(crate) fn validate(dag: &Dag, target: &ValidationTarget<'_>) -> Result<()> {
                     format!(
                         "{used} graph buffer #{} but is not ordered before its free `{}`: it \
                          could run after the memory is freed (add a dependency to the free)",
+                        k.index,
+                        name(f)
+                    )
+                } else if let Some(f) = free.filter(|&f| !completes_before(id, f)) {
+                    format!(
+                        "{used} graph buffer #{} but reaches its free `{}` only through a \
+                         programmatic edge out of it: the free could run while it still does \
+                         (add a full dependency from it towards the free)",
                         k.index,
                         name(f)
                     )
