@@ -43,6 +43,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::hash::BuildHasherDefault;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -50,6 +51,7 @@ use petgraph::stable_graph::NodeIndex;
 use petgraph::visit::NodeIndexable;
 use petgraph::Direction;
 
+use super::exec::AddrHasher;
 use super::nodes::memset::FillTarget;
 use super::{Dag, Dependency, NodeId, Op};
 use crate::kernel::Access;
@@ -376,12 +378,15 @@ struct Walk {
     seen: Vec<usize>,
 }
 
+/// Maps keyed by an allocation's address (`Touch::alloc`), hashed as the `Exec`'s are.
+type ByAlloc<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
+
 /// The earlier accesses a node is compared with.
 enum Earlier {
     /// Every one (the race check).
     All {
         /// Per allocation: (position, access).
-        history: HashMap<usize, Vec<(usize, Touch)>>,
+        history: ByAlloc<Vec<(usize, Touch)>>,
         /// Nodes that touch everything.
         alls: Vec<usize>,
         /// Nodes that touch anything.
@@ -390,7 +395,7 @@ enum Earlier {
     /// The frontier of each byte (inference).
     Frontier {
         /// Per allocation: its bytes' frontiers.
-        allocs: HashMap<usize, Segments>,
+        allocs: ByAlloc<Segments>,
         /// The latest node that touches everything.
         last_all: Option<usize>,
         /// The nodes that touch anything since then.
@@ -500,13 +505,13 @@ impl Walk {
         let n = order.len();
         let earlier = if all {
             Earlier::All {
-                history: HashMap::new(),
+                history: ByAlloc::default(),
                 alls: Vec::new(),
                 anys: Vec::new(),
             }
         } else {
             Earlier::Frontier {
-                allocs: HashMap::new(),
+                allocs: ByAlloc::default(),
                 last_all: None,
                 anys: Vec::new(),
             }
@@ -522,8 +527,8 @@ impl Walk {
 
     /// The earlier nodes node `j` conflicts with (all of them, or those of the frontier), each
     /// once, with the first hazard found.
-    fn conflicts(&mut self, j: usize) -> Vec<(usize, Hazard)> {
-        let mut found = Vec::new();
+    fn conflicts(&mut self, j: usize, found: &mut Vec<(usize, Hazard)>) {
+        found.clear();
         let uj = &self.uses[j];
         let uses = &self.uses;
         let seen = &mut self.seen;
@@ -545,10 +550,10 @@ impl Walk {
                 found.push((i, everything(kind)));
                 seen[i] = j + 1;
             }
-            return found;
+            return;
         }
         if !uj.any() {
-            return found;
+            return;
         }
         for &i in alls {
             let kind = kind_of(
@@ -592,7 +597,6 @@ impl Walk {
                 }
             }
         }
-        found
     }
 
     /// Records node `j`'s accesses as earlier ones for the nodes after it.
@@ -682,13 +686,14 @@ impl Dag {
         let n = walk.order.len();
         let mut anc = Ancestors::new(n);
         let mut added = Vec::new();
+        let mut found = Vec::new();
         for j in 0..n {
             walk.ancestors(self, j, &mut anc);
-            let mut found = walk.conflicts(j);
+            walk.conflicts(j, &mut found);
             // Latest first: an earlier conflicting node that a later one follows is covered
             // by the edge from the later one (ancestors come earlier in program order).
             found.sort_unstable_by_key(|&(i, _)| std::cmp::Reverse(i));
-            for (i, hazard) in found {
+            for (i, hazard) in found.drain(..) {
                 if anc.has(j, i) {
                     continue;
                 }
@@ -728,11 +733,12 @@ impl Dag {
         let n = walk.order.len();
         let mut anc = Ancestors::new(n);
         let mut races = Vec::new();
+        let mut found = Vec::new();
         for j in 0..n {
             walk.ancestors(self, j, &mut anc);
-            let mut found = walk.conflicts(j);
+            walk.conflicts(j, &mut found);
             found.sort_unstable_by_key(|&(i, _)| i);
-            for (i, hazard) in found {
+            for (i, hazard) in found.drain(..) {
                 if !anc.has(j, i) {
                     let (first, second) = (walk.order[i], walk.order[j]);
                     races.push(Race {
