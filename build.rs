@@ -100,7 +100,7 @@ mod generate {
             "Cuda",
             "cuInit|cuGetErrorName|cuGetErrorString|cuDeviceGet|cuDevicePrimaryCtxRetain|\
              cuDevicePrimaryCtxRelease_v2|cuGraphExecKernelNodeSetParams_v2|cuLinkCreate_v2|\
-             cuLinkAddData_v2|cuLinkAddFile_v2|cuLinkComplete|cuLinkDestroy",
+             cuLinkAddData_v2|cuLinkAddFile_v2|cuLinkComplete|cuLinkDestroy|cuGraphLaunch",
         ),
         ("cufft", "Cufft", "cufft.*"),
         ("nvrtc", "Nvrtc", "nvrtc.*"),

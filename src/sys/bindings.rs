@@ -4153,6 +4153,7 @@ pub struct CUctx_st {
 pub type CUcontext = *mut CUctx_st;
 pub type CUfunction = *mut CUfunc_st;
 pub type CUkernel = *mut CUkern_st;
+pub type CUstream = *mut CUstream_st;
 pub type CUgraphNode = *mut CUgraphNode_st;
 pub type CUgraphExec = *mut CUgraphExec_st;
 #[repr(u32)]
@@ -12245,6 +12246,10 @@ pub mod cuda {
             ) -> CUresult,
             ::libloading::Error,
         >,
+        pub cuGraphLaunch: Result<
+            unsafe extern "C" fn(hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult,
+            ::libloading::Error,
+        >,
     }
     impl Cuda {
         pub unsafe fn new<P>(path: P) -> Result<Self, ::libloading::Error>
@@ -12277,6 +12282,7 @@ pub mod cuda {
             let cuGraphExecKernelNodeSetParams_v2 = __library
                 .get(b"cuGraphExecKernelNodeSetParams_v2\0")
                 .map(|sym| *sym);
+            let cuGraphLaunch = __library.get(b"cuGraphLaunch\0").map(|sym| *sym);
             Ok(Cuda {
                 __library,
                 cuGetErrorString,
@@ -12291,6 +12297,7 @@ pub mod cuda {
                 cuLinkComplete,
                 cuLinkDestroy,
                 cuGraphExecKernelNodeSetParams_v2,
+                cuGraphLaunch,
             })
         }
         pub unsafe fn cuGetErrorString(
@@ -12432,6 +12439,12 @@ pub mod cuda {
                 .cuGraphExecKernelNodeSetParams_v2
                 .as_ref()
                 .expect("Expected function, got error."))(hGraphExec, hNode, nodeParams)
+        }
+        pub unsafe fn cuGraphLaunch(&self, hGraphExec: CUgraphExec, hStream: CUstream) -> CUresult {
+            (self
+                .cuGraphLaunch
+                .as_ref()
+                .expect("Expected function, got error."))(hGraphExec, hStream)
         }
     }
 }
