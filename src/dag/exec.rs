@@ -62,7 +62,7 @@ pub enum UpdateOutcome {
 /// [`Exec::synchronize`]); a long pipeline that synchronises through its stream or an event
 /// holds only what its queued launches use.
 ///
-/// A launch is one `cudaGraphLaunch` and records nothing; when something needs to know that
+/// A launch is one `cuGraphLaunch` (`cudaGraphLaunch` on the default stream) and records nothing; when something needs to know that
 /// the launches so far have completed, a marker is recorded right after the latest launch in
 /// its stream's order (before the crate queues other work on that stream, or when asked), so
 /// [`Exec::synchronize`] and `Drop` wait for this graph's launches, not for other work on the
@@ -559,7 +559,7 @@ impl Exec {
 
     /// Queues one run of the graph on `stream` (of the graph's device). Reports a host-node
     /// panic from an earlier run (instead of launching). Allocates nothing and makes one CUDA
-    /// call, `cudaGraphLaunch`: nothing is recorded per launch (see [`Exec`]).
+    /// call, `cuGraphLaunch`: nothing is recorded per launch (see [`Exec`]).
     pub fn launch(&mut self, stream: &Stream) -> Result<()> {
         #[cfg(feature = "cudarc")]
         if let Some(a) = self.lent().next() {

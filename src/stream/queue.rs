@@ -5,7 +5,7 @@
 //! An [`ExecLaunches`] is an executable graph's side: how many launches it issued, the queue of
 //! the latest one, and a marker of that launch once one exists.
 //!
-//! A graph launch records nothing (`Exec::launch` is one `cudaGraphLaunch`). A marker of the
+//! A graph launch records nothing (`Exec::launch` is one `cuGraphLaunch`). A marker of the
 //! latest launch is recorded only when it is needed, and always directly after that launch in
 //! its stream's order, so it completes when the launch has and waits for nothing queued later:
 //!
@@ -236,7 +236,7 @@ pub(crate) struct ExecLaunches {
 
 #[derive(Default)]
 struct LogState {
-    /// Launches issued so far (counted after `cudaGraphLaunch` returned).
+    /// Launches issued so far (counted after the launch call returned).
     launches: u64,
     /// The queue of the latest launch.
     queue: Option<Arc<StreamQueue>>,
