@@ -563,3 +563,61 @@ fn captured_nodes(gpu: &Gpu) -> anyhow::Result<()> {
     assert_close(&x.to_vec()?, &want, 0.0)?;
     Ok(())
 }
+
+register!(gpu "dag::a_child_dag_is_updated_on_the_exec" => child_update);
+/// A child DAG (scale x by a) replaced on the `Exec` by one built the same way with another
+/// factor: the next launches use it, without instantiating again. A child of another shape is
+/// refused (`Error::UpdateRefused`) and changes nothing; a node that is not a child graph is
+/// refused before CUDA is asked.
+fn child_update(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let [scale] = gpu.kernels(["scale"])?;
+    let n = 1024usize;
+    let x = DeviceBuffer::from_slice(d, &vec![1.0f32; n])?;
+    let cfg = LaunchConfig::for_elements(n as u32, 256);
+    let child_with = |a: f32, nodes: usize| -> anyhow::Result<Dag> {
+        let mut c = Dag::new();
+        let mut prev = None;
+        for _ in 0..nodes {
+            let k = c.add_kernel(&scale, cfg, &args![&x, a, n as i32])?;
+            if let Some(p) = prev {
+                c.add_dependency(p, k)?;
+            }
+            prev = Some(k);
+        }
+        Ok(c)
+    };
+    let mut dag = Dag::new();
+    let first = dag.add_kernel(&scale, cfg, &args![&x, 2.0f32, n as i32])?;
+    let child = dag.add_child(&child_with(3.0, 1)?);
+    dag.set_name(child, "times a");
+    dag.add_dependency(first, child)?;
+    let mut exec = dag.instantiate(d)?;
+    let stream = Stream::new(d)?;
+    exec.launch(&stream)?;
+    ensure!(x.to_vec()?.iter().all(|&v| v == 6.0), "1 x 2 x 3");
+
+    exec.update_child(child, &child_with(5.0, 1)?)?;
+    exec.launch(&stream)?;
+    ensure!(
+        x.to_vec()?.iter().all(|&v| v == 60.0),
+        "6 x 2 x 5 after the child's update"
+    );
+
+    match exec.update_child(child, &child_with(7.0, 2)?) {
+        Err(Error::UpdateRefused { .. }) => {}
+        other => anyhow::bail!("a child of another shape: expected UpdateRefused, got {other:?}"),
+    }
+    exec.launch(&stream)?;
+    ensure!(
+        x.to_vec()?.iter().all(|&v| v == 600.0),
+        "the refused update changed nothing: 60 x 2 x 5"
+    );
+    match exec.update_child(first, &child_with(7.0, 1)?) {
+        Err(Error::Dag(cudagraph::DagError::WrongKind { node, .. })) => {
+            ensure!(node == "kernel#0", "{node}")
+        }
+        other => anyhow::bail!("a kernel node: expected WrongKind, got {other:?}"),
+    }
+    Ok(())
+}

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use super::host::HostFn;
 use super::{error_inside, Label, NodeOp, RunsOn, ValidationTarget};
 use crate::dag::nodes::backend::NodeParams;
-use crate::dag::{Dag, NodeId, NodeName, Op};
-use crate::error::Result;
+use crate::dag::{Dag, Exec, NodeId, NodeName, Op};
+use crate::error::{DagError, Error, Result};
 use crate::memory::Allocation;
 
 /// A child graph: a whole [`Dag`] as one node.
@@ -61,5 +61,38 @@ impl Dag {
         self.push(Op::Child(ChildNode {
             dag: Box::new(child.clone()),
         }))
+    }
+}
+
+impl Exec {
+    /// Replaces the DAG of child-graph node `id` with `child` and updates the executable
+    /// graph in place: a whole-graph update ([`Exec::update`], with its rules and its
+    /// `cudaGraphExecUpdate`) of the instantiated DAG with that one child replaced. `child`
+    /// must have the nodes (same ids, same kinds) and dependencies of the child it replaces:
+    /// built the same way, or a clone of [`ChildNode::dag`] with other parameters; parameters
+    /// may differ. When CUDA refuses ([`Error::UpdateRefused`], naming the node it blamed), the
+    /// graph and [`Exec::dag`] are left as they were.
+    ///
+    /// Refused before CUDA is asked: `id` not a node of the DAG
+    /// ([`DagError::UnknownNode`]), or not a child-graph node ([`DagError::WrongKind`]).
+    pub fn update_child(&mut self, id: NodeId, child: &Dag) -> Result<()> {
+        let mut dag = self.dag().clone();
+        let node = dag.node_mut(id)?;
+        let name = node.name().to_string();
+        let kind = node.kind();
+        match &mut node.op {
+            Op::Child(c) => *c.dag = child.clone(),
+            _ => {
+                return Err(Error::Dag(DagError::WrongKind {
+                    node: name,
+                    problem: format!(
+                        "is a {} node, not a child graph: Exec::update_child replaces a child \
+                         graph's DAG",
+                        kind.as_str()
+                    ),
+                }))
+            }
+        }
+        self.update(&dag)
     }
 }
