@@ -220,26 +220,15 @@ pub fn kernel_node_params(
     params: &sys::cudaKernelNodeParams,
     ctx: sys::CUcontext,
 ) -> sys::CUDA_KERNEL_NODE_PARAMS {
-    if ctx.is_null() {
-        return sys::CUDA_KERNEL_NODE_PARAMS {
-            func: params.func.cast(),
-            gridDimX: params.gridDim.x,
-            gridDimY: params.gridDim.y,
-            gridDimZ: params.gridDim.z,
-            blockDimX: params.blockDim.x,
-            blockDimY: params.blockDim.y,
-            blockDimZ: params.blockDim.z,
-            sharedMemBytes: params.sharedMemBytes,
-            kernelParams: params.kernelParams,
-            extra: params.extra,
-            kern: std::ptr::null_mut(),
-            ctx,
-        };
-    }
+    // A library kernel is given as `kern` with its context (`func` would be the per-context
+    // function handle, which the crate does not keep); a context's function as `func`.
+    let (func, kern) = if ctx.is_null() {
+        (params.func.cast(), std::ptr::null_mut())
+    } else {
+        (std::ptr::null_mut(), params.func.cast())
+    };
     sys::CUDA_KERNEL_NODE_PARAMS {
-        // Given as a kernel and its context: `func` is the per-context function handle, which
-        // the crate does not keep.
-        func: std::ptr::null_mut(),
+        func,
         gridDimX: params.gridDim.x,
         gridDimY: params.gridDim.y,
         gridDimZ: params.gridDim.z,
@@ -249,7 +238,7 @@ pub fn kernel_node_params(
         sharedMemBytes: params.sharedMemBytes,
         kernelParams: params.kernelParams,
         extra: params.extra,
-        kern: params.func.cast(),
+        kern,
         ctx,
     }
 }
