@@ -210,7 +210,7 @@ macro_rules! node_kinds {
         // A default name (`kind#serial`) is written into a fixed buffer.
         const _: () = {
             $(assert!(
-                $name.len() + 1 + 20 <= crate::dag::DEFAULT_NAME,
+                $name.len() + 1 + 20 <= crate::dag::name::DEFAULT_NAME,
                 "a kind's name fits in a default node name"
             );)*
         };
