@@ -879,6 +879,21 @@ pub(crate) fn check_transform(
     Ok(())
 }
 
+/// Every region a transform touches: its input, its output and the callbacks' override
+/// regions.
+pub(crate) fn transform_regions<'a>(
+    input: &'a Region,
+    output: &'a Region,
+    params: &'a FftParams,
+) -> impl Iterator<Item = &'a Region> {
+    let overrides =
+        [params.load.as_ref(), params.store.as_ref()].map(|p| p.and_then(|p| p.region()));
+    [Some(input), Some(output)]
+        .into_iter()
+        .chain(overrides)
+        .flatten()
+}
+
 /// Checks that every region an FFT node or call uses belongs to `key`.
 pub(crate) fn check_owners(
     name: &(impl std::fmt::Display + ?Sized),
@@ -887,13 +902,7 @@ pub(crate) fn check_owners(
     params: &FftParams,
     key: DeviceKey,
 ) -> Result<()> {
-    let overrides =
-        [params.load.as_ref(), params.store.as_ref()].map(|p| p.and_then(|p| p.region()));
-    for r in [Some(input), Some(output)]
-        .into_iter()
-        .chain(overrides)
-        .flatten()
-    {
+    for r in transform_regions(input, output, params) {
         let k = r.alloc.owner.key();
         if k != key {
             return Err(Error::WrongDevice {

@@ -104,13 +104,7 @@ impl StreamFft {
     ) -> Result<()> {
         check_transform("StreamFft", &self.plan, direction, input, output, params)?;
         super::check_owners("StreamFft", input, output, params, self.device.key())?;
-        let mut regions = [Some(input), Some(output)]
-            .into_iter()
-            .chain(
-                [params.load.as_ref(), params.store.as_ref()].map(|p| p.and_then(|p| p.region())),
-            )
-            .flatten();
-        if regions.any(|r| r.alloc.is_lent()) {
+        if super::transform_regions(input, output, params).any(|r| r.alloc.is_lent()) {
             return Err(Error::WrongDevice {
                 node: Some("StreamFft".into()),
                 problem: "an FFT buffer is memory lent by cudarc (a Lent), which only graph \
