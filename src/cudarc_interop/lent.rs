@@ -13,7 +13,6 @@
 //! memory. Where cudarc tracks no events (one stream, or tracking turned off), the launch
 //! must be on the slice's own stream, whose order does the same.
 
-use std::marker::PhantomData;
 use std::ops::RangeBounds;
 use std::sync::Arc;
 
@@ -23,11 +22,10 @@ use ::cudarc::driver::{
 
 use super::cudarc_call;
 use crate::dag::Exec;
-use crate::device::{Device, Owner};
+use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::kernel::{In, InOut, KernelArg, Out};
-use crate::memory::{Allocation, DeviceBuffer, DeviceRepr, LentMemory, MemorySpace, Region};
-use crate::stream::track::GpuUses;
+use crate::memory::{DeviceBuffer, DeviceRepr, LentMemory, Region};
 use crate::stream::Stream;
 
 /// A cudarc buffer (a [`CudaSlice`], or a view of one) lent to DAGs: its memory as an operand
@@ -42,14 +40,12 @@ use crate::stream::Stream;
 /// the slice there. Cheap to clone.
 pub struct Lent<T> {
     buf: DeviceBuffer<T>,
-    _elem: PhantomData<fn() -> T>,
 }
 
 impl<T: DeviceRepr> Clone for Lent<T> {
     fn clone(&self) -> Self {
         Lent {
             buf: DeviceBuffer::from_alloc(Arc::clone(&self.buf.alloc), self.buf.len()),
-            _elem: PhantomData,
         }
     }
 }
@@ -78,17 +74,14 @@ impl<T: DeviceRepr> Lent<T> {
         // reads on other streams (it keeps one read event per slice). `record` holds only
         // references, so forgetting it leaks nothing.
         std::mem::forget(record);
-        let alloc = Allocation {
-            ptr,
-            bytes: slice.num_bytes(),
-            space: MemorySpace::Device,
-            owner: Owner::Cuda(device),
-            uses: GpuUses::default(),
-            foreign: Some(Box::new(LentMemory)),
-        };
         Ok(Lent {
-            buf: DeviceBuffer::from_alloc(Arc::new(alloc), slice.len()),
-            _elem: PhantomData,
+            buf: super::device_buffer_of(
+                device,
+                ptr,
+                slice.num_bytes(),
+                slice.len(),
+                Box::new(LentMemory),
+            ),
         })
     }
 

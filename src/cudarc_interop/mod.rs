@@ -218,15 +218,8 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             .check_err()
             .map_err(cudarc_call("CudaContext::check_err"))?;
         let len = slice.len();
-        let alloc = Allocation {
-            ptr,
-            bytes: slice.num_bytes(),
-            space: MemorySpace::Device,
-            owner: Owner::Cuda(device),
-            uses: GpuUses::default(),
-            foreign: Some(Box::new(slice)),
-        };
-        Ok(DeviceBuffer::from_alloc(Arc::new(alloc), len))
+        let bytes = slice.num_bytes();
+        Ok(device_buffer_of(device, ptr, bytes, len, Box::new(slice)))
     }
 
     /// Hands back the cudarc buffer this buffer was made from ([`DeviceBuffer::from_cudarc`]),
@@ -243,6 +236,26 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             Err(e) => Err((self, e)),
         }
     }
+}
+
+/// A buffer of `len` elements over `bytes` of `device`'s memory at `ptr`, which `owner` (a
+/// cudarc slice, or the mark of lent memory) stands for: the crate frees nothing of it.
+fn device_buffer_of<T: DeviceRepr>(
+    device: Device,
+    ptr: u64,
+    bytes: usize,
+    len: usize,
+    owner: Box<dyn Any + Send + Sync>,
+) -> DeviceBuffer<T> {
+    let alloc = Allocation {
+        ptr,
+        bytes,
+        space: MemorySpace::Device,
+        owner: Owner::Cuda(device),
+        uses: GpuUses::default(),
+        foreign: Some(owner),
+    };
+    DeviceBuffer::from_alloc(Arc::new(alloc), len)
 }
 
 /// Takes the foreign owner of type `S` out of an allocation nobody else refers to, after the
