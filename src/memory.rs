@@ -124,13 +124,6 @@ impl Allocation {
         }
     }
 
-    /// Waits for the queued GPU work that uses the memory. Not from a host node, where the
-    /// work waited for may include the host node itself.
-    pub(crate) fn wait_for_gpu(&self, what: &str) -> Result<()> {
-        check_not_in_host_node(what)?;
-        self.uses.wait()
-    }
-
     pub(crate) fn device(&self) -> Option<&Device> {
         match &self.owner {
             Owner::Cuda(d) => Some(d),
@@ -353,7 +346,9 @@ macro_rules! buffer_common {
 /// `to_vec`, `copy_from_device`, `memset_bytes`) first wait for the queued GPU work that uses
 /// the buffer (stream operations and launches of executable graphs that refer to it), then run
 /// and return only when their work has completed on the device: they are ordered with all the
-/// crate's streams. `copy_from_host_async` is stream-ordered instead. Dropping a buffer waits
+/// crate's streams. Work that uses the buffer, queued from another thread while a helper runs
+/// (a stream operation, or a launch of a graph that refers to the buffer), waits until the
+/// helper has returned, so it never overlaps the helper's copy. `copy_from_host_async` is stream-ordered instead. Dropping a buffer waits
 /// for the queued work that uses it before freeing the memory.
 pub struct DeviceBuffer<T> {
     pub(crate) alloc: Arc<Allocation>,
@@ -401,45 +396,63 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         self.alloc.device()
     }
 
+    /// Runs the synchronous copy or memset `f` (on the legacy default stream) once the queued
+    /// GPU work that uses `allocs` has completed, and waits for it, with no GPU work that uses
+    /// them able to start meanwhile, from any thread ([`track::with_gpu_idle`]).
+    fn sync_helper(
+        what: &str,
+        allocs: &[&Allocation],
+        f: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        track::with_gpu_idle(what, allocs.iter().map(|a| &a.uses), || {
+            f()?;
+            finish_sync_helper()
+        })?
+    }
+
     /// Overwrites the buffer with `data` (same length), after the queued GPU work that uses
     /// the buffer; complete on return.
     pub fn copy_from_slice(&self, data: &[T]) -> Result<()> {
         self.check_len(data.len(), "copy_from_slice")?;
         self.alloc.real_device()?.bind()?;
-        self.alloc.wait_for_gpu("DeviceBuffer::copy_from_slice")?;
-        if self.len == 0 {
-            return Ok(());
-        }
-        // SAFETY: both ranges are `size_bytes` long; the device range is owned by `self`.
-        unsafe {
-            rt::memcpy(
-                self.alloc.ptr as *mut c_void,
-                data.as_ptr().cast(),
-                self.size_bytes(),
-                sys::cudaMemcpyKind::cudaMemcpyHostToDevice,
-            )?
-        };
-        finish_sync_helper()
+        let bytes = self.size_bytes();
+        Self::sync_helper("DeviceBuffer::copy_from_slice", &[&self.alloc], || {
+            if bytes == 0 {
+                return Ok(());
+            }
+            // SAFETY: both ranges are `bytes` long; the device range is owned by `self`, and
+            // no GPU work uses it now (`sync_helper`).
+            unsafe {
+                rt::memcpy(
+                    self.alloc.ptr as *mut c_void,
+                    data.as_ptr().cast(),
+                    bytes,
+                    sys::cudaMemcpyKind::cudaMemcpyHostToDevice,
+                )
+            }
+        })
     }
 
     /// Copies the buffer into `out` (same length), after the queued GPU work that uses it.
     pub fn copy_to_slice(&self, out: &mut [T]) -> Result<()> {
         self.check_len(out.len(), "copy_to_slice")?;
         self.alloc.real_device()?.bind()?;
-        self.alloc.wait_for_gpu("DeviceBuffer::copy_to_slice")?;
-        if self.len == 0 {
-            return Ok(());
-        }
-        // SAFETY: both ranges are `size_bytes` long; any bit pattern is a valid `T`. A copy to
-        // pageable memory returns when it has completed.
-        unsafe {
-            rt::memcpy(
-                out.as_mut_ptr().cast(),
-                self.alloc.ptr as *const c_void,
-                self.size_bytes(),
-                sys::cudaMemcpyKind::cudaMemcpyDeviceToHost,
-            )
-        }
+        let bytes = self.size_bytes();
+        Self::sync_helper("DeviceBuffer::copy_to_slice", &[&self.alloc], || {
+            if bytes == 0 {
+                return Ok(());
+            }
+            // SAFETY: both ranges are `bytes` long; any bit pattern is a valid `T`; no GPU
+            // work writes the buffer now (`sync_helper`).
+            unsafe {
+                rt::memcpy(
+                    out.as_mut_ptr().cast(),
+                    self.alloc.ptr as *const c_void,
+                    bytes,
+                    sys::cudaMemcpyKind::cudaMemcpyDeviceToHost,
+                )
+            }
+        })
     }
 
     /// Copies the buffer into a new `Vec`.
@@ -458,40 +471,37 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         if Arc::ptr_eq(&self.alloc, &src.alloc) {
             return Ok(());
         }
-        self.alloc.wait_for_gpu("DeviceBuffer::copy_from_device")?;
-        src.alloc.wait_for_gpu("DeviceBuffer::copy_from_device")?;
-        if self.len == 0 {
-            return Ok(());
-        }
-        // SAFETY: both device ranges are `size_bytes` long, live and distinct allocations.
-        unsafe {
-            rt::memcpy(
-                self.alloc.ptr as *mut c_void,
-                src.alloc.ptr as *const c_void,
-                self.size_bytes(),
-                sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice,
-            )?
-        };
-        finish_sync_helper()
+        let bytes = self.size_bytes();
+        let allocs = [&*self.alloc, &*src.alloc];
+        Self::sync_helper("DeviceBuffer::copy_from_device", &allocs, || {
+            if bytes == 0 {
+                return Ok(());
+            }
+            // SAFETY: both device ranges are `bytes` long, live and distinct allocations; no
+            // GPU work uses either now (`sync_helper`).
+            unsafe {
+                rt::memcpy(
+                    self.alloc.ptr as *mut c_void,
+                    src.alloc.ptr as *const c_void,
+                    bytes,
+                    sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice,
+                )
+            }
+        })
     }
 
     /// Sets every byte of the buffer to `value`, after the queued GPU work that uses the
     /// buffer; complete on return.
     pub fn memset_bytes(&self, value: u8) -> Result<()> {
         self.alloc.real_device()?.bind()?;
-        self.alloc.wait_for_gpu("DeviceBuffer::memset_bytes")?;
-        if self.len == 0 {
-            return Ok(());
-        }
-        // SAFETY: the range is owned by `self`.
-        unsafe {
-            rt::memset(
-                self.alloc.ptr as *mut c_void,
-                value as i32,
-                self.size_bytes(),
-            )?
-        };
-        finish_sync_helper()
+        let bytes = self.size_bytes();
+        Self::sync_helper("DeviceBuffer::memset_bytes", &[&self.alloc], || {
+            if bytes == 0 {
+                return Ok(());
+            }
+            // SAFETY: the range is owned by `self`; no GPU work uses it now (`sync_helper`).
+            unsafe { rt::memset(self.alloc.ptr as *mut c_void, value as i32, bytes) }
+        })
     }
 
     /// Queues a device-to-device copy of all of `src` (same length, another buffer) into this
@@ -587,6 +597,8 @@ unsafe fn queue_copy(
     kind: sys::cudaMemcpyKind,
     stream: &Stream,
 ) -> Result<()> {
+    // Locked before queuing, marked before unlocking: ordered with the synchronous helpers.
+    let mut uses = track::lock_all([&dst.uses, &src.uses]);
     let tail = stream.queue()?;
     // SAFETY: the caller's contract; the markers below keep both alive until the copy ran.
     unsafe {
@@ -600,8 +612,7 @@ unsafe fn queue_copy(
     };
     match tail.mark_queued() {
         Queued::Marked(m) => {
-            dst.uses.add_marker(&m);
-            src.uses.add_marker(&m);
+            uses.add_marker(&m);
             Ok(())
         }
         // The copy has run: nothing to note.
@@ -695,10 +706,7 @@ impl<T: DeviceRepr> HostBuffer<T> {
     /// stream operation on it noted, until `f` returns.
     fn with_gpu_idle<R>(&self, what: &str, f: impl FnOnce() -> R) -> Result<R> {
         self.alloc.real_device()?;
-        check_not_in_host_node(what)?;
-        let mut uses = self.alloc.uses.lock();
-        track::wait_locked(&mut uses)?;
-        Ok(f())
+        track::with_gpu_idle(what, [&self.alloc.uses], f)
     }
 
     /// Overwrites the contents with `data` (same length), after the queued GPU work that uses

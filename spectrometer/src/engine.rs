@@ -167,6 +167,12 @@ pub trait Engine {
     fn device_bytes(&self) -> usize {
         0
     }
+
+    /// Device memory in use now on the engine's GPU, by every process (`cudaMemGetInfo`:
+    /// total less free), bytes; `None` for the CPU engine or when CUDA does not say.
+    fn device_memory_in_use(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// An error unless `block` has exactly the plan's `BLOCSIZE` bytes.

@@ -863,6 +863,11 @@ impl Engine for GpuEngine {
         GpuEngine::device_bytes(self)
     }
 
+    fn device_memory_in_use(&self) -> Option<u64> {
+        let (free, total) = self.device.memory_info().ok()?;
+        Some(total.saturating_sub(free) as u64)
+    }
+
     fn spectra_pool(&self) -> &SpectraPool {
         &self.pool
     }

@@ -153,6 +153,11 @@ struct RunArgs {
     /// `machine_id` to write.
     #[arg(long, default_value_t = 0)]
     machine_id: i32,
+    /// A soak test: read each scan N times over, as one continuous recording (the outputs hold
+    /// every repeat); prints device memory in use and host RSS every 30 s and the change from
+    /// the first sample to the last.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: u32,
     /// No progress bar and no summary.
     #[arg(short, long)]
     quiet: bool,
@@ -459,12 +464,13 @@ fn cmd_run(a: RunArgs) -> anyhow::Result<()> {
         scan: ScanOptions {
             max_gap_blocks: a.max_gap_blocks,
         },
+        repeat: a.repeat as usize,
     };
     if !cfg.format.available() {
         bail!("--format h5 needs a build with the fbh5 feature: cargo build --release -p cudagraph-spectrometer --features fbh5 (see the README)");
     }
     for input in &cfg.inputs {
-        let scan = Scan::open_with(input, &cfg.scan)?;
+        let scan = Scan::open_with(input, &cfg.scan)?.repeated(cfg.repeat);
         for line in scan.report_lines() {
             eprintln!("{line}");
         }
@@ -514,7 +520,44 @@ fn process(
     if !quiet {
         write!(std::io::stdout().lock(), "{report}").context("writing to standard output")?;
     }
+    if !report.memory.is_empty() {
+        print!("{}", soak_table(&report.memory));
+    }
     Ok(())
+}
+
+/// The memory samples of a soak run (`--repeat`) and the change from the first to the last.
+fn soak_table(samples: &[spectrometer::pipeline::MemorySample]) -> String {
+    use std::fmt::Write as _;
+    let mib =
+        |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.1}", b as f64 / 1048576.0));
+    let mut t = String::from(
+        "soak: memory over the run\n  elapsed s     blocks  device in use MiB  host RSS MiB\n",
+    );
+    for m in samples {
+        let _ = writeln!(
+            t,
+            "  {:>9.0}  {:>9}  {:>17}  {:>12}",
+            m.elapsed.as_secs_f64(),
+            m.blocks,
+            mib(m.device_in_use),
+            mib(m.host_rss)
+        );
+    }
+    let (first, last) = (samples[0], samples[samples.len() - 1]);
+    let delta = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:+} bytes", b as i64 - a as i64),
+        _ => "not known".into(),
+    };
+    let _ = writeln!(
+        t,
+        "soak: from the first sample to the last ({:.0} s, {} blocks): device memory in use {}, host RSS {}",
+        (last.elapsed - first.elapsed).as_secs_f64(),
+        last.blocks - first.blocks,
+        delta(first.device_in_use, last.device_in_use),
+        delta(first.host_rss, last.host_rss)
+    );
+    t
 }
 
 /// Prints the per-node profile of the engine's graph over `launches` launches (`--profile`) and,
@@ -633,6 +676,7 @@ fn cmd_rawspec(a: RawspecArgs) -> anyhow::Result<()> {
                 OutputFormat::Filterbank
             },
             scan: ScanOptions::default(),
+            repeat: 1,
         };
         let plan = Plan::new(&scan, &cfg.products, &cfg.selection)?;
         if a.debug {

@@ -107,6 +107,26 @@ pub struct RunConfig {
     pub format: OutputFormat,
     /// How each input is indexed (the gap limit).
     pub scan: ScanOptions,
+    /// A soak test: each scan read this many times over as one continuous recording
+    /// ([`Scan::repeated`]); above 1, device memory and host RSS are noted every
+    /// [`SOAK_SAMPLE_EVERY`] ([`StemReport::memory`]). 1 for a plain run.
+    pub repeat: usize,
+}
+
+/// How often a soak run ([`RunConfig::repeat`]) notes memory.
+pub const SOAK_SAMPLE_EVERY: Duration = Duration::from_secs(30);
+
+/// Memory in use at one moment of a run.
+#[derive(Debug, Clone, Copy)]
+pub struct MemorySample {
+    /// Since the run started.
+    pub elapsed: Duration,
+    /// Blocks processed so far.
+    pub blocks: usize,
+    /// Device memory in use on the engine's GPU (all processes), bytes ([`Engine::device_memory_in_use`]).
+    pub device_in_use: Option<u64>,
+    /// The process's resident host memory, bytes ([`host_rss`]).
+    pub host_rss: Option<u64>,
 }
 
 impl Default for RunConfig {
@@ -126,6 +146,7 @@ impl Default for RunConfig {
             save_headers: false,
             format: OutputFormat::Filterbank,
             scan: ScanOptions::default(),
+            repeat: 1,
         }
     }
 }
@@ -165,16 +186,30 @@ pub struct StemReport {
     pub host_peak_rss: Option<u64>,
     /// Device memory the engine allocated for its buffers, bytes ([`Engine::device_bytes`]).
     pub device_bytes: usize,
+    /// With [`RunConfig::repeat`] above 1: memory after the first block, every
+    /// [`SOAK_SAMPLE_EVERY`], and at the end (empty otherwise).
+    pub memory: Vec<MemorySample>,
 }
 
 /// The process's peak resident set size (`VmHWM` of `/proc/self/status`), bytes: since the
 /// process started, or since `5` was last written to `/proc/self/clear_refs`. `None` where
 /// the system does not say (no `/proc`).
 pub fn host_peak_rss() -> Option<u64> {
+    proc_status_bytes("VmHWM:")
+}
+
+/// The process's resident set size now (`VmRSS` of `/proc/self/status`), bytes; `None` where
+/// the system does not say.
+pub fn host_rss() -> Option<u64> {
+    proc_status_bytes("VmRSS:")
+}
+
+/// A `kB` field of `/proc/self/status`, bytes.
+fn proc_status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kib: u64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .find_map(|l| l.strip_prefix(field))?
         .trim()
         .strip_suffix("kB")?
         .trim()
@@ -609,6 +644,9 @@ pub fn run_stem<E: Engine>(
         buffers.push(engine.alloc_buffer(g.blocsize)?);
     }
     let reader = BlockReader::spawn(scan, plan.first_slot, buffers);
+    let soak = cfg.repeat > 1;
+    let mut memory = Vec::new();
+    let mut next_sample = start;
     let (tx, rx) = sync_channel::<Vec<Integration>>(8);
     let wplan = plan.clone();
     let pool = engine.spectra_pool().clone();
@@ -648,6 +686,10 @@ pub fn run_stem<E: Engine>(
             };
             engine.process_block(&view, &mut out)?;
             reader.recycle(fb.buf);
+            if soak && Instant::now() >= next_sample {
+                memory.push(sample(start, data_blocks + gap_blocks, engine));
+                next_sample = Instant::now() + SOAK_SAMPLE_EVERY;
+            }
             if !out.is_empty() && tx.send(std::mem::take(&mut out)).is_err() {
                 writer_gone = true;
                 return Ok(());
@@ -662,6 +704,9 @@ pub fn run_stem<E: Engine>(
         engine.finish(&mut out)?;
         if !out.is_empty() && tx.send(out).is_err() {
             writer_gone = true;
+        }
+        if soak {
+            memory.push(sample(start, data_blocks + gap_blocks, engine));
         }
         Ok(())
     })();
@@ -693,5 +738,15 @@ pub fn run_stem<E: Engine>(
         cleanup,
         host_peak_rss: host_peak_rss(),
         device_bytes: engine.device_bytes(),
+        memory,
     })
+}
+
+fn sample<E: Engine>(start: Instant, blocks: usize, engine: &E) -> MemorySample {
+    MemorySample {
+        elapsed: start.elapsed(),
+        blocks,
+        device_in_use: engine.device_memory_in_use(),
+        host_rss: host_rss(),
+    }
 }

@@ -129,6 +129,16 @@ pub struct Scan {
     pub pktidx_step: Option<i64>,
 }
 
+impl Scan {
+    /// The scan read `times` times over, as one continuous recording (a soak test: a long run
+    /// from a short scan; [`crate::pipeline::RunConfig::repeat`]). The time axis goes on across
+    /// the repeats; `times` of 0 is taken as 1.
+    pub fn repeated(mut self, times: usize) -> Scan {
+        self.slots = self.slots.repeat(times.max(1));
+        self
+    }
+}
+
 /// `dir/name.0003.raw` (four digits or more) → `Some(dir/name)`; any other path → `None`.
 fn sequence_stem(input: &Path) -> Option<PathBuf> {
     let s = input.to_str()?;

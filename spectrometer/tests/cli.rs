@@ -174,3 +174,51 @@ fn profile_options_are_checked_before_anything_runs() {
     );
     assert!(help.contains("[default: 20]"), "{help}");
 }
+
+#[test]
+fn repeat_reads_the_scan_over_as_one_recording_and_prints_memory() {
+    use spectrometer::filterbank::Filterbank;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let g = bin()
+        .args(["generate", "-o"])
+        .arg(d.join("raw"))
+        .args(["--stem", "s", "--nchan", "2", "--ntime", "512"])
+        .args(["--blocks-per-file", "4", "--tone", "1418.0:20"])
+        .output()
+        .unwrap();
+    assert!(g.status.success(), "{}", String::from_utf8_lossy(&g.stderr));
+    let run = |out: &str, repeat: &str| {
+        let r = bin()
+            .arg("run")
+            .arg(d.join("raw/s"))
+            .args(["-p", "64x8", "-q", "--repeat", repeat, "-o"])
+            .arg(d.join(out))
+            .output()
+            .unwrap();
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        (
+            Filterbank::read(&d.join(out).join("s.0.fil")).unwrap(),
+            String::from_utf8_lossy(&r.stdout).into_owned(),
+        )
+    };
+    let (once, quiet) = run("once", "1");
+    assert!(
+        quiet.is_empty(),
+        "a plain quiet run prints nothing: {quiet}"
+    );
+    let (thrice, stdout) = run("thrice", "3");
+    // 4 blocks of 512 samples, 64 × 8 a spectrum: 4 spectra a pass, 12 for three.
+    assert_eq!(once.nsamples(), 4);
+    assert_eq!(thrice.nsamples(), 12);
+    assert_eq!(
+        thrice.data,
+        once.data.repeat(3),
+        "each pass gives the same spectra"
+    );
+    assert!(stdout.contains("soak: memory over the run"), "{stdout}");
+    assert!(
+        stdout.contains("soak: from the first sample to the last") && stdout.contains("host RSS"),
+        "{stdout}"
+    );
+}

@@ -277,7 +277,7 @@ fn take_foreign<S: Any>(alloc: &mut Arc<Allocation>, what: &'static str) -> Resu
                 .into(),
         });
     }
-    a.wait_for_gpu(what)?;
+    crate::stream::track::with_gpu_idle(what, [&a.uses], || ())?;
     let owner = a.foreign.take().expect("checked above");
     // Nothing left to free: the allocation's `Drop` returns at the zero address.
     a.ptr = 0;

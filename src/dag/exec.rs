@@ -251,8 +251,10 @@ impl Exec {
         let launch = || -> Result<()> {
             // What the launch uses is held by `self.dag`, the FFT context or `self.retired`,
             // which outlive it (`Drop` waits for it); no host access of its pinned memory runs
-            // now (their use lists are locked), and any later one waits for the launches `log`
-            // counts (a marker right after the latest, `crate::stream::queue`).
+            // now (their use lists are locked), nor a synchronous helper's access of its device
+            // memory (the gate is held), and any later one waits for the launches `log` counts
+            // (a marker right after the latest, `crate::stream::queue`).
+            let _gate = log.hold_launches();
             // SAFETY: the exec is live and of the stream's device; see above.
             unsafe { stream.inner.lock().launch(log, raw) }
         };

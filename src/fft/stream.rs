@@ -14,6 +14,7 @@ use crate::kernel::{LaunchConfig, PackedArgs};
 use crate::memory::{Allocation, MemorySpace, Region};
 use crate::result::{cufft as cf, runtime as rt};
 use crate::stream::queue::Queued;
+use crate::stream::track;
 use crate::stream::Stream;
 
 /// One cuFFT plan made from an [`FftPlan`], executed directly on streams: the baseline FFT
@@ -113,6 +114,9 @@ impl StreamFft {
             });
         }
         stream.check_device(&self.device, "the StreamFft")?;
+        // Locked before queuing, marked before unlocking: ordered with the synchronous helpers.
+        let mut uses =
+            track::lock_all(super::transform_regions(input, output, params).map(|r| &r.alloc.uses));
         let tail = stream.queue()?;
         if self.bound.as_ref().map(Stream::raw) != Some(stream.raw()) {
             // Work queued on the previous stream may still use the work area and parameters.
@@ -158,9 +162,7 @@ impl StreamFft {
         };
         match tail.mark_queued() {
             Queued::Marked(m) => {
-                input.alloc.uses.add_marker(&m);
-                output.alloc.uses.add_marker(&m);
-                params.for_each_allocation(&mut |a| a.uses.add_marker(&m));
+                uses.add_marker(&m);
                 Ok(())
             }
             // The transform has run: nothing to note.

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::memory::Allocation;
 use crate::result::runtime as rt;
 use crate::stream::queue::Queued;
+use crate::stream::track;
 use crate::stream::Stream;
 use crate::sys;
 
@@ -498,6 +499,11 @@ impl Kernel {
         };
         self.check_args(args)?;
         self.check_launch(device.limits(), &cfg)?;
+        // Locked before queuing, marked before unlocking: ordered with the synchronous helpers.
+        let buffers = args
+            .iter()
+            .filter_map(|a| a.buffer.as_ref().map(|b| &b.uses));
+        let mut uses = track::lock_all(std::iter::once(&module.uses).chain(buffers));
         let tail = stream.queue()?;
         // SAFETY: arguments and shape were just checked against the kernel's layout and the
         // device; the kernel is live (its module is held); the buffers and the module are kept
@@ -505,12 +511,7 @@ impl Kernel {
         unsafe { self.launch_raw(tail.raw(), cfg, args)? };
         match tail.mark_queued() {
             Queued::Marked(m) => {
-                module.uses.add_marker(&m);
-                for a in args {
-                    if let Some(b) = &a.buffer {
-                        b.uses.add_marker(&m);
-                    }
-                }
+                uses.add_marker(&m);
                 Ok(())
             }
             // The launch has run: nothing to note.

@@ -44,7 +44,7 @@ use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, DeviceRepr};
 use crate::result::nccl as nc;
 use crate::stream::queue::Queued;
-use crate::stream::track::GpuUses;
+use crate::stream::track::{self, GpuUses};
 use crate::stream::Stream;
 use crate::sys;
 
@@ -379,6 +379,13 @@ impl Communicators {
         }
         check_group(self, parts, what)?;
         let _guards: Vec<_> = (0..self.len()).map(|r| c.lock(r)).collect();
+        // Every use list locked before queuing, marked before unlocking: ordered with the
+        // synchronous helpers.
+        let mut allocs = Vec::new();
+        for p in parts {
+            p.for_each_allocation(&mut |a| allocs.push(a.clone()));
+        }
+        let mut uses = track::lock_all(c.uses.iter().chain(allocs.iter().map(|a| &a.uses)));
         // The streams' tails, in rank order (distinct: one device per rank).
         let mut tails = Vec::with_capacity(streams.len());
         for s in streams {
@@ -403,8 +410,8 @@ impl Communicators {
         for (rank, (p, t)) in parts.iter().zip(tails).enumerate() {
             match t.mark_queued() {
                 Queued::Marked(m) => {
-                    c.uses[rank].add_marker(&m);
-                    p.for_each_allocation(&mut |a| a.uses.add_marker(&m));
+                    uses.add_marker_on(&c.uses[rank], &m);
+                    p.for_each_allocation(&mut |a| uses.add_marker_on(&a.uses, &m));
                 }
                 Queued::Ran(e) => {
                     first_error.get_or_insert(e);

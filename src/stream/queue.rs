@@ -24,8 +24,9 @@
 //! `result`) is not seen here: a marker recorded after it waits for it too (longer, never
 //! shorter, than the launch).
 //!
-//! Lock order: an allocation's use list, then a queue's tail, then a launch log. No lock is
-//! held while waiting for the GPU.
+//! Lock order: an allocation's use list, then a launch log's gate, then a queue's tail, then a
+//! launch log's state. Only a synchronous helper (`crate::stream::track::with_gpu_idle`) holds
+//! locks while waiting for the GPU: use lists and gates, never a tail or a log's state.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -232,6 +233,10 @@ impl QueueGuard<'_> {
 #[derive(Default)]
 pub(crate) struct ExecLaunches {
     state: Mutex<LogState>,
+    /// Held across each launch of the graph (`Exec::launch`), and by a synchronous helper
+    /// while it waits for and then accesses memory the graph uses
+    /// (`crate::stream::track::with_gpu_idle`): no launch of the graph starts in between.
+    gate: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -251,6 +256,18 @@ impl ExecLaunches {
 
     fn lock(&self) -> MutexGuard<'_, LogState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether a guard of [`ExecLaunches::hold_launches`] lives now (for tests).
+    #[cfg(test)]
+    pub(crate) fn launches_held(&self) -> bool {
+        self.gate.try_lock().is_err()
+    }
+
+    /// Holds the graph's launches back while the guard lives (see the field `gate`). Lock
+    /// order: after the use lists, before a queue's tail.
+    pub(crate) fn hold_launches(&self) -> MutexGuard<'_, ()> {
+        self.gate.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Notes a launch on `queue` (its tail locked by the caller); returns its number.

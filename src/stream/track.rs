@@ -15,10 +15,18 @@
 //!   writes of pinned memory wait before touching it, and synchronous device helpers wait
 //!   before running.
 //!
-//! Lock order: a use list, then a stream's tail, then a launch log (`crate::stream::queue`); a launch
-//! takes the lists of its pinned allocations in address order.
+//! Lock order: use lists, in the address order of their `GpuUses` ([`lock_all`]); then launch logs'
+//! gates, in address order; then a stream's tail; then a launch log's state
+//! (`crate::stream::queue`). A graph launch takes the lists of its pinned allocations, then its
+//! gate; a stream operation takes the lists of everything it uses before queuing and notes its
+//! marker before unlocking them ([`Locked::add_marker`]); a synchronous helper takes the lists
+//! of what it touches and the gates of the graphs that refer to them, waits, and accesses the
+//! memory before unlocking ([`with_gpu_idle`]). So a helper's access and any GPU work that uses
+//! the same memory, queued from any thread, never overlap.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use smallvec::SmallVec;
 
 use crate::error::Result;
 use crate::stream::marker::Marker;
@@ -57,17 +65,11 @@ pub(crate) struct GpuUses {
 }
 
 impl GpuUses {
-    /// Locks the list. While it is held, no executable graph that refers to the object can be
-    /// launched (the launch of a graph using pinned memory takes this lock) and no stream
-    /// operation on it can be noted.
+    /// Locks the list. While it is held, no stream operation on the object can be queued
+    /// ([`lock_all`]), and no executable graph that refers to pinned memory can be launched
+    /// (its launch takes this lock).
     pub(crate) fn lock(&self) -> MutexGuard<'_, Vec<User>> {
         self.list.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Notes a stream operation's marker (replacing an older marker of the same stream; a new
-    /// stream first drops the markers whose work has completed).
-    pub(crate) fn add_marker(&self, marker: &Arc<Marker>) {
-        add_marker_locked(&mut self.lock(), marker);
     }
 
     /// Notes that the graph of `log` refers to the object now.
@@ -99,6 +101,78 @@ impl GpuUses {
     }
 }
 
+/// The use lists of the objects one operation uses, locked together ([`lock_all`]), each with
+/// the address of its `GpuUses`.
+pub(crate) struct Locked<'a>(SmallVec<[(usize, MutexGuard<'a, Vec<User>>); 4]>);
+
+/// Locks the use lists `lists`, each once, in address order (the lock order among use lists),
+/// allocating nothing for up to eight. Queuing a stream operation with them locked, then noting
+/// its marker ([`Locked::add_marker`]) before they are unlocked, orders the operation with the
+/// synchronous helpers ([`with_gpu_idle`]).
+pub(crate) fn lock_all<'a>(lists: impl IntoIterator<Item = &'a GpuUses>) -> Locked<'a> {
+    let mut lists: SmallVec<[&GpuUses; 8]> = lists.into_iter().collect();
+    lists.sort_unstable_by_key(|u| *u as *const GpuUses as usize);
+    lists.dedup_by_key(|u| *u as *const GpuUses as usize);
+    Locked(
+        lists
+            .into_iter()
+            .map(|u| (u as *const GpuUses as usize, u.lock()))
+            .collect(),
+    )
+}
+
+impl Locked<'_> {
+    /// Notes a stream operation's marker on every list.
+    pub(crate) fn add_marker(&mut self, marker: &Arc<Marker>) {
+        for (_, list) in &mut self.0 {
+            add_marker_locked(list, marker);
+        }
+    }
+
+    /// Notes a marker on one of the lists (when one operation's parts are marked apart, as the
+    /// ranks of a collective are).
+    pub(crate) fn add_marker_on(&mut self, uses: &GpuUses, marker: &Arc<Marker>) {
+        let at = uses as *const GpuUses as usize;
+        let (_, list) = self
+            .0
+            .iter_mut()
+            .find(|(a, _)| *a == at)
+            .expect("the list was locked with the others");
+        add_marker_locked(list, marker);
+    }
+}
+
+/// Runs `f` once the queued GPU work that uses the objects of `lists` has completed, with no
+/// GPU work that uses them able to start until `f` returns: their use lists are locked (no
+/// stream operation on them can be queued, [`lock_all`]) and so are the gates of the graphs
+/// that refer to them now (none can be launched; one that starts referring to them, by an
+/// update, needs a list's lock first). Not from a host node, where the work waited for may
+/// include the host node itself (`what` names the caller in that error).
+pub(crate) fn with_gpu_idle<'a, R>(
+    what: &str,
+    lists: impl IntoIterator<Item = &'a GpuUses>,
+    f: impl FnOnce() -> R,
+) -> Result<R> {
+    crate::memory::check_not_in_host_node(what)?;
+    let mut locked = lock_all(lists);
+    let mut logs: SmallVec<[Arc<ExecLaunches>; 4]> = SmallVec::new();
+    for (_, list) in &locked.0 {
+        for u in list.iter() {
+            if let User::Graph(w) = u {
+                logs.extend(w.upgrade());
+            }
+        }
+    }
+    logs.sort_unstable_by_key(|l| Arc::as_ptr(l) as usize);
+    logs.dedup_by_key(|l| Arc::as_ptr(l) as usize);
+    let _gates: SmallVec<[MutexGuard<'_, ()>; 4]> =
+        logs.iter().map(|l| l.hold_launches()).collect();
+    for (_, list) in &mut locked.0 {
+        wait_locked(list)?;
+    }
+    Ok(f())
+}
+
 fn add_marker_locked<M: Mark>(list: &mut Vec<User<M>>, marker: &M) {
     for u in list.iter_mut() {
         if let User::Marker(m) = u {
@@ -121,7 +195,7 @@ fn add_marker_locked<M: Mark>(list: &mut Vec<User<M>>, marker: &M) {
 
 /// Waits for every use in a locked list; completed markers and graphs that are gone are
 /// dropped from it.
-pub(crate) fn wait_locked(list: &mut Vec<User>) -> Result<()> {
+fn wait_locked(list: &mut Vec<User>) -> Result<()> {
     for u in list.iter() {
         match u {
             User::Marker(m) => m.wait()?,
@@ -194,6 +268,41 @@ mod tests {
                 User::Graph(_) => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_helper_holds_back_stream_work_and_the_launches_of_the_graphs_using_the_object() {
+        let (a, b) = (GpuUses::default(), GpuUses::default());
+        let (log, unrelated) = (ExecLaunches::new(), ExecLaunches::new());
+        a.add_graph(&log);
+        let seen = with_gpu_idle("test", [&a], || {
+            (
+                log.launches_held(),
+                unrelated.launches_held(),
+                a.list.try_lock().is_err(),
+                b.list.try_lock().is_err(),
+            )
+        })
+        .unwrap();
+        assert_eq!(
+            seen,
+            (true, false, true, false),
+            "(its graph's gate, another graph's gate, its list, another list) held"
+        );
+        assert!(
+            !log.launches_held() && a.list.try_lock().is_ok(),
+            "released after"
+        );
+    }
+
+    #[test]
+    fn lists_are_locked_once_each_in_address_order() {
+        let lists = [GpuUses::default(), GpuUses::default(), GpuUses::default()];
+        let locked = lock_all([&lists[2], &lists[0], &lists[2], &lists[1]]);
+        let at: Vec<usize> = locked.0.iter().map(|(a, _)| *a).collect();
+        let mut expected: Vec<usize> = lists.iter().map(|l| l as *const GpuUses as usize).collect();
+        expected.sort_unstable();
+        assert_eq!(at, expected, "each list once, by address");
     }
 
     #[test]

@@ -612,3 +612,89 @@ fn no_work_from_host_nodes(gpu: &Gpu) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Each block spins, then adds one to its elements: a launch's writes are spread over its
+/// run, so a copy that overlaps it sees some elements bumped and others not.
+const SLOW_BUMP: &str = r#"
+extern "C" __global__ void slow_bump(unsigned int* x, unsigned int n, long long cycles) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {}
+    if (i < n) x[i] += 1u;
+}
+"#;
+
+register!(gpu "soundness::device_helpers_exclude_launches_from_other_threads" => helpers_exclude_other_threads);
+/// While one thread keeps launching work that bumps every element of a buffer (an `Exec`'s
+/// launches, then plain kernel launches on a stream), another reads the buffer with
+/// `DeviceBuffer::to_vec` in a loop: every read sees all elements equal (the helper waited for
+/// the work queued before it, and none started during its copy), and the last read sees every
+/// bump. With the helpers releasing the use list before their copy (the old code), launches
+/// from the other thread ran during the copies and reads saw torn buffers.
+fn helpers_exclude_other_threads(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let bump = gpu.module(SLOW_BUMP)?.kernel("slow_bump")?;
+    let n: u32 = 1 << 20;
+    // About 10 µs a block, four waves or more of blocks: tens of µs a launch.
+    let cycles = 20_000i64;
+    let cfg = LaunchConfig::for_elements(n, 256);
+    let launches = 300u32;
+    let x = DeviceBuffer::<u32>::zeros(d, n as usize)?;
+    let mut dag = Dag::new();
+    dag.add_kernel(&bump, cfg, &args![&x, n, cycles])?;
+    let mut exec = dag.instantiate(d)?;
+    for graph in [true, false] {
+        let done = AtomicBool::new(false);
+        let (reads, torn) = std::thread::scope(|s| -> anyhow::Result<(u32, u32)> {
+            let launcher = s.spawn(|| -> anyhow::Result<()> {
+                let stream = Stream::new(d)?;
+                let r = (|| -> anyhow::Result<()> {
+                    for i in 0..launches {
+                        if graph {
+                            exec.launch(&stream)?;
+                        } else {
+                            bump.launch(&stream, cfg, &args![&x, n, cycles])?;
+                        }
+                        if i % 16 == 15 {
+                            std::thread::sleep(Duration::from_micros(300));
+                        }
+                    }
+                    Ok(stream.synchronize()?)
+                })();
+                done.store(true, SeqCst);
+                r
+            });
+            let (mut reads, mut torn) = (0, 0);
+            while !done.load(SeqCst) {
+                let v = x.to_vec()?;
+                reads += 1;
+                if v.iter().any(|&e| e != v[0]) {
+                    torn += 1;
+                }
+            }
+            launcher.join().expect("the launching thread panicked")?;
+            Ok((reads, torn))
+        })?;
+        let what = if graph {
+            "Exec::launch"
+        } else {
+            "Kernel::launch"
+        };
+        ensure!(
+            reads >= 3,
+            "{what}: only {reads} reads overlapped the launches"
+        );
+        ensure!(
+            torn == 0,
+            "{what}: {torn} of {reads} reads saw a launch from the other thread half done"
+        );
+        let expected = launches * if graph { 1 } else { 2 };
+        let v = x.to_vec()?;
+        ensure!(
+            v.iter().all(|&e| e == expected),
+            "{what}: the buffer holds {} after {expected} bumps",
+            v[0]
+        );
+    }
+    Ok(())
+}
