@@ -96,11 +96,11 @@ fn main() -> anyhow::Result<()> {
     // SAFETY: one stream does all the work below, in order; no slice is used on another.
     unsafe { ctx.disable_event_tracking() };
     let cs = ctx.new_stream()?;
-    let f = ctx
-        .load_module(compile_ptx(SOURCE)?)?
-        .load_function("bump")?;
+    let ptx = compile_ptx(SOURCE)?;
+    let image = ptx.as_bytes().map(<[u8]>::to_vec).unwrap_or_default();
+    let f = ctx.load_module(ptx)?.load_function("bump")?;
     let device = Device::from_cudarc(&ctx)?;
-    let kernel = Kernel::from_cudarc(&ctx, &f)?;
+    let kernel = Kernel::from_cudarc_image(&ctx, &f, &image)?;
     let stream = Stream::from_cudarc(&cs)?;
     let mut x: CudaSlice<f32> = cs.alloc_zeros(LEN)?;
     let lent = Lent::new(&x)?;

@@ -39,7 +39,13 @@ fn bias(t: usize) -> f32 {
 fn main() -> anyhow::Result<()> {
     let ctx = CudaContext::new(0).context("no GPU (cudarc could not open device 0)")?;
     let cs = ctx.new_stream()?;
-    let module = ctx.load_module(compile_ptx(SOURCE)?)?;
+    let ptx = compile_ptx(SOURCE)?;
+    // The PTX text, from which cudagraph reads the kernels' parameter layouts.
+    let image = ptx
+        .as_bytes()
+        .context("compile_ptx gives an image")?
+        .to_vec();
+    let module = ctx.load_module(ptx)?;
     let (axpy, shift, clamp) = (
         module.load_function("axpy")?,
         module.load_function("shift")?,
@@ -84,7 +90,8 @@ fn main() -> anyhow::Result<()> {
     // The same program as a DAG: cudarc's functions as kernels, its slices lent (they stay
     // cudarc's), one launch per step with the bias updated on the executable graph.
     let device = Device::from_cudarc(&ctx)?;
-    let [axpy, shift, clamp] = [&axpy, &shift, &clamp].map(|f| Kernel::from_cudarc(&ctx, f));
+    let [axpy, shift, clamp] =
+        [&axpy, &shift, &clamp].map(|f| Kernel::from_cudarc_image(&ctx, f, &image));
     let (axpy, shift, clamp) = (axpy?, shift?, clamp?);
     let mut xs: CudaSlice<f32> = cs.clone_htod(&x0)?;
     let mut ys: CudaSlice<f32> = cs.clone_htod(&y0)?;

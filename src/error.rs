@@ -220,7 +220,7 @@ pub enum Error {
     /// A cubin's description of a kernel's parameters (its `.nv.info` section) and CUDA's
     /// (`cudaFuncGetParamInfo`) differ: the module's layout cannot be trusted.
     #[error(
-        "kernel `{kernel}`: parameter {index} is (offset, size) {cubin:?} in the cubin but \
+        "kernel `{kernel}`: parameter {index} is (offset, size) {cubin:?} in the image but \
          {cuda:?} for CUDA (None: no such parameter)"
     )]
     ParamLayoutMismatch {
@@ -228,7 +228,8 @@ pub enum Error {
         kernel: String,
         /// The parameter's position.
         index: usize,
-        /// Its offset and size in the cubin's `.nv.info` section.
+        /// Its offset and size as the image describes them: the cubin's `.nv.info` section,
+        /// or the PTX's `.entry` declaration.
         cubin: (usize, usize),
         /// Its offset and size from `cudaFuncGetParamInfo`; `None` where CUDA has no such
         /// parameter.

@@ -18,7 +18,7 @@ use ::cudarc::driver::{CudaContext, CudaFunction};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernel::{Kernel, ParamInfo};
+use crate::kernel::{described_params, Kernel, ParamInfo, ParamSource};
 use crate::result::cudarc::{self as dr, FunctionAttribute as A};
 
 impl Kernel {
@@ -30,9 +30,11 @@ impl Kernel {
     /// The parameter layout is read from the driver (`cuFuncGetParamInfo`, asked for
     /// parameter 0, 1, … until it refuses the index past the last: [`ParamSource::Probed`](crate::kernel::ParamSource::Probed)),
     /// so arguments get the same checks as for the crate's kernels: their count, each one's
-    /// size, and buffers of the kernel's device. The name is the driver's (`cuFuncGetName`,
-    /// the `extern "C"` or mangled name). The kernel keeps `function` (and so its module)
-    /// loaded while the DAGs, `Exec`s and stream launches that use it may run.
+    /// size, and buffers of the kernel's device. That last, refused call is not an error here,
+    /// but `compute-sanitizer` lists it as a failed API call: [`Kernel::from_cudarc_image`]
+    /// reads the layout from the module's image instead. The name is the driver's
+    /// (`cuFuncGetName`, the `extern "C"` or mangled name). The kernel keeps `function` (and
+    /// so its module) loaded while the DAGs, `Exec`s and stream launches that use it may run.
     ///
     /// `ctx` must be its device's primary context (what [`CudaContext::new`] retains), as for
     /// [`Device::from_cudarc`], and the module's context: cudarc does not say which context a
@@ -42,36 +44,122 @@ impl Kernel {
     /// Refused: a non-primary context ([`Error::Cudarc`]); a driver query that fails
     /// ([`Error::CudarcCall`]).
     pub fn from_cudarc(ctx: &Arc<CudaContext>, function: &CudaFunction) -> Result<Kernel> {
-        let device = Device::from_cudarc(ctx)?;
-        ctx.bind_to_thread().map_err(|e| Error::CudarcCall {
-            call: "CudaContext::bind_to_thread",
-            message: e.to_string(),
-        })?;
-        let f: crate::sys::CUfunction = function.cu_function().cast();
-        // SAFETY: `f` is live: `function` holds its module, and the kernel made below keeps
-        // a clone of `function`.
-        let (name, params, max_threads, static_smem, max_dynamic) = unsafe {
-            let mut params = Vec::new();
-            while let Some((offset, size)) = dr::param_info(f, params.len())? {
-                params.push(ParamInfo { offset, size });
-            }
-            (
-                dr::name(f)?,
-                params,
-                dr::attribute(f, A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
-                dr::attribute(f, A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
-                dr::attribute(f, A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?,
-            )
-        };
-        Ok(Kernel::foreign(
-            name,
-            device,
-            f,
-            params,
-            max_threads.max(0) as u32,
-            static_smem.max(0) as usize,
-            AtomicUsize::new(max_dynamic.max(0) as usize),
-            Box::new(function.clone()),
-        ))
+        from_function(ctx, function, None)
     }
+
+    /// [`Kernel::from_cudarc`], with the parameter layout read from `image`, the PTX text or
+    /// cubin the function's module was loaded from (for `compile_ptx`'s result,
+    /// `ptx.as_bytes()`; for PTX source, its bytes): the count, sizes and alignments the
+    /// image declares, each parameter confirmed with `cuFuncGetParamInfo`
+    /// ([`ParamSource::Ptx`](crate::kernel::ParamSource::Ptx) or
+    /// [`Cubin`](crate::kernel::ParamSource::Cubin)). No driver call is refused on the way, so
+    /// `compute-sanitizer` has nothing to report.
+    ///
+    /// Refused, besides [`Kernel::from_cudarc`]'s errors: an image that does not declare the
+    /// function, or whose declaration the reader does not understand ([`Error::Cudarc`]); a
+    /// layout the driver does not confirm ([`Error::ParamLayoutMismatch`]).
+    pub fn from_cudarc_image(
+        ctx: &Arc<CudaContext>,
+        function: &CudaFunction,
+        image: &[u8],
+    ) -> Result<Kernel> {
+        from_function(ctx, function, Some(image))
+    }
+}
+
+/// [`Kernel::from_cudarc`] and [`Kernel::from_cudarc_image`]: the layout from `image` where
+/// given, else probed.
+fn from_function(
+    ctx: &Arc<CudaContext>,
+    function: &CudaFunction,
+    image: Option<&[u8]>,
+) -> Result<Kernel> {
+    let device = Device::from_cudarc(ctx)?;
+    ctx.bind_to_thread().map_err(|e| Error::CudarcCall {
+        call: "CudaContext::bind_to_thread",
+        message: e.to_string(),
+    })?;
+    let f: crate::sys::CUfunction = function.cu_function().cast();
+    // SAFETY: `f` is live: `function` holds its module, and the kernel made below keeps a
+    // clone of `function`.
+    let name = unsafe { dr::name(f)? };
+    let (params, source) = match image {
+        // SAFETY: as above.
+        None => (unsafe { probed(f)? }, ParamSource::Probed),
+        Some(image) => {
+            let Some((layout, source)) = described_params(image, &name) else {
+                return Err(Error::Cudarc {
+                    what: "Kernel::from_cudarc_image",
+                    problem: format!(
+                        "the image (PTX or a cubin) does not declare kernel `{name}`, or its \
+                         parameters are not understood: pass the image its module was loaded \
+                         from, or use Kernel::from_cudarc"
+                    ),
+                });
+            };
+            // SAFETY: as above.
+            (unsafe { confirmed(f, &name, &layout)? }, source)
+        }
+    };
+    // SAFETY: as above.
+    let (max_threads, static_smem, max_dynamic) = unsafe {
+        (
+            dr::attribute(f, A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            dr::attribute(f, A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+            dr::attribute(f, A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?,
+        )
+    };
+    Ok(Kernel::foreign(
+        name,
+        device,
+        f,
+        params,
+        source,
+        max_threads.max(0) as u32,
+        static_smem.max(0) as usize,
+        AtomicUsize::new(max_dynamic.max(0) as usize),
+        Box::new(function.clone()),
+    ))
+}
+
+/// The layout from the driver alone, asked for parameters until it refuses one.
+///
+/// # Safety
+/// `f` is a live function.
+unsafe fn probed(f: crate::sys::CUfunction) -> Result<Vec<ParamInfo>> {
+    let mut params = Vec::new();
+    // SAFETY: the caller's contract; indexes past the last answer `None`.
+    while let Some((offset, size)) = unsafe { dr::param_info(f, params.len())? } {
+        params.push(ParamInfo { offset, size });
+    }
+    Ok(params)
+}
+
+/// `layout` confirmed parameter by parameter with the driver (indexes below the count only).
+///
+/// # Safety
+/// `f` is a live function.
+unsafe fn confirmed(
+    f: crate::sys::CUfunction,
+    kernel: &str,
+    layout: &[(usize, usize)],
+) -> Result<Vec<ParamInfo>> {
+    let mut params = Vec::with_capacity(layout.len());
+    for (index, &image) in layout.iter().enumerate() {
+        // SAFETY: the caller's contract.
+        let driver = unsafe { dr::param_info(f, index)? };
+        if driver != Some(image) {
+            return Err(Error::ParamLayoutMismatch {
+                kernel: kernel.to_string(),
+                index,
+                cubin: image,
+                cuda: driver,
+            });
+        }
+        params.push(ParamInfo {
+            offset: image.0,
+            size: image.1,
+        });
+    }
+    Ok(params)
 }

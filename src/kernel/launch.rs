@@ -33,10 +33,14 @@ pub enum ParamSource {
     /// From the cubin's `.nv.info` section (the parameter count and layout), each parameter
     /// confirmed by `cudaFuncGetParamInfo`: no CUDA call failed.
     Cubin,
+    /// From the PTX's `.entry` declaration (the parameter count, sizes and alignments), each
+    /// parameter confirmed by `cudaFuncGetParamInfo`: no CUDA call failed.
+    Ptx,
     /// From `cudaFuncGetParamInfo` alone, asked for parameter 0, 1, … until CUDA refused the
     /// index past the last (`cudaErrorInvalidValue`, cleared from the thread's last error, but
-    /// listed by `compute-sanitizer` as an API error): modules loaded from PTX or a fatbin,
-    /// and cubins whose description of the parameters the crate does not read.
+    /// listed by `compute-sanitizer` as an API error): modules loaded from a fatbin, cubins
+    /// whose description of the parameters the crate does not read, and cudarc functions
+    /// taken without their image ([`Kernel::from_cudarc`]).
     Probed,
     /// Given by the caller: a [`RecordingBackend`](crate::dag::RecordingBackend)'s kernel.
     Given,

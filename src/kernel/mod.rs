@@ -38,6 +38,7 @@ mod library;
 mod link;
 mod module;
 mod packed;
+mod ptx;
 
 pub use args::{Access, In, InOut, KernelArg, Out};
 pub use attributes::{
@@ -49,5 +50,7 @@ pub use device_graph::DeviceGraph;
 pub(crate) use device_graph::DeviceGraphInner;
 pub use device_node::{DeviceNode, DEVICE_UPDATE_INCLUDE};
 pub use launch::{Dim3, Kernel, LaunchConfig, ParamInfo, ParamSource};
+#[cfg(feature = "cudarc")]
+pub(crate) use module::described_params;
 pub use module::Module;
 pub(crate) use packed::{ArgArena, ArgScratch, PackedArgs};

@@ -6,11 +6,11 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use super::compile::{compile, CodeKind, CompileOptions};
-use super::cubin;
 use super::launch::{
     value_words, Kernel, KernelCode, KernelInner, KernelOrigin, ParamInfo, ParamSource,
 };
 use super::library::ModuleInner;
+use super::{cubin, ptx};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::result::runtime as rt;
@@ -20,15 +20,59 @@ use crate::stream::track::GpuUses;
 #[derive(Clone)]
 pub struct Module {
     inner: Arc<ModuleInner>,
-    /// The image, when it is an ELF cubin: where [`Module::kernel`] reads parameter layouts.
-    cubin: Option<Arc<[u8]>>,
+    /// The image, when it is an ELF cubin or PTX text: where [`Module::kernel`] reads
+    /// parameter layouts.
+    image: Option<Image>,
+}
+
+/// A module's image, kept for reading kernels' parameter layouts.
+#[derive(Debug, Clone)]
+enum Image {
+    /// An ELF cubin (its `.nv.info` sections).
+    Cubin(Arc<[u8]>),
+    /// PTX text (its `.entry` declarations).
+    Ptx(Arc<str>),
+}
+
+impl Image {
+    /// The image kept for `bytes`: a cubin, PTX (text with a `.version` directive, up to an
+    /// optional NUL terminator), or nothing (a fatbin, anything else).
+    fn of(bytes: &[u8]) -> Option<Image> {
+        if bytes.starts_with(b"\x7fELF") {
+            return Some(Image::Cubin(Arc::from(bytes)));
+        }
+        let text = bytes.split(|&b| b == 0).next().unwrap_or(&[]);
+        let text = std::str::from_utf8(text).ok()?;
+        text.contains(".version")
+            .then(|| Image::Ptx(Arc::from(text)))
+    }
+
+    /// The `(offset, size)` of each parameter of `symbol`, as the image describes them, and
+    /// where from.
+    fn params(&self, symbol: &str) -> Option<(Vec<(usize, usize)>, ParamSource)> {
+        match self {
+            Image::Cubin(image) => cubin::kernel_params(image, symbol).map(|d| {
+                let layout = d
+                    .iter()
+                    .map(|p| (usize::from(p.offset), usize::from(p.size)));
+                (layout.collect(), ParamSource::Cubin)
+            }),
+            Image::Ptx(text) => ptx::entry_params(text, symbol).map(|d| (d, ParamSource::Ptx)),
+        }
+    }
 }
 
 impl std::fmt::Debug for Module {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Module")
             .field("raw", &self.inner.raw)
-            .field("cubin_bytes", &self.cubin.as_ref().map(|c| c.len()))
+            .field(
+                "image",
+                &self.image.as_ref().map(|i| match i {
+                    Image::Cubin(c) => ("cubin", c.len()),
+                    Image::Ptx(t) => ("ptx", t.len()),
+                }),
+            )
             .finish()
     }
 }
@@ -60,8 +104,8 @@ impl Module {
 
     /// Loads a cubin, PTX or fatbin image (`lowered_names` maps C++ names to mangled ones).
     ///
-    /// A cubin (an ELF image, as [`compile`](fn@compile) makes) is also kept, copied, for
-    /// [`Module::kernel`] to read parameter layouts from.
+    /// A cubin (an ELF image, as [`compile`](fn@compile) makes) or PTX text is also kept,
+    /// copied, for [`Module::kernel`] to read parameter layouts from.
     pub fn load(
         device: &Device,
         image: &[u8],
@@ -78,19 +122,20 @@ impl Module {
                 uses: GpuUses::default(),
                 foreign: None,
             }),
-            cubin: image.starts_with(b"\x7fELF").then(|| Arc::from(image)),
+            image: Image::of(image),
         })
     }
 
     /// The kernel `name` (an `extern "C"` name, or a name expression given at compile time),
     /// with its parameter layout and attributes read from CUDA.
     ///
-    /// The layout comes from the cubin when the module was loaded from one that describes the
-    /// kernel's parameters ([`ParamSource::Cubin`]): the count and layout are read from its
-    /// `.nv.info` section, then each parameter is confirmed with `cudaFuncGetParamInfo`, and a
-    /// difference is [`Error::ParamLayoutMismatch`]. Otherwise (PTX, a fatbin, a cubin whose
-    /// records the reader does not know) CUDA is asked for parameter 0, 1, … until it refuses the index
-    /// past the last ([`ParamSource::Probed`]); that refusal is not an error here, but
+    /// The layout comes from the image when the module was loaded from a cubin that describes
+    /// the kernel's parameters ([`ParamSource::Cubin`]: its `.nv.info` section) or from PTX
+    /// ([`ParamSource::Ptx`]: the `.entry` declaration): the count and layout are read there,
+    /// then each parameter is confirmed with `cudaFuncGetParamInfo`, and a difference is
+    /// [`Error::ParamLayoutMismatch`]. Otherwise (a fatbin, a cubin whose records the reader
+    /// does not know) CUDA is asked for parameter 0, 1, … until it refuses the index past the
+    /// last ([`ParamSource::Probed`]); that refusal is not an error here, but
     /// `compute-sanitizer` lists it as a failed API call.
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
         let symbol = self
@@ -111,13 +156,10 @@ impl Module {
             }
         })?;
         let func = raw as *const c_void;
-        let described = self
-            .cubin
-            .as_deref()
-            .and_then(|image| cubin::kernel_params(image, symbol));
+        let described = self.image.as_ref().and_then(|i| i.params(symbol));
         let (params, param_source) = match described {
             // SAFETY: `func` is a live kernel, taken from the loaded library above.
-            Some(d) => (unsafe { confirmed(func, name, &d)? }, ParamSource::Cubin),
+            Some((d, source)) => (unsafe { confirmed(func, name, &d)? }, source),
             // SAFETY: as above.
             None => (unsafe { probed(func)? }, ParamSource::Probed),
         };
@@ -154,6 +196,7 @@ impl Kernel {
         device: Device,
         function: crate::sys::CUfunction,
         params: Vec<ParamInfo>,
+        param_source: ParamSource,
         max_threads_per_block: u32,
         static_shared_mem: usize,
         max_dynamic_shared_mem: AtomicUsize,
@@ -165,7 +208,7 @@ impl Kernel {
                 raw: Some(KernelCode::Function(function)),
                 value_words: value_words(&params),
                 params,
-                param_source: ParamSource::Probed,
+                param_source,
                 max_threads_per_block,
                 static_shared_mem,
                 max_dynamic_shared_mem,
@@ -183,32 +226,41 @@ impl Kernel {
     }
 }
 
-/// The layout the cubin describes, each parameter confirmed by `cudaFuncGetParamInfo` (asked
-/// only for indexes below the count, which CUDA answers).
+/// The `(offset, size)` of each parameter of `symbol` as `image` (a cubin or PTX) describes
+/// them, and where from; `None` for other images, or when the image does not describe it.
+#[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+pub(crate) fn described_params(
+    image: &[u8],
+    symbol: &str,
+) -> Option<(Vec<(usize, usize)>, ParamSource)> {
+    Image::of(image)?.params(symbol)
+}
+
+/// The layout the image describes, each parameter confirmed by `cudaFuncGetParamInfo`
+/// (asked only for indexes below the count, which CUDA answers).
 ///
 /// # Safety
 /// `func` is a live kernel.
 unsafe fn confirmed(
     func: *const c_void,
     kernel: &str,
-    described: &[cubin::CubinParam],
+    described: &[(usize, usize)],
 ) -> Result<Vec<ParamInfo>> {
     let mut params = Vec::with_capacity(described.len());
-    for (index, p) in described.iter().enumerate() {
-        let cubin = (usize::from(p.offset), usize::from(p.size));
+    for (index, &image) in described.iter().enumerate() {
         // SAFETY: `func` is a live kernel (this function's contract).
         let cuda = unsafe { rt::func_param_info(func, index)? };
-        if cuda != Some(cubin) {
+        if cuda != Some(image) {
             return Err(Error::ParamLayoutMismatch {
                 kernel: kernel.to_string(),
                 index,
-                cubin,
+                cubin: image,
                 cuda,
             });
         }
         params.push(ParamInfo {
-            offset: cubin.0,
-            size: cubin.1,
+            offset: image.0,
+            size: image.1,
         });
     }
     Ok(params)

@@ -10,7 +10,7 @@ use cudagraph::cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream
 use cudagraph::cudarc::nvrtc::compile_ptx;
 use cudagraph::{
     args, dst, src, Dag, Device, DeviceBuffer, Error, Event, InOut, Kernel, LaunchConfig, Lend,
-    Lent, Stream,
+    Lent, ParamSource, Stream,
 };
 
 use crate::common::{Gpu, KERNELS};
@@ -211,20 +211,84 @@ fn refused(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// cudarc's own `axpy` and `scale` functions (from `compile_ptx(KERNELS)`).
-fn cudarc_functions(ctx: &Arc<CudaContext>) -> anyhow::Result<[CudaFunction; 4]> {
-    let module = ctx.load_module(compile_ptx(KERNELS)?)?;
-    Ok([
-        module.load_function("axpy")?,
-        module.load_function("scale")?,
-        module.load_function("spin")?,
-        module.load_function("write_slot")?,
-    ])
+/// cudarc's own `axpy`, `scale`, `spin` and `write_slot` functions (from
+/// `compile_ptx(KERNELS)`), as kernels whose layout is read from that PTX
+/// (`Kernel::from_cudarc_image`: no driver call refused), and the functions themselves.
+fn cudarc_kernels(ctx: &Arc<CudaContext>) -> anyhow::Result<([Kernel; 4], [CudaFunction; 4])> {
+    let ptx = compile_ptx(KERNELS)?;
+    let image = ptx
+        .as_bytes()
+        .context("compile_ptx gives an image")?
+        .to_vec();
+    let module = ctx.load_module(ptx)?;
+    let functions = ["axpy", "scale", "spin", "write_slot"].map(|n| module.load_function(n));
+    let [a, b, c, d] = functions;
+    let functions = [a?, b?, c?, d?];
+    let [a, b, c, d] = functions
+        .each_ref()
+        .map(|f| Kernel::from_cudarc_image(ctx, f, &image));
+    Ok(([a?, b?, c?, d?], functions))
+}
+
+register!(gpu "cudarc::a_probed_layout_equals_the_one_its_ptx_declares" => probed_equals_declared);
+/// `Kernel::from_cudarc` asks the driver for parameters until it refuses one (the refused call
+/// is made on purpose here: `probe` in the name keeps the test out of the sanitizer runs);
+/// `Kernel::from_cudarc_image` reads the PTX's declarations: the same layouts, for kernels
+/// with pointers, scalars of every size and structs by value. The same PTX loaded as a
+/// cudagraph `Module` gives the layout the cubin of the same source gives. An image that does
+/// not declare the function is refused.
+fn probed_equals_declared(gpu: &Gpu) -> anyhow::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let source = format!("{KERNELS}\n{}", crate::foundation::LAYOUTS);
+    let ptx = compile_ptx(&source)?;
+    let image = ptx
+        .as_bytes()
+        .context("compile_ptx gives an image")?
+        .to_vec();
+    let module = ctx.load_module(ptx)?;
+    let from_cubin = gpu.module(&source)?;
+    let from_ptx = cudagraph::Module::load(&gpu.device, &image, Default::default())?;
+    for name in [
+        "axpy",
+        "scale",
+        "spin",
+        "write_slot",
+        "mixed",
+        "grid",
+        "none",
+        "big",
+    ] {
+        let f = module.load_function(name)?;
+        let probed = Kernel::from_cudarc(&ctx, &f)?;
+        let declared = Kernel::from_cudarc_image(&ctx, &f, &image)?;
+        let (cubin, ptx_kernel) = (from_cubin.kernel(name)?, from_ptx.kernel(name)?);
+        ensure!(probed.param_source() == ParamSource::Probed);
+        ensure!(declared.param_source() == ParamSource::Ptx);
+        ensure!(ptx_kernel.param_source() == ParamSource::Ptx);
+        ensure!(
+            declared.params() == probed.params()
+                && ptx_kernel.params() == cubin.params()
+                && cubin.params() == probed.params(),
+            "{name}: PTX {:?}, probed {:?}, cubin {:?}",
+            declared.params(),
+            probed.params(),
+            cubin.params()
+        );
+    }
+    let other = compile_ptx("extern \"C\" __global__ void other(int* p) { p[0] = 1; }")?;
+    let other = other.as_bytes().context("an image")?.to_vec();
+    match Kernel::from_cudarc_image(&ctx, &module.load_function("axpy")?, &other) {
+        Err(Error::Cudarc { problem, .. }) if problem.contains("axpy") => Ok(()),
+        r => anyhow::bail!(
+            "an image without the function: {:?}",
+            r.map(|k| k.name().to_string())
+        ),
+    }
 }
 
 register!(gpu "cudarc::cudarc_functions_as_kernel_nodes_equal_the_cudarc_stream_version" => functions_as_nodes);
 /// cudarc's compiled functions as kernel nodes (over the crate's buffers): the layout comes
-/// from the driver and is checked like the crate's kernels'; `STEPS` launches equal cudarc's
+/// from the PTX and is checked like the crate's kernels'; `STEPS` launches equal cudarc's
 /// own launches; a per-node update of a value (the driver's update path for a function) and
 /// a stream launch of the same kernel work; a wrong argument is refused naming the node.
 fn functions_as_nodes(gpu: &Gpu) -> anyhow::Result<()> {
@@ -232,16 +296,14 @@ fn functions_as_nodes(gpu: &Gpu) -> anyhow::Result<()> {
     let cs = ctx.new_stream()?;
     let (a, b) = (0.5f32, 0.75f32);
     let want = cudarc_version(&ctx, &cs, a, b)?;
-    let [axpy_f, scale_f, ..] = cudarc_functions(&ctx)?;
-    let axpy = Kernel::from_cudarc(&ctx, &axpy_f)?;
-    let scale = Kernel::from_cudarc(&ctx, &scale_f)?;
+    let ([axpy, scale, ..], functions) = cudarc_kernels(&ctx)?;
     ensure!(axpy.name() == "axpy", "name {}", axpy.name());
     let sizes: Vec<usize> = axpy.params().iter().map(|p| p.size).collect();
     ensure!(
         sizes == [8, 4, 8, 4],
-        "axpy's layout from the driver: {sizes:?}"
+        "axpy's layout from the PTX: {sizes:?}"
     );
-    drop((axpy_f, scale_f)); // the kernels keep the functions (and their module) loaded
+    drop(functions); // the kernels keep the functions (and their module) loaded
     let device = &gpu.device;
     let (x, y0) = inputs();
     let x = DeviceBuffer::from_slice(device, &x)?;
@@ -295,9 +357,7 @@ fn lent_slices(gpu: &Gpu) -> anyhow::Result<()> {
     );
     let (a, b) = (0.5f32, 0.75f32);
     let want = cudarc_version(&ctx, &cs, a, b)?;
-    let [axpy_f, scale_f, spin_f, _] = cudarc_functions(&ctx)?;
-    let [axpy, scale, spin] = [&axpy_f, &scale_f, &spin_f].map(|f| Kernel::from_cudarc(&ctx, f));
-    let (axpy, scale, spin) = (axpy?, scale?, spin?);
+    let ([axpy, scale, spin, _], _functions) = cudarc_kernels(&ctx)?;
     let (x0, y0) = inputs();
     let mut xs: CudaSlice<f32> = cs.clone_htod(&x0)?;
     let mut ys: CudaSlice<f32> = cs.clone_htod(&y0)?;
@@ -356,9 +416,7 @@ register!(gpu "cudarc::a_lent_slice_dropped_while_a_launch_is_queued_is_freed_af
 fn lent_dropped(gpu: &Gpu) -> anyhow::Result<()> {
     let ctx = CudaContext::new(0)?;
     let (cs, other) = (ctx.new_stream()?, ctx.new_stream()?);
-    let [_, _, spin_f, write_f] = cudarc_functions(&ctx)?;
-    let spin = Kernel::from_cudarc(&ctx, &spin_f)?;
-    let write = Kernel::from_cudarc(&ctx, &write_f)?;
+    let ([_, _, spin, write], _functions) = cudarc_kernels(&ctx)?;
     let slots = 256u32;
     let mut slice = cs.alloc_zeros::<u32>(slots as usize)?;
     let lent = Lent::new(&slice)?;
