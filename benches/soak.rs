@@ -2,12 +2,13 @@
 //! RSS printed from start to end (issue 26's soak; `CUDAGRAPH_SOAK_LAUNCHES` changes the count).
 //!
 //! The graph: `axpy` (y = a·x + y, `a` updated before every launch with
-//! `Exec::set_kernel_arg`), a copy of `y` into pinned memory, a memset of a scratch buffer, and
-//! a host node that counts launches, enabled for one launch in 1,000 (`Exec::set_enabled`
-//! twice). Every 10⁵ launches a whole-graph update (`Exec::update`) swaps in the other of two
-//! DAGs (the same shape over different buffers). At each tenth of the run it synchronises,
-//! checks the results against the host's arithmetic (the sum of the `a`s so far; the host
-//! node's count) and notes device memory in use (`cudaMemGetInfo`) and the process's RSS.
+//! `Exec::set_kernel_arg`), a copy of `y` into pinned memory, a memset of a scratch buffer, a
+//! host node that counts launches, and a `tally` kernel that counts on the device, enabled for
+//! one launch in 1,000 (`Exec::set_enabled` twice). Every 10⁵ launches a whole-graph update
+//! (`Exec::update`) swaps in the other of two DAGs (the same shape over different buffers).
+//! At each tenth of the run it synchronises, checks the results against the host's arithmetic
+//! (the sum of the `a`s so far; the host node's and the tally's counts) and prints device
+//! memory in use (`cudaMemGetInfo`) and the process's RSS.
 //!
 //! Fails (exit 1) when a result is wrong, or when from the first checkpoint (after a warm-up)
 //! to the last device memory in use grew at all or RSS grew by more than 4 MiB. Without a GPU
@@ -27,13 +28,14 @@ use cudagraph::{
 
 const N: usize = 4096;
 const WHOLE_UPDATE_EVERY: u64 = 100_000;
-const HOST_NODE_EVERY: u64 = 1_000;
+const TALLY_EVERY: u64 = 1_000;
 
 const KERNELS: &str = r#"
 extern "C" __global__ void axpy(float* y, float a, const float* x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += a * x[i];
 }
+extern "C" __global__ void tally(unsigned long long* n) { *n += 1; }
 "#;
 
 /// One of the two DAGs the run swaps between: its buffers and nodes.
@@ -42,10 +44,12 @@ struct Side {
     scratch: DeviceBuffer<u32>,
     dag: Dag,
     axpy: NodeId,
-    host: NodeId,
+    tally: NodeId,
 }
 
 fn side(
+    tally_kernel: &Kernel,
+    tallies: &DeviceBuffer<u64>,
     axpy: &Kernel,
     x: &DeviceBuffer<f32>,
     out: &HostBuffer<f32>,
@@ -66,13 +70,14 @@ fn side(
     let host = dag.add_host(move || {
         c.fetch_add(1, Ordering::Relaxed);
     });
-    dag.chain(&[k, copy, memset, host])?;
+    let tally = dag.add_kernel(tally_kernel, LaunchConfig::new(1, 1), &args![tallies])?;
+    dag.chain(&[k, copy, memset, host, tally])?;
     Ok(Side {
         y,
         scratch,
         dag,
         axpy: k,
-        host,
+        tally,
     })
 }
 
@@ -91,45 +96,51 @@ fn memory(d: &Device) -> Result<(u64, u64)> {
 
 fn run(d: &Device, launches: u64) -> Result<()> {
     let stream = Stream::new(d)?;
-    let axpy = Module::from_source(d, KERNELS)?.kernel("axpy")?;
+    let module = Module::from_source(d, KERNELS)?;
+    let (axpy, tally) = (module.kernel("axpy")?, module.kernel("tally")?);
+    let tallies = DeviceBuffer::<u64>::zeros(d, 1)?;
     let x = DeviceBuffer::from_slice(d, &(0..N).map(|i| (i % 7) as f32).collect::<Vec<_>>())?;
     let out = HostBuffer::<f32>::zeros(d, N)?;
     let count = Arc::new(AtomicU64::new(0));
     let sides = [
-        side(&axpy, &x, &out, d, &count)?,
-        side(&axpy, &x, &out, d, &count)?,
+        side(&tally, &tallies, &axpy, &x, &out, d, &count)?,
+        side(&tally, &tallies, &axpy, &x, &out, d, &count)?,
     ];
     let mut exec: Exec = sides[0].dag.instantiate(d)?;
-    exec.set_enabled(sides[0].host, false)?;
+    exec.set_enabled(sides[0].tally, false)?;
     // The sum of the `a`s each side's `y` has had added, as the host adds them (exact: small
     // integers in f32 and f64).
     let mut sums = [0f64; 2];
     let mut current = 0usize;
-    let mut host_runs = 0u64;
+    let mut tally_runs = 0u64;
     let warmup = (launches / 100).clamp(1, 10_000);
     let checkpoints: Vec<u64> = std::iter::once(warmup)
         .chain((1..=10).map(|k| launches * k / 10))
         .collect();
     let mut samples: Vec<(u64, f64, u64, u64)> = Vec::new();
+    println!(
+        "{:>12} {:>9} {:>20} {:>14}",
+        "launches", "seconds", "device in use MiB", "host RSS MiB"
+    );
     let t0 = Instant::now();
     let mut next = 0usize;
     for i in 1..=launches {
         if i % WHOLE_UPDATE_EVERY == 0 {
             current ^= 1;
             exec.update(&sides[current].dag)?;
-            exec.set_enabled(sides[current].host, false)?;
+            exec.set_enabled(sides[current].tally, false)?;
         }
         let s = &sides[current];
         let a = (i % 5) as f32 - 2.0; // −2 … 2
         exec.set_kernel_arg(s.axpy, 1, a)?;
-        let host_on = i % HOST_NODE_EVERY == 0;
-        if host_on {
-            exec.set_enabled(s.host, true)?;
+        let tally_on = i % TALLY_EVERY == 0;
+        if tally_on {
+            exec.set_enabled(s.tally, true)?;
         }
         exec.launch(&stream)?;
-        if host_on {
-            exec.set_enabled(s.host, false)?;
-            host_runs += 1;
+        if tally_on {
+            exec.set_enabled(s.tally, false)?;
+            tally_runs += 1;
         }
         sums[current] += a as f64;
         if next < checkpoints.len() && i == checkpoints[next] {
@@ -158,27 +169,27 @@ fn run(d: &Device, launches: u64) -> Result<()> {
                 sums[current] * 6.0
             );
             ensure!(
-                count.load(Ordering::Relaxed) == host_runs,
-                "launch {i}: the host node ran {} times, not {host_runs}",
+                count.load(Ordering::Relaxed) == i,
+                "launch {i}: the host node ran {} times",
                 count.load(Ordering::Relaxed)
             );
+            let tallied = tallies.to_vec()?[0];
+            ensure!(
+                tallied == tally_runs,
+                "launch {i}: the tally kernel ran {tallied} times, not {tally_runs} (enabled for those)"
+            );
             let (dev, rss) = memory(d)?;
-            samples.push((i, t0.elapsed().as_secs_f64(), dev, rss));
+            let t = t0.elapsed().as_secs_f64();
+            println!(
+                "{i:>12} {t:>9.1} {:>20.2} {:>14.2}",
+                dev as f64 / 1048576.0,
+                rss as f64 / 1048576.0
+            );
+            samples.push((i, t, dev, rss));
         }
     }
     let secs = t0.elapsed().as_secs_f64();
-    println!("soak: {launches} launches in {secs:.1} s ({:.2} µs a launch, with one kernel-argument update each), {} whole-graph updates, host node run {host_runs} times", secs * 1e6 / launches as f64, launches / WHOLE_UPDATE_EVERY);
-    println!(
-        "{:>12} {:>9} {:>20} {:>14}",
-        "launches", "seconds", "device in use MiB", "host RSS MiB"
-    );
-    for (i, t, dev, rss) in &samples {
-        println!(
-            "{i:>12} {t:>9.1} {:>20.2} {:>14.2}",
-            *dev as f64 / 1048576.0,
-            *rss as f64 / 1048576.0
-        );
-    }
+    println!("soak: {launches} launches in {secs:.1} s ({:.2} µs a launch, with one kernel-argument update each), {} whole-graph updates, host node run every launch, the tally kernel enabled for {tally_runs}", secs * 1e6 / launches as f64, launches / WHOLE_UPDATE_EVERY);
     let (first, last) = (samples[0], samples[samples.len() - 1]);
     let (ddev, drss) = (
         last.2 as i64 - first.2 as i64,

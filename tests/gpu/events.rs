@@ -72,28 +72,34 @@ fn a_stream_waits_for_a_graphs_event(gpu: &Gpu) -> anyhow::Result<()> {
 }
 
 register!(gpu "events::exec_set_event" => exec_set_event);
-/// `Exec::set_event`: after the update the graph records the new event (timing against it
-/// works); a node without an event is refused.
+/// `Exec::set_event`: after the update the graph records the new event (it is recorded after
+/// `start`, where before the update it was recorded only before it); a node without an event
+/// is refused.
 fn exec_set_event(gpu: &Gpu) -> anyhow::Result<()> {
     let d = &gpu.device;
     let (e1, e2, start) = (Event::new(d)?, Event::new(d)?, Event::new(d)?);
+    let [spin] = gpu.kernels(["spin"])?;
     let mut dag = Dag::new();
     let r = dag.add_event_record(&e1);
     let mut x = dag.instantiate(d)?;
+    e2.record(&gpu.stream)?;
+    // A gap between e2 and start, so that their order shows in the elapsed time.
+    spin.launch(&gpu.stream, LaunchConfig::new(1, 1), &args![1_000_000i64])?;
     start.record(&gpu.stream)?;
     x.launch(&gpu.stream)?;
     x.synchronize()?;
     start.elapsed_ms(&e1)?; // e1 was recorded
+    let before = start.elapsed_ms(&e2)?;
     ensure!(
-        start.elapsed_ms(&e2).is_err(),
-        "e2 was never recorded: timing against it must fail"
+        before < 0.0,
+        "e2 was recorded only before start: {before} ms"
     );
     x.set_event(r, &e2)?;
     start.record(&gpu.stream)?;
     x.launch(&gpu.stream)?;
     x.synchronize()?;
     let ms = start.elapsed_ms(&e2)?;
-    ensure!(ms >= 0.0, "{ms}");
+    ensure!(ms >= 0.0, "the graph recorded e2 after start: {ms} ms");
     let empty = {
         let mut dag = Dag::new();
         let id = dag.add_empty();

@@ -113,10 +113,18 @@ fn parameter_layout(gpu: &Gpu) -> anyhow::Result<()> {
     ensure!(k.max_threads_per_block() >= 512);
     // No refused call stays behind as the thread's last error for the caller's own error
     // checks (the layout is read from the cubin here; probed layouts clear CUDA's refusal:
-    // `parameter_layout_from_the_cubin`).
+    // `parameter_layouts_against_a_refused_probe`).
     // SAFETY: `cudaGetLastError` takes no arguments; the runtime is loaded (a module is).
     let last = unsafe { cudagraph::result::runtime::get_last_error() };
     ensure!(last.is_ok(), "loading a kernel left a last error: {last:?}");
+    Ok(())
+}
+
+register!(gpu "foundation::a_missing_kernel_is_refused" => a_missing_kernel_is_refused);
+/// CUDA refuses the name (`cudaLibraryGetKernel`, asked on purpose: `refused` in the name keeps
+/// the test out of the sanitizer runs), and the error is typed.
+fn a_missing_kernel_is_refused(gpu: &Gpu) -> anyhow::Result<()> {
+    let m = gpu.module(r#"extern "C" __global__ void f(float* p) {}"#)?;
     let e = m.kernel("nope").unwrap_err();
     ensure!(matches!(e, Error::KernelNotFound { .. }), "{e}");
     Ok(())
