@@ -477,30 +477,8 @@ fn prepare_one(
         check_pointer(param, a.dtype, at)?;
         return Ok(Prepared::Region(buf.region(..)));
     }
-    // Plain Python numbers (bool before int: bool is an int).
-    if obj.is_instance_of::<PyBool>()
-        || obj.is_instance_of::<PyInt>()
-        || obj.is_instance_of::<PyFloat>()
-    {
-        let kind = if obj.is_instance_of::<PyFloat>() {
-            "float"
-        } else {
-            "int"
-        };
-        return match param {
-            Some(p) if p.pointer => Err(invalid(format!(
-                "{at}: a Python {kind} given for the pointer parameter `{}`",
-                p.text
-            ))),
-            Some(Param { base: Some(d), .. }) => plain_number(obj, *d, at).map(Prepared::Value),
-            _ => Err(invalid(format!(
-                "{at}: a plain Python {kind} has no C type here (the kernel's parameter types \
-                 are not known); pass a NumPy scalar such as numpy.float32(2.0) or \
-                 numpy.int32(5), as with CuPy's RawKernel, or give the kernel a signature"
-            ))),
-        };
-    }
-    // NumPy scalars (and 0-d arrays): their dtype is their C type.
+    // NumPy scalars (and 0-d arrays): their dtype is their C type. First: `numpy.float64`
+    // is also a Python float.
     if obj.hasattr("dtype")? && obj.hasattr("tobytes")? {
         let ndim: usize = obj.getattr("ndim").and_then(|n| n.extract()).unwrap_or(1);
         if ndim == 0 {
@@ -530,6 +508,29 @@ fn prepare_one(
             "{at}: a host array cannot be a kernel argument; copy it to a DeviceBuffer \
              (DeviceBuffer.from_numpy) or pass a device array"
         )));
+    }
+    // Plain Python numbers (bool before int: bool is an int).
+    if obj.is_instance_of::<PyBool>()
+        || obj.is_instance_of::<PyInt>()
+        || obj.is_instance_of::<PyFloat>()
+    {
+        let kind = if obj.is_instance_of::<PyFloat>() {
+            "float"
+        } else {
+            "int"
+        };
+        return match param {
+            Some(p) if p.pointer => Err(invalid(format!(
+                "{at}: a Python {kind} given for the pointer parameter `{}`",
+                p.text
+            ))),
+            Some(Param { base: Some(d), .. }) => plain_number(obj, *d, at).map(Prepared::Value),
+            _ => Err(invalid(format!(
+                "{at}: a plain Python {kind} has no C type here (the kernel's parameter types \
+                 are not known); pass a NumPy scalar such as numpy.float32(2.0) or \
+                 numpy.int32(5), as with CuPy's RawKernel, or give the kernel a signature"
+            ))),
+        };
     }
     Err(invalid(format!(
         "{at}: cannot pass a {} to a kernel (expected a DeviceBuffer, an object with \
