@@ -14,6 +14,7 @@
 //!   an owner, so bindings can test what keeps foreign objects alive without a GPU.
 
 use std::any::Any;
+use std::ffi::c_void;
 use std::sync::Arc;
 
 use crate::dag::RecordingBackend;
@@ -46,6 +47,34 @@ pub(crate) fn check_stream_name(raw: usize, what: &'static str) -> Result<()> {
     })
 }
 
+/// An error unless `ptr` is device memory of `device` or managed memory.
+fn check_device_memory(device: &Device, ptr: u64) -> Result<()> {
+    device.bind()?;
+    // SAFETY: CUDA only looks the address up.
+    let attrs = unsafe { crate::result::runtime::pointer_attributes(ptr as *const c_void)? };
+    use sys::cudaMemoryType as M;
+    let problem = match attrs.type_ {
+        M::cudaMemoryTypeDevice if attrs.device as usize == device.ordinal() => return Ok(()),
+        M::cudaMemoryTypeManaged => return Ok(()),
+        M::cudaMemoryTypeDevice => format!(
+            "the memory at {ptr:#x} is on device {}, not device {}",
+            attrs.device,
+            device.ordinal()
+        ),
+        M::cudaMemoryTypeHost => {
+            format!("the memory at {ptr:#x} is pinned host memory, not device memory")
+        }
+        M::cudaMemoryTypeUnregistered => format!(
+            "the memory at {ptr:#x} is not device memory (host memory, or no allocation CUDA \
+             knows)"
+        ),
+    };
+    Err(Error::WrongDevice {
+        node: None,
+        problem,
+    })
+}
+
 impl<T: DeviceRepr> DeviceBuffer<T> {
     /// A buffer over `len` elements of device memory at `ptr` that another library owns
     /// (`owner` keeps it allocated): usable wherever a [`DeviceBuffer`] is, and kept alive by
@@ -59,12 +88,15 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     /// own streams. The synchronous helpers (`to_vec`, `copy_from_slice`, …) wait for the
     /// crate's work only.
     ///
-    /// Refused: a byte size that overflows `usize`.
+    /// Refused, after asking CUDA what `ptr` is (`cudaPointerGetAttributes`): memory of another
+    /// device, and host memory (pinned or not: copy nodes treat the buffer as device memory)
+    /// ([`Error::WrongDevice`]); a byte size that overflows `usize` ([`Error::OutOfBounds`]).
+    /// Device memory of `device` and managed memory are taken.
     ///
     /// # Safety
-    /// `ptr` is the address of at least `len * size_of::<T>()` bytes of memory that kernels and
-    /// copies on `device` may access (memory of `device` in its primary context, or memory
-    /// mapped for it), and stays so (neither freed nor reused) while `owner` lives.
+    /// `ptr` is the address of at least `len * size_of::<T>()` bytes of one allocation of
+    /// device or managed memory (the kind and device are checked here, the size and lifetime
+    /// cannot be), and stays allocated (neither freed nor reused) while `owner` lives.
     pub unsafe fn from_foreign(
         device: &Device,
         ptr: u64,
@@ -77,6 +109,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
                     node: None,
                     problem: format!("{len} elements overflow usize"),
                 })?;
+        if bytes > 0 {
+            check_device_memory(device, ptr)?;
+        }
         let alloc = Allocation {
             ptr,
             bytes,

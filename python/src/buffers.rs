@@ -530,11 +530,10 @@ pub(crate) fn foreign_buffer(
                     })
                     .py_err()?;
             }
-            // SAFETY: the interface's contract: `data` is `bytes` of device memory that stays
-            // allocated while the array object lives, and `owner` holds that object. The
-            // device it is on was checked against the node's when the array says
-            // (`__dlpack_device__`, `.device`); the memory is of the CUDA runtime's primary
-            // context, which CuPy, PyTorch, Numba and cuda.core use.
+            // SAFETY: the interface's contract: `data` is `bytes` of memory that stays allocated
+            // while the array object lives, and `owner` holds that object. `from_foreign`
+            // checks with CUDA that it is device memory of `device` (or managed memory); the
+            // device the array states was compared above too.
             let buf = unsafe { DeviceBuffer::<u8>::from_foreign(device, a.ptr, a.bytes, owner) }
                 .py_err()?;
             Ok((buf, a))

@@ -18,8 +18,9 @@ use crate::kernel::{as_args, prepare_args, KernelInfo};
 pub(crate) struct PyExec {
     inner: Option<Exec>,
     device: cudagraph::Device,
-    /// The DAG it was made from (nodes of it are accepted).
-    dag: u64,
+    /// The DAGs whose nodes are accepted: the one it was made from and those it was updated
+    /// from (built the same way, so their nodes are the same indices).
+    dags: Vec<u64>,
     kernels: HashMap<usize, KernelInfo>,
     /// The stream `launch()` uses when given none (made at the first such launch).
     own_stream: Option<Stream>,
@@ -49,7 +50,7 @@ impl PyExec {
         PyExec {
             inner: Some(exec),
             device,
-            dag,
+            dags: vec![dag],
             kernels,
             own_stream: None,
             foreign: None,
@@ -61,9 +62,9 @@ impl PyExec {
     }
 
     fn node_id(&self, node: &PyNode) -> PyResult<cudagraph::NodeId> {
-        if node.dag != self.dag {
+        if !self.dags.contains(&node.dag) {
             return Err(invalid(format!(
-                "Node({}) belongs to another DAG than the one this Exec was made from",
+                "Node({}) belongs to another DAG than the ones this Exec was made or updated from",
                 node.id.index()
             )));
         }
@@ -82,6 +83,14 @@ impl PyExec {
             return Ok(s.get().stream().clone());
         }
         let raw = foreign_stream_handle(obj)?;
+        if let Some(d) = foreign_stream_device(obj) {
+            if d != self.device.ordinal() {
+                return Err(invalid(format!(
+                    "the stream is on device {d} but the Exec is on device {}",
+                    self.device.ordinal()
+                )));
+            }
+        }
         if let Some((r, s)) = &self.foreign {
             if *r == raw {
                 return Ok(s.clone());
@@ -91,9 +100,9 @@ impl PyExec {
         // SAFETY: `raw` is the stream handle the object gives through its protocol
         // (`__cuda_stream__`, CuPy's `.ptr`, PyTorch's `.cuda_stream`), valid while the object
         // lives, which `owner` holds; those libraries make their streams in the CUDA runtime's
-        // primary context of the stream's device, and the crate's launch checks that the
-        // stream's device is the `Exec`'s (this wrapper is of the `Exec`'s device: a stream of
-        // another device is refused by CUDA's launch as an invalid handle for the context).
+        // primary context of the stream's device, and the device the object states was checked
+        // against the `Exec`'s above (a stream of another device that says nothing is refused by
+        // CUDA at launch as a handle of another context: an error, not a use of freed memory).
         let s = unsafe {
             Stream::from_foreign(&self.device, raw as cudagraph::sys::cudaStream_t, owner)
         }
@@ -128,6 +137,15 @@ pub(crate) fn foreign_stream_handle(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
             .map(|n| n.to_string())
             .unwrap_or_default()
     )))
+}
+
+/// The device another library's stream says it is on: PyTorch's `.device_index`, CuPy's
+/// `.device_id`, cuda.core's `.device.device_id`; `None` when it says nothing.
+fn foreign_stream_device(obj: &Bound<'_, PyAny>) -> Option<usize> {
+    let int = |v: PyResult<Bound<'_, PyAny>>| v.ok().and_then(|v| v.extract::<usize>().ok());
+    int(obj.getattr("device_index"))
+        .or_else(|| int(obj.getattr("device_id")))
+        .or_else(|| int(obj.getattr("device").and_then(|d| d.getattr("device_id"))))
 }
 
 #[pymethods]
@@ -206,7 +224,9 @@ impl PyExec {
         let d = dag.dag();
         let exec = self.exec();
         py.allow_threads(|| exec.update(d)).py_err()?;
-        self.dag = dag.id;
+        if !self.dags.contains(&dag.id) {
+            self.dags.push(dag.id);
+        }
         self.kernels = dag.kernels.clone();
         Ok(())
     }

@@ -89,6 +89,11 @@ def test_set_enabled_and_whole_graph_update(device, module):
     exec.launch()
     exec.synchronize()
     np.testing.assert_array_equal(x.to_numpy(), np.full(N, 6.0, np.float32))
+    # The first DAG's nodes stay valid after the update (same indices).
+    exec.set_kernel_arg(k, 1, 0.5)
+    exec.launch()
+    exec.synchronize()
+    np.testing.assert_array_equal(x.to_numpy(), np.full(N, 3.0, np.float32))
     other = cg.Dag()
     other.add_empty()
     with pytest.raises(cg.UpdateRefusedError):
@@ -144,6 +149,31 @@ def test_launch_on_a_stream_given_by_the_cuda_stream_protocol(device, module):
     exec.launch(ours)
     exec.synchronize()
     np.testing.assert_array_equal(x.to_numpy(), np.full(N, 8.0, np.float32))
+
+
+class CaiView:
+    """Only ``__cuda_array_interface__``, over another object's memory (kept by ``owner``)."""
+
+    def __init__(self, ptr, n, owner, typestr="<f4"):
+        self.owner = owner
+        self.__cuda_array_interface__ = dict(
+            shape=(n,), typestr=typestr, data=(ptr, False), version=3, strides=None
+        )
+
+
+def test_a_foreign_view_of_device_memory_is_used_and_host_memory_refused(device, module):
+    backing = cg.DeviceBuffer.from_numpy(np.ones(N, np.float32), device)
+    view = CaiView(backing.__cuda_array_interface__["data"][0], N, backing)
+    dag = cg.Dag(backend=device)
+    dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [view, 4.0, N])
+    exec = dag.instantiate(device)
+    exec.launch()
+    exec.synchronize()
+    np.testing.assert_array_equal(backing.to_numpy(), np.full(N, 4.0, np.float32))
+
+    host = np.zeros(N, np.float32)
+    with pytest.raises(cg.ValidationError, match="not device memory"):
+        dag.add_memset(CaiView(host.ctypes.data, N, host), np.float32(0))
 
 
 def test_compile_error_carries_the_log(device):
