@@ -6,6 +6,7 @@ from ._cudagraph import (
     Device as Device,
     DeviceBuffer as DeviceBuffer,
     Exec as Exec,
+    FftPlan as FftPlan,
     HostBuffer as HostBuffer,
     HostCallbackError as HostCallbackError,
     Kernel as Kernel,

@@ -1,12 +1,13 @@
 //! `DeviceBuffer`, `HostBuffer` and foreign arrays (`__cuda_array_interface__`).
 
-use cudagraph::{DeviceBuffer, HostBuffer};
+use cudagraph::HostBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::device::{drop_detached, Origin, PyDevice};
 use crate::dtype::Dtype;
 use crate::errors::{invalid, IntoPy};
+use crate::typed::TypedBuffer;
 
 /// The shape and dtype arguments, and the byte size they make.
 pub(crate) fn layout(
@@ -90,7 +91,7 @@ fn to_numpy<'py>(
 /// ``copy_from()`` first wait for the queued graph launches that use the buffer.
 #[pyclass(module = "cudagraph._cudagraph", name = "DeviceBuffer", frozen)]
 pub(crate) struct PyDeviceBuffer {
-    pub(crate) buf: Option<DeviceBuffer<u8>>,
+    pub(crate) buf: Option<TypedBuffer>,
     pub(crate) shape: Vec<usize>,
     pub(crate) dtype: Dtype,
     pub(crate) origin: Origin,
@@ -105,12 +106,7 @@ impl Drop for PyDeviceBuffer {
 }
 
 impl PyDeviceBuffer {
-    pub(crate) fn new(
-        buf: DeviceBuffer<u8>,
-        shape: Vec<usize>,
-        dtype: Dtype,
-        origin: Origin,
-    ) -> Self {
+    pub(crate) fn new(buf: TypedBuffer, shape: Vec<usize>, dtype: Dtype, origin: Origin) -> Self {
         PyDeviceBuffer {
             buf: Some(buf),
             shape,
@@ -119,7 +115,7 @@ impl PyDeviceBuffer {
         }
     }
 
-    pub(crate) fn buf(&self) -> &DeviceBuffer<u8> {
+    pub(crate) fn buf(&self) -> &TypedBuffer {
         self.buf.as_ref().expect("taken only by Drop")
     }
 }
@@ -146,7 +142,7 @@ impl PyDeviceBuffer {
         let device = device_or_default(device)?;
         let d = device.clone();
         let buf = py
-            .allow_threads(move || DeviceBuffer::<u8>::zeros(&d, bytes))
+            .allow_threads(move || TypedBuffer::zeros(&d, dtype, bytes))
             .py_err()?;
         Ok(Self::new(buf, shape, dtype, Origin::Gpu(device)))
     }
@@ -163,7 +159,7 @@ impl PyDeviceBuffer {
         let device = device_or_default(device)?;
         let d = device.clone();
         let buf = py
-            .allow_threads(move || DeviceBuffer::<u8>::from_slice(&d, &bytes))
+            .allow_threads(move || TypedBuffer::from_bytes(&d, dtype, &bytes))
             .py_err()?;
         Ok(Self::new(buf, shape, dtype, Origin::Gpu(device)))
     }
@@ -171,7 +167,7 @@ impl PyDeviceBuffer {
     /// A NumPy copy of the contents, after the queued GPU work that uses the buffer.
     fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let b = self.buf();
-        let v = py.allow_threads(|| b.to_vec()).py_err()?;
+        let v = py.allow_threads(|| b.to_bytes()).py_err()?;
         to_numpy(py, v, &self.shape, self.dtype)
     }
 
@@ -179,8 +175,15 @@ impl PyDeviceBuffer {
     /// GPU work that uses the buffer.
     fn copy_from(&self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<()> {
         let (bytes, _, _) = host_bytes(array)?;
+        if bytes.len() != self.buf().size_bytes() {
+            return Err(invalid(format!(
+                "copy_from: the array has {} bytes but the buffer {}",
+                bytes.len(),
+                self.buf().size_bytes()
+            )));
+        }
         let b = self.buf();
-        py.allow_threads(|| b.copy_from_slice(&bytes)).py_err()
+        py.allow_threads(|| b.copy_from_bytes(&bytes)).py_err()
     }
 
     /// The shape.
@@ -198,7 +201,7 @@ impl PyDeviceBuffer {
     /// Size in bytes.
     #[getter]
     fn nbytes(&self) -> usize {
-        self.buf().len()
+        self.buf().size_bytes()
     }
 
     /// Number of elements.
@@ -493,15 +496,17 @@ pub(crate) fn foreign_buffer(
     obj: &Bound<'_, PyAny>,
     origin: &Origin,
     what: &str,
-) -> PyResult<(DeviceBuffer<u8>, ForeignArray)> {
+) -> PyResult<(TypedBuffer, ForeignArray)> {
     let a = read_cai(obj, what)?;
     let owner: cudagraph::ForeignOwner = Box::new(obj.clone().unbind());
     match origin {
         Origin::Recording(rec) => {
-            let buf = rec
-                .borrow_mut(obj.py())
-                .inner
-                .foreign_device_buffer::<u8>(a.bytes, owner);
+            let buf = TypedBuffer::recording(
+                &mut rec.borrow_mut(obj.py()).inner,
+                a.dtype,
+                a.bytes,
+                Some(owner),
+            );
             Ok((buf, a))
         }
         Origin::Gpu(device) => {
@@ -534,7 +539,7 @@ pub(crate) fn foreign_buffer(
             // while the array object lives, and `owner` holds that object. `from_foreign`
             // checks with CUDA that it is device memory of `device` (or managed memory); the
             // device the array states was compared above too.
-            let buf = unsafe { DeviceBuffer::<u8>::from_foreign(device, a.ptr, a.bytes, owner) }
+            let buf = unsafe { TypedBuffer::from_foreign(device, a.dtype, a.ptr, a.bytes, owner) }
                 .py_err()?;
             Ok((buf, a))
         }

@@ -95,6 +95,8 @@ pub(crate) struct PyDag {
     pub(crate) backend: Option<Origin>,
     /// The kernel of each kernel node (by node index), for argument conversion.
     pub(crate) kernels: HashMap<usize, KernelInfo>,
+    /// The plan of each FFT node (by node index), for `Exec.set_fft_params`.
+    pub(crate) ffts: HashMap<usize, Py<crate::fft::PyFftPlan>>,
 }
 
 impl Drop for PyDag {
@@ -106,6 +108,17 @@ impl Drop for PyDag {
 }
 
 impl PyDag {
+    /// An empty DAG whose foreign arrays are wrapped for `device`.
+    pub(crate) fn for_device(device: &cudagraph::Device) -> PyDag {
+        PyDag {
+            inner: Some(Dag::new()),
+            id: NEXT_DAG.fetch_add(1, Ordering::Relaxed),
+            backend: Some(Origin::Gpu(device.clone())),
+            kernels: HashMap::new(),
+            ffts: HashMap::new(),
+        }
+    }
+
     pub(crate) fn dag(&self) -> &Dag {
         self.inner.as_ref().expect("taken only by Drop")
     }
@@ -135,9 +148,9 @@ impl PyDag {
         self.node(id)
     }
 
-    /// A copy or memset operand as a region; `hint` is the origin of a cudagraph operand of
-    /// the same node, for wrapping foreign arrays.
-    fn region(
+    /// A copy, memset or FFT operand as a region; `hint` is the origin of a cudagraph operand
+    /// of the same node, for wrapping foreign arrays.
+    pub(crate) fn region(
         &self,
         obj: &Bound<'_, PyAny>,
         hint: Option<&Origin>,
@@ -145,7 +158,7 @@ impl PyDag {
     ) -> PyResult<(Region, Option<Dtype>)> {
         if let Ok(b) = obj.downcast::<PyDeviceBuffer>() {
             let b = b.get();
-            return Ok((b.buf().region(..), Some(b.dtype)));
+            return Ok((b.buf().region(), Some(b.dtype)));
         }
         if let Ok(h) = obj.downcast::<PyHostBuffer>() {
             let h = h.borrow();
@@ -158,7 +171,7 @@ impl PyDag {
                 (None, None) => Origin::default_gpu()?,
             };
             let (buf, a) = foreign_buffer(obj, &origin, what)?;
-            return Ok((buf.region(..), Some(a.dtype)));
+            return Ok((buf.region(), Some(a.dtype)));
         }
         if obj.hasattr("__array_interface__")? || obj.hasattr("__buffer__")? {
             return Err(invalid(format!(
@@ -178,7 +191,7 @@ impl PyDag {
 }
 
 /// The origin of a cudagraph buffer operand, if it is one.
-fn origin_of(obj: &Bound<'_, PyAny>) -> Option<Origin> {
+pub(crate) fn origin_of(obj: &Bound<'_, PyAny>) -> Option<Origin> {
     obj.downcast::<PyDeviceBuffer>()
         .ok()
         .map(|b| b.get().origin.clone())
@@ -195,6 +208,7 @@ impl PyDag {
             id: NEXT_DAG.fetch_add(1, Ordering::Relaxed),
             backend: backend.map(Origin::from_arg).transpose()?,
             kernels: HashMap::new(),
+            ffts: HashMap::new(),
         })
     }
 
@@ -261,6 +275,56 @@ impl PyDag {
         let (region, dtype) = self.region(dst, hint.as_ref(), "memset destination")?;
         let v = memset_value(value, dtype)?;
         let id = self.dag_mut().add_memset(region, v).py_err()?;
+        Ok(self.named(id, name))
+    }
+
+    /// Adds an FFT node: ``plan`` (an ``FftPlan``) transforming ``input`` into ``output``
+    /// (device memory; the same buffer for in place) in ``direction`` (``"forward"``, the
+    /// default, or ``"inverse"``, unnormalised). For plans with callbacks: ``load_scale`` / ``store_scale``
+    /// (1 when not given), ``load_input`` / ``store_output`` to read or write another buffer
+    /// (one slot of a ring, say), ``accumulate`` to add to the output. Checked now against
+    /// the plan (sizes, element types), ``ValidationError`` naming the node. Every FFT node has
+    /// its own cuFFT handle and callback parameters.
+    #[pyo3(signature = (plan, input, output, direction=None, load_scale=None, load_input=None, store_scale=None, store_output=None, accumulate=false, name=None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
+    fn add_fft(
+        &mut self,
+        plan: PyRef<'_, crate::fft::PyFftPlan>,
+        input: &Bound<'_, PyAny>,
+        output: &Bound<'_, PyAny>,
+        direction: Option<&Bound<'_, PyAny>>,
+        load_scale: Option<f32>,
+        load_input: Option<&Bound<'_, PyAny>>,
+        store_scale: Option<f32>,
+        store_output: Option<&Bound<'_, PyAny>>,
+        accumulate: bool,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        let hint = origin_of(input).or_else(|| origin_of(output));
+        let (i, _) = self.region(input, hint.as_ref(), "FFT input")?;
+        let (o, _) = self.region(output, hint.as_ref(), "FFT output")?;
+        let li = load_input
+            .map(|b| self.region(b, hint.as_ref(), "FFT load_input").map(|r| r.0))
+            .transpose()?;
+        let so = store_output
+            .map(|b| {
+                self.region(b, hint.as_ref(), "FFT store_output")
+                    .map(|r| r.0)
+            })
+            .transpose()?;
+        let params = crate::fft::params(&plan, load_scale, li, store_scale, so, accumulate);
+        let spec = cudagraph::FftSpec {
+            plan: plan.plan.clone(),
+            direction: match direction {
+                Some(d) => crate::fft::direction(d)?,
+                None => cudagraph::Direction::Forward,
+            },
+            input: i,
+            output: o,
+            params,
+        };
+        let id = self.dag_mut().add_fft(spec).py_err()?;
+        self.ffts.insert(id.index(), plan.into());
         Ok(self.named(id, name))
     }
 
@@ -379,7 +443,7 @@ impl PyDag {
         let dag = self.dag();
         let d = device.clone();
         let exec = py.allow_threads(|| dag.instantiate(&d)).py_err()?;
-        Ok(PyExec::new(exec, device, self.id, self.kernels.clone()))
+        Ok(PyExec::new(exec, device, self))
     }
 
     fn __repr__(&self) -> String {

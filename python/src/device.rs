@@ -170,7 +170,8 @@ impl PyRecordingBackend {
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<crate::buffers::PyDeviceBuffer> {
         let (shape, dtype, bytes) = crate::buffers::layout(shape, dtype)?;
-        let buf = slf.borrow_mut().inner.device_buffer::<u8>(bytes);
+        let buf =
+            crate::typed::TypedBuffer::recording(&mut slf.borrow_mut().inner, dtype, bytes, None);
         Ok(crate::buffers::PyDeviceBuffer::new(
             buf,
             shape,

@@ -22,6 +22,10 @@ pub(crate) struct PyExec {
     /// from (built the same way, so their nodes are the same indices).
     dags: Vec<u64>,
     kernels: HashMap<usize, KernelInfo>,
+    /// The plan of each FFT node (by node index).
+    ffts: HashMap<usize, Py<crate::fft::PyFftPlan>>,
+    /// Foreign arrays given to `set_fft_params` are wrapped as a DAG for this device would.
+    wrap: PyDag,
     /// The stream `launch()` uses when given none (made at the first such launch).
     own_stream: Option<Stream>,
     /// The last foreign stream launched on, by handle: wrapped once (holding the Python
@@ -41,17 +45,20 @@ impl Drop for PyExec {
 }
 
 impl PyExec {
-    pub(crate) fn new(
-        exec: Exec,
-        device: cudagraph::Device,
-        dag: u64,
-        kernels: HashMap<usize, KernelInfo>,
-    ) -> Self {
+    pub(crate) fn new(exec: Exec, device: cudagraph::Device, dag: &PyDag) -> Self {
+        let wrap = PyDag::for_device(&device);
         PyExec {
             inner: Some(exec),
             device,
-            dags: vec![dag],
-            kernels,
+            dags: vec![dag.id],
+            kernels: dag.kernels.clone(),
+            ffts: Python::with_gil(|py| {
+                dag.ffts
+                    .iter()
+                    .map(|(k, v)| (*k, v.clone_ref(py)))
+                    .collect()
+            }),
+            wrap,
             own_stream: None,
             foreign: None,
         }
@@ -228,7 +235,44 @@ impl PyExec {
             self.dags.push(dag.id);
         }
         self.kernels = dag.kernels.clone();
+        self.ffts = dag
+            .ffts
+            .iter()
+            .map(|(k, v)| (*k, v.clone_ref(py)))
+            .collect();
         Ok(())
+    }
+
+    /// Replaces the callback parameters of FFT node ``node`` for the launches queued after
+    /// this call (``load_scale``, ``load_input``, ``store_scale``, ``store_output``,
+    /// ``accumulate`` as in ``Dag.add_fft``); launches already queued keep theirs. Buffers the
+    /// old parameters named stay alive until those launches have completed.
+    #[pyo3(signature = (node, load_scale=None, load_input=None, store_scale=None, store_output=None, accumulate=false))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
+    fn set_fft_params(
+        &mut self,
+        py: Python<'_>,
+        node: PyRef<'_, PyNode>,
+        load_scale: Option<f32>,
+        load_input: Option<&Bound<'_, PyAny>>,
+        store_scale: Option<f32>,
+        store_output: Option<&Bound<'_, PyAny>>,
+        accumulate: bool,
+    ) -> PyResult<()> {
+        let id = self.node_id(&node)?;
+        let plan = self
+            .ffts
+            .get(&id.index())
+            .map(|p| p.clone_ref(py))
+            .ok_or_else(|| invalid(format!("Node({}) is not an FFT node", id.index())))?;
+        let li = load_input
+            .map(|b| self.wrap.region(b, None, "FFT load_input").map(|r| r.0))
+            .transpose()?;
+        let so = store_output
+            .map(|b| self.wrap.region(b, None, "FFT store_output").map(|r| r.0))
+            .transpose()?;
+        let params = crate::fft::params(plan.get(), load_scale, li, store_scale, so, accumulate);
+        self.exec().set_fft_params(id, params).py_err()
     }
 
     /// The graph this ``Exec`` runs (its DAG, as updated) in Graphviz DOT.

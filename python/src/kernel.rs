@@ -465,7 +465,7 @@ fn prepare_one(
     if let Ok(b) = obj.downcast::<PyDeviceBuffer>() {
         let b = b.get();
         check_pointer(param, b.dtype, at)?;
-        return Ok(Prepared::Region(b.buf().region(..)));
+        return Ok(Prepared::Region(b.buf().region()));
     }
     if let Ok(h) = obj.downcast::<PyHostBuffer>() {
         let h = h.borrow();
@@ -475,7 +475,7 @@ fn prepare_one(
     if obj.hasattr("__cuda_array_interface__")? {
         let (buf, a) = foreign_buffer(obj, &info.origin, at)?;
         check_pointer(param, a.dtype, at)?;
-        return Ok(Prepared::Region(buf.region(..)));
+        return Ok(Prepared::Region(buf.region()));
     }
     // NumPy scalars (and 0-d arrays): their dtype is their C type. First: `numpy.float64`
     // is also a Python float.

@@ -14,7 +14,9 @@ mod device;
 mod dtype;
 mod errors;
 mod exec;
+mod fft;
 mod kernel;
+mod typed;
 
 /// Runs `callable` the way a host node does (on another thread, taking the GIL; an exception
 /// kept and reported as the crate reports a failed host closure) and returns the error a
@@ -54,6 +56,7 @@ fn _cudagraph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dag::PyNode>()?;
     m.add_class::<dag::PyDag>()?;
     m.add_class::<exec::PyExec>()?;
+    m.add_class::<fft::PyFftPlan>()?;
     m.add_function(wrap_pyfunction!(_run_as_host_node, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
