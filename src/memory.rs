@@ -401,6 +401,15 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         self.alloc.device()
     }
 
+    /// Waits for the queued GPU work that uses the buffer (stream operations and launches of
+    /// executable graphs that refer to it): afterwards, until more is queued, no work of the
+    /// crate uses the memory, e.g. before handing the address to another library. Not from a
+    /// host node ([`Error::InHostNode`]). Nothing to wait for on a recording backend's
+    /// placeholder.
+    pub fn synchronize(&self) -> Result<()> {
+        self.alloc.wait_for_gpu("DeviceBuffer::synchronize")
+    }
+
     /// Overwrites the buffer with `data` (same length), after the queued GPU work that uses
     /// the buffer; complete on return.
     pub fn copy_from_slice(&self, data: &[T]) -> Result<()> {

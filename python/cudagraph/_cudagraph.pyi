@@ -76,6 +76,15 @@ class DeviceBuffer:
     def device(self) -> Optional[int]: ...
     @property
     def __cuda_array_interface__(self) -> Dict[str, Any]: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
 
 class HostBuffer:
     def __init__(

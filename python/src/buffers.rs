@@ -118,6 +118,23 @@ impl PyDeviceBuffer {
     pub(crate) fn buf(&self) -> &TypedBuffer {
         self.buf.as_ref().expect("taken only by Drop")
     }
+
+    /// An `AttributeError` for a recording backend's placeholder, which has no memory (so
+    /// `hasattr(buf, "__cuda_array_interface__")` is false for it).
+    fn check_real(&self) -> PyResult<()> {
+        if self.buf().device().is_none() {
+            return Err(pyo3::exceptions::PyAttributeError::new_err(
+                "a RecordingBackend's placeholder has no memory behind it",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Waits (GIL released) for the queued GPU work that uses the buffer.
+    fn wait_idle(&self, py: Python<'_>) -> PyResult<()> {
+        let b = self.buf();
+        py.allow_threads(|| b.synchronize()).py_err()
+    }
 }
 
 fn device_or_default(device: Option<PyRef<'_, PyDevice>>) -> PyResult<cudagraph::Device> {
@@ -216,16 +233,15 @@ impl PyDeviceBuffer {
         self.buf().device().map(|d| d.ordinal())
     }
 
-    /// ``__cuda_array_interface__`` version 3 (C-contiguous; no stream: the crate's
-    /// synchronous helpers complete before returning, and graph launches are ordered by the
-    /// stream they run on). A recording backend's placeholder has none (``AttributeError``).
+    /// ``__cuda_array_interface__`` version 3 (C-contiguous; no stream). Reading it first
+    /// waits for the queued GPU work that uses the buffer (graph launches), so the memory is
+    /// idle when handed over; order later launches with the consumer's work through the
+    /// stream (launch on the consumer's stream). A recording backend's placeholder has none
+    /// (``AttributeError``).
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        if self.buf().device().is_none() {
-            return Err(pyo3::exceptions::PyAttributeError::new_err(
-                "a RecordingBackend's placeholder has no memory behind it",
-            ));
-        }
+        self.check_real()?;
+        self.wait_idle(py)?;
         let d = PyDict::new(py);
         d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
         d.set_item("typestr", self.dtype.typestr())?;
@@ -237,6 +253,61 @@ impl PyDeviceBuffer {
         d.set_item("version", 3)?;
         d.set_item("stream", py.None())?;
         Ok(d)
+    }
+
+    /// DLPack export (``torch.from_dlpack(buf)``, ``cupy.from_dlpack(buf)``): a capsule whose
+    /// tensor keeps the memory alive (not this object) until the consumer deletes it. Waits
+    /// first for the queued GPU work that uses the buffer, so the memory is idle whatever
+    /// ``stream`` the consumer names. ``copy=True`` and devices other than this buffer's are
+    /// refused (``BufferError``). A versioned (DLPack 1.0) capsule when ``max_version`` allows
+    /// it, the legacy one otherwise.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        stream: Option<&Bound<'_, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, usize)>,
+        copy: Option<bool>,
+    ) -> PyResult<PyObject> {
+        let _ = stream;
+        self.check_real()?;
+        let device = self.buf().device().map(|d| d.ordinal()).unwrap_or(0);
+        if let Some(d) = dl_device {
+            if d != (crate::dlpack::DL_CUDA, device) {
+                return Err(pyo3::exceptions::PyBufferError::new_err(format!(
+                    "the buffer is on CUDA device {device}; no export to DLPack device {d:?}"
+                )));
+            }
+        }
+        if copy == Some(true) {
+            return Err(pyo3::exceptions::PyBufferError::new_err(
+                "DeviceBuffer exports its memory, not a copy (copy=True)",
+            ));
+        }
+        self.wait_idle(py)?;
+        // SAFETY (of reading the address): the capsule's tensor holds the region below, which
+        // keeps the allocation alive.
+        let ptr = unsafe { self.buf().as_raw_ptr() };
+        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+        crate::dlpack::export(
+            py,
+            self.buf().region(),
+            ptr,
+            device,
+            &self.shape,
+            self.dtype,
+            versioned,
+        )
+    }
+
+    /// ``(2, ordinal)``: CUDA memory of this device (DLPack's ``kDLCUDA``).
+    fn __dlpack_device__(&self) -> PyResult<(i32, usize)> {
+        self.check_real()?;
+        Ok((
+            crate::dlpack::DL_CUDA,
+            self.buf().device().map(|d| d.ordinal()).unwrap_or(0),
+        ))
     }
 
     fn __repr__(&self) -> String {

@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 mod buffers;
 mod dag;
 mod device;
+mod dlpack;
 mod dtype;
 mod errors;
 mod exec;

@@ -132,6 +132,11 @@ impl TypedBuffer {
         each!(self, b => unsafe { b.as_raw_ptr() })
     }
 
+    /// Waits for the queued GPU work that uses the buffer.
+    pub(crate) fn synchronize(&self) -> cudagraph::Result<()> {
+        each!(self, b => b.synchronize())
+    }
+
     /// The contents, after the queued GPU work that uses the buffer.
     pub(crate) fn to_bytes(&self) -> cudagraph::Result<Vec<u8>> {
         each!(self, b => b.to_vec().map(|v| bytemuck::cast_slice(&v).to_vec()))

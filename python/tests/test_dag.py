@@ -266,6 +266,10 @@ def test_buffers_report_shape_and_dtype(rec):
     assert b.shape == (4, 8) and b.dtype == "<f8" and b.nbytes == 256 and b.size == 32
     assert b.device is None
     assert not hasattr(b, "__cuda_array_interface__")  # placeholders have no memory
+    with pytest.raises(AttributeError):
+        b.__dlpack__()
+    with pytest.raises(AttributeError):
+        b.__dlpack_device__()
     h = rec.host_buffer(3, "int16")
     assert h.shape == (3,) and h.dtype == "<i2" and h.nbytes == 6
     with pytest.raises(cg.ValidationError, match="unsupported dtype"):

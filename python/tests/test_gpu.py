@@ -132,6 +132,26 @@ def test_device_buffer_round_trip_and_cuda_array_interface(device):
     np.testing.assert_array_equal(b.to_numpy(), a * 2)
 
 
+def test_dlpack_capsules_keep_the_memory_alive(device):
+    import ctypes
+
+    is_valid = ctypes.pythonapi.PyCapsule_IsValid
+    is_valid.restype = ctypes.c_int
+    is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    b = cg.DeviceBuffer.from_numpy(np.arange(8, dtype=np.float32), device)
+    assert b.__dlpack_device__() == (2, device.ordinal)
+    legacy = b.__dlpack__()
+    assert is_valid(legacy, b"dltensor") == 1
+    versioned = b.__dlpack__(max_version=(1, 0))
+    assert is_valid(versioned, b"dltensor_versioned") == 1
+    with pytest.raises(BufferError):
+        b.__dlpack__(copy=True)
+    with pytest.raises(BufferError):
+        b.__dlpack__(dl_device=(1, 0))
+    del b, legacy, versioned  # the capsules' destructors free their tensors
+    gc.collect()
+
+
 def test_launch_on_a_stream_given_by_the_cuda_stream_protocol(device, module):
     ours = cg.Stream(device)
 
@@ -217,9 +237,13 @@ def test_cupy_arrays_as_operands_and_stream(device, module, cupy):
     exec.launch(stream)
     stream.synchronize()
     np.testing.assert_array_equal(cupy.asnumpy(y), expected)
-    # A cudagraph buffer seen by CuPy through __cuda_array_interface__.
+    # A cudagraph buffer seen by CuPy through __cuda_array_interface__ and DLPack.
     b = cg.DeviceBuffer.from_numpy(np.arange(4, dtype=np.float32), device)
     np.testing.assert_array_equal(cupy.asnumpy(cupy.asarray(b)), np.arange(4, dtype=np.float32))
+    via_dlpack = cupy.from_dlpack(b)
+    del b
+    gc.collect()
+    np.testing.assert_array_equal(cupy.asnumpy(via_dlpack), np.arange(4, dtype=np.float32))
     del dag, exec
     gc.collect()
     assert ref() is None, "released with the DAG and the Exec"
@@ -253,6 +277,13 @@ def test_torch_tensors_as_operands_and_stream(device, module, torch):
     exec.launch(stream)
     stream.synchronize()
     np.testing.assert_array_equal(y.cpu().numpy(), expected + 0.5)
+    # A cudagraph buffer as a tensor through DLPack, alive after the buffer is gone.
+    b = cg.DeviceBuffer.from_numpy(np.arange(6, dtype=np.int64).reshape(2, 3), device)
+    t = torch.from_dlpack(b)
+    del b
+    gc.collect()
+    assert t.shape == (2, 3) and t.dtype == torch.int64 and t.is_cuda
+    np.testing.assert_array_equal(t.cpu().numpy(), np.arange(6).reshape(2, 3))
 
 
 # --- FFT nodes ---
