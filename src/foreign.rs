@@ -209,6 +209,16 @@ mod tests {
     }
 
     #[test]
+    fn a_placeholder_has_no_gpu_work_to_wait_for() {
+        let mut rec = RecordingBackend::new(DeviceLimits::hopper());
+        let x = rec.device_buffer::<f32>(4);
+        let mut dag = Dag::new();
+        dag.add_memset(&x, 0u32).unwrap();
+        dag.lower(&mut rec).unwrap();
+        x.synchronize().unwrap();
+    }
+
+    #[test]
     fn stream_names_that_are_not_one_stream_are_refused() {
         for raw in [1usize, 2] {
             let e = check_stream_name(raw, "Stream::from_foreign").unwrap_err();
