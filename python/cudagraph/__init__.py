@@ -34,6 +34,8 @@ are accepted wherever a device buffer is, and kept alive while a DAG or Exec may
 ``.cuda_stream``).
 """
 
+import atexit as _atexit
+
 from ._cudagraph import (
     CompileError,
     CudaError,
@@ -56,6 +58,7 @@ from ._cudagraph import (
     ValidationError,
     __version__,
 )
+from . import _cudagraph
 
 __all__ = [
     "CompileError",
@@ -88,3 +91,7 @@ def gpu_available() -> bool:
         return Device.count() > 0
     except CudaGraphError:
         return False
+
+
+# Host nodes still queued at exit take the GIL: let them run before the interpreter finalizes.
+_atexit.register(_cudagraph._synchronize_all)

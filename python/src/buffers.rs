@@ -140,7 +140,7 @@ impl PyDeviceBuffer {
 fn device_or_default(device: Option<PyRef<'_, PyDevice>>) -> PyResult<cudagraph::Device> {
     match device {
         Some(d) => Ok(d.inner.clone()),
-        None => cudagraph::Device::get(0).py_err(),
+        None => crate::device::open_device(0),
     }
 }
 

@@ -432,13 +432,17 @@ impl PyDag {
         Ok(rec.inner.call_count() - before)
     }
 
-    /// Validates and lowers the DAG into a CUDA graph on ``device`` (``Device(0)``) and
-    /// instantiates it. The GIL is released meanwhile.
+    /// Validates and lowers the DAG into a CUDA graph on ``device`` (the DAG's ``backend``
+    /// when that is a ``Device``, else ``Device(0)``) and instantiates it. The GIL is released
+    /// meanwhile.
     #[pyo3(signature = (device=None))]
     fn instantiate(&self, py: Python<'_>, device: Option<PyRef<'_, PyDevice>>) -> PyResult<PyExec> {
         let device = match device {
             Some(d) => d.inner.clone(),
-            None => cudagraph::Device::get(0).py_err()?,
+            None => match &self.backend {
+                Some(Origin::Gpu(d)) => d.clone(),
+                _ => crate::device::open_device(0)?,
+            },
         };
         let dag = self.dag();
         let d = device.clone();

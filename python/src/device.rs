@@ -1,10 +1,39 @@
 //! `Device`, `Stream`, `RecordingBackend`, and where a buffer's memory comes from (`Origin`).
 
+use std::sync::Mutex;
+
 use cudagraph::{DeviceLimits, RecordingBackend, Stream};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use crate::errors::{invalid, IntoPy};
+
+/// Every device opened, for `synchronize_all` at exit.
+static OPENED: Mutex<Vec<cudagraph::Device>> = Mutex::new(Vec::new());
+
+/// Opens device `ordinal` (noting it for `synchronize_all`).
+pub(crate) fn open_device(ordinal: usize) -> PyResult<cudagraph::Device> {
+    let d = cudagraph::Device::get(ordinal).py_err()?;
+    let mut opened = OPENED.lock().unwrap_or_else(|p| p.into_inner());
+    if !opened.contains(&d) {
+        opened.push(d.clone());
+    }
+    Ok(d)
+}
+
+/// Waits for all work on every device opened, with the GIL released: registered with
+/// `atexit` by the package, so that host nodes still queued run (they take the GIL) before
+/// the interpreter finalizes, when a thread taking the GIL would be stopped. Errors are
+/// ignored (the process is exiting).
+#[pyfunction]
+pub(crate) fn _synchronize_all(py: Python<'_>) {
+    let devices = OPENED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    py.allow_threads(move || {
+        for d in devices {
+            let _ = d.synchronize();
+        }
+    });
+}
 
 /// Drops `value` with the GIL released: dropping a buffer, DAG or `Exec` may wait for the GPU
 /// work that uses it, and that work may include a host node waiting for the GIL.
@@ -36,7 +65,7 @@ impl PyDevice {
     #[pyo3(signature = (ordinal=0))]
     fn new(ordinal: usize) -> PyResult<Self> {
         Ok(PyDevice {
-            inner: cudagraph::Device::get(ordinal).py_err()?,
+            inner: open_device(ordinal)?,
         })
     }
 
@@ -111,7 +140,7 @@ impl PyStream {
     fn new(device: Option<PyRef<'_, PyDevice>>) -> PyResult<Self> {
         let device = match device {
             Some(d) => d.inner.clone(),
-            None => cudagraph::Device::get(0).py_err()?,
+            None => open_device(0)?,
         };
         Ok(PyStream {
             inner: Some(Stream::new(&device).py_err()?),
@@ -283,6 +312,6 @@ impl Origin {
 
     /// `Device(0)`, for calls given no device.
     pub(crate) fn default_gpu() -> PyResult<Origin> {
-        Ok(Origin::Gpu(cudagraph::Device::get(0).py_err()?))
+        Ok(Origin::Gpu(open_device(0)?))
     }
 }

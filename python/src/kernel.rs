@@ -196,7 +196,7 @@ impl PyCudaModule {
     ) -> PyResult<Self> {
         let device = match device {
             Some(d) => d.inner.clone(),
-            None => cudagraph::Device::get(0).py_err()?,
+            None => crate::device::open_device(0)?,
         };
         let mut opts = cudagraph::CompileOptions::default();
         if let Some(o) = options {

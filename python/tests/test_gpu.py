@@ -196,6 +196,22 @@ def test_a_foreign_view_of_device_memory_is_used_and_host_memory_refused(device,
         dag.add_memset(CaiView(host.ctypes.data, N, host), np.float32(0))
 
 
+def test_exiting_with_a_host_node_queued_runs_it_and_exits_cleanly(device):
+    import subprocess
+    import sys
+
+    code = (
+        "import time, cudagraph as cg\n"
+        "dag = cg.Dag()\n"
+        "dag.add_host(lambda: (time.sleep(0.2), print('host node ran', flush=True)))\n"
+        "e = dag.instantiate(cg.Device(0))\n"
+        "e.launch()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "host node ran" in r.stdout
+
+
 def test_compile_error_carries_the_log(device):
     with pytest.raises(cg.CompileError, match="undefined"):
         cg.Module.from_source('extern "C" __global__ void k() { undefined_thing(); }', device)
