@@ -161,7 +161,7 @@ impl PyDag {
             return Ok((b.buf().region(), Some(b.dtype)));
         }
         if let Ok(h) = obj.downcast::<PyHostBuffer>() {
-            let h = h.borrow();
+            let h = h.try_borrow()?;
             return Ok((h.buf().region(..), Some(h.dtype)));
         }
         if obj.hasattr("__cuda_array_interface__")? {
@@ -283,8 +283,9 @@ impl PyDag {
     /// default, or ``"inverse"``, unnormalised). For plans with callbacks: ``load_scale`` / ``store_scale``
     /// (1 when not given), ``load_input`` / ``store_output`` to read or write another buffer
     /// (one slot of a ring, say), ``accumulate`` to add to the output. Checked now against
-    /// the plan (sizes, element types), ``ValidationError`` naming the node. Every FFT node has
-    /// its own cuFFT handle and callback parameters.
+    /// the plan (sizes, element sizes: a ``complex_i8`` load reads 2-byte elements, e.g. an
+    /// ``int16`` view of interleaved int8 pairs), ``ValidationError`` naming the node. Every FFT
+    /// node has its own cuFFT handle and callback parameters.
     #[pyo3(signature = (plan, input, output, direction=None, load_scale=None, load_input=None, store_scale=None, store_output=None, accumulate=false, name=None))]
     #[allow(clippy::too_many_arguments)] // Python keyword arguments
     fn add_fft(

@@ -468,7 +468,7 @@ fn prepare_one(
         return Ok(Prepared::Region(b.buf().region()));
     }
     if let Ok(h) = obj.downcast::<PyHostBuffer>() {
-        let h = h.borrow();
+        let h = h.try_borrow()?;
         check_pointer(param, h.dtype, at)?;
         return Ok(Prepared::Region(h.buf().region(..)));
     }

@@ -79,3 +79,13 @@ def test_fft_keeps_foreign_arrays_alive(rec, fake):
     del dag
     gc.collect()
     assert ref() is None
+
+
+def test_complex_i8_input_is_two_byte_elements(rec):
+    plan = cg.FftPlan("c2c", 64, load="complex_i8", store="power")
+    out = rec.device_buffer(64, "float32")
+    dag = cg.Dag()
+    dag.add_fft(plan, rec.device_buffer(64, "int16"), out)  # interleaved int8 pairs
+    with pytest.raises(cg.ValidationError, match="1-byte elements"):
+        dag.add_fft(plan, rec.device_buffer(128, "int8"), out)
+    assert dag.lower(rec) >= 2
