@@ -82,8 +82,8 @@ pub(crate) fn host_closure(callable: Py<PyAny>) -> impl Fn() + Send + Sync + 'st
 /// ``instantiate(device)`` lowers it to a CUDA graph and returns an ``Exec`` to launch.
 ///
 /// ``backend`` (a ``Device`` or a ``RecordingBackend``) is where arrays from other libraries
-/// (``__cuda_array_interface__``) given to copy and memset nodes live; kernel nodes use their
-/// kernel's. When not given, the device of a cudagraph buffer among the operands, else
+/// (``__cuda_array_interface__``) given to copy, memset and FFT nodes live; kernel nodes use
+/// their kernel's. When not given, the device of a cudagraph buffer among the operands, else
 /// ``Device(0)``.
 ///
 /// Every buffer a node uses is kept alive (a reference held) while the DAG, or an ``Exec``
