@@ -592,10 +592,8 @@ pub(crate) fn foreign_buffer(
             if let Some(s) = a.stream {
                 // The producer's pending work on the array: waited for now, as the interface
                 // asks of a consumer (the graph's launches come later).
-                let d = device.clone();
                 obj.py()
                     .allow_threads(move || -> cudagraph::Result<()> {
-                        let _ = &d;
                         // SAFETY: `s` is a stream handle the producer gave for this array,
                         // valid while the array lives (held by `obj` here).
                         unsafe {
