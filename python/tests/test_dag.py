@@ -252,7 +252,9 @@ def test_memset_values(rec):
     dag.add_memset(rec.device_buffer(8, "uint8"), np.uint8(3))
     dag.lower(rec)
     params = [c["params"] for c in rec.calls()]
-    assert "0x3fc00000" in params[0] or "1069547520" in params[0], params[0]
+    assert "value=0x3fc00000 element_size=4 width=8" in params[0]  # 1.5 as float32 bits
+    assert "value=0xffff element_size=2 width=8" in params[1]
+    assert "value=0x3 element_size=1 width=8" in params[2]
     with pytest.raises(cg.ValidationError, match="does not fit in uint16"):
         dag.add_memset(rec.device_buffer(8, "uint16"), 70000)
     with pytest.raises(cg.ValidationError, match="1, 2 or 4-byte"):
