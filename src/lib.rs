@@ -147,6 +147,7 @@ pub mod dag;
 mod device;
 pub mod error;
 pub mod fft;
+mod foreign;
 mod graph_buffer;
 mod kernel;
 pub mod load;
@@ -177,6 +178,7 @@ pub use fft::{
     nvjitlink_available, CallbackParams, CustomCallback, Direction, FftForm, FftParams, FftPlan,
     FftPlanDesc, FftType, Fusion, FusionDecision, Layout, LoadCallback, StoreCallback, StreamFft,
 };
+pub use foreign::ForeignOwner;
 pub use graph_buffer::GraphBuffer;
 pub use kernel::{
     compile, cudadevrt_path, nvrtc_version, toolkit_include_dir, Access, AccessPolicy,

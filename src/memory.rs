@@ -396,6 +396,15 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         self.alloc.device()
     }
 
+    /// Waits for the queued GPU work that uses the buffer (stream operations and launches of
+    /// executable graphs that refer to it): afterwards, until more is queued, no work of the
+    /// crate uses the memory, e.g. before handing the address to another library. Not from a
+    /// host node ([`Error::InHostNode`]). Nothing to wait for on a recording backend's
+    /// placeholder.
+    pub fn synchronize(&self) -> Result<()> {
+        track::with_gpu_idle("DeviceBuffer::synchronize", [&self.alloc.uses], || ())
+    }
+
     /// Runs the synchronous copy or memset `f` (on the legacy default stream) once the queued
     /// GPU work that uses `allocs` has completed, and waits for it, with no GPU work that uses
     /// them able to start meanwhile, from any thread ([`track::with_gpu_idle`]).

@@ -80,7 +80,6 @@ impl StreamQueue {
     /// # Safety
     /// `raw` is one stream (not a per-thread name) of `device`'s primary context, and stays
     /// valid while `owner` lives.
-    #[cfg(feature = "cudarc")]
     pub(crate) unsafe fn borrowed(
         device: &Device,
         raw: sys::cudaStream_t,

@@ -332,6 +332,19 @@ pub unsafe fn stream_query(stream: sys::cudaStream_t) -> Result<bool> {
     check("cudaStreamQuery", status).map(|()| true)
 }
 
+/// `cudaPointerGetAttributes`: what memory an address is (device, host, managed or
+/// unregistered) and of which device.
+///
+/// # Safety
+/// None beyond CUDA's: any address may be asked about (CUDA only looks it up).
+pub unsafe fn pointer_attributes(ptr: *const c_void) -> Result<sys::cudaPointerAttributes> {
+    let mut attrs = std::mem::MaybeUninit::<sys::cudaPointerAttributes>::zeroed();
+    rt!(cudaPointerGetAttributes(attrs.as_mut_ptr(), ptr))?;
+    // SAFETY: CUDA filled the struct (it was zeroed before, and all-zero is a valid value:
+    // an unregistered pointer of device 0).
+    Ok(unsafe { attrs.assume_init() })
+}
+
 /// `cudaStreamSynchronize`.
 ///
 /// # Safety

@@ -1,0 +1,137 @@
+"""CPU cost per graph launch from Python, side by side (issue 30's "Measured" table; a first
+draft, not yet run on the GPU machine).
+
+For a chain of N kernels (N = 1, 10, 100), each `x[i] *= a` over 4,096 floats:
+
+- cudagraph: `Exec.launch()` of a Dag of N kernel nodes (on a cudagraph Stream);
+- CuPy: `cupy.cuda.Graph.launch()` of the same kernel (a RawKernel) captured N times;
+- PyTorch: `CUDAGraph.replay()` of N `x.mul_(a)` captured (PyTorch's own elementwise kernel);
+- cuda.core: not measured by this draft.
+
+and the build + instantiate time of a 1,000-node cudagraph DAG. CPU time per launch is the
+time of a loop of LAUNCHES launches without synchronisation (the GPU runs behind), divided by
+LAUNCHES; the median of REPEATS such loops is printed, in microseconds.
+
+    python python/benches/launch_overhead.py
+"""
+
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import cudagraph as cg
+
+SOURCE = r"""
+extern "C" __global__ void scale(float* x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+"""
+ELEMS = 4096
+LAUNCHES = 1000
+REPEATS = 7
+CHAINS = (1, 10, 100)
+
+
+def per_launch_us(launch, sync):
+    launch()
+    sync()
+    samples = []
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        for _ in range(LAUNCHES):
+            launch()
+        t1 = time.perf_counter()
+        sync()
+        samples.append((t1 - t0) / LAUNCHES * 1e6)
+    return statistics.median(samples)
+
+
+def bench_cudagraph(device, n):
+    kernel = cg.Module.from_source(SOURCE, device).kernel("scale")
+    x = cg.DeviceBuffer(ELEMS, "float32", device)
+    dag = cg.Dag()
+    nodes = [dag.add_kernel(kernel, ELEMS // 256, 256, [x, 1.0, ELEMS]) for _ in range(n)]
+    dag.chain(nodes)
+    exec = dag.instantiate(device)
+    stream = cg.Stream(device)
+    return per_launch_us(lambda: exec.launch(stream), exec.synchronize)
+
+
+def bench_cupy(n):
+    import cupy as cp
+
+    kernel = cp.RawKernel(SOURCE, "scale")
+    x = cp.zeros(ELEMS, dtype=cp.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        for _ in range(n):
+            kernel((ELEMS // 256,), (256,), (x, np.float32(1.0), np.int32(ELEMS)))
+        graph = stream.end_capture()
+    graph.upload(stream)
+    return per_launch_us(lambda: graph.launch(stream), stream.synchronize)
+
+
+def bench_torch(n):
+    import torch
+
+    x = torch.zeros(ELEMS, dtype=torch.float32, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            x.mul_(1.0)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(n):
+            x.mul_(1.0)
+    return per_launch_us(graph.replay, torch.cuda.synchronize)
+
+
+def build_1000(device):
+    kernel = cg.Module.from_source(SOURCE, device).kernel("scale")
+    x = cg.DeviceBuffer(ELEMS, "float32", device)
+    t0 = time.perf_counter()
+    dag = cg.Dag()
+    nodes = [dag.add_kernel(kernel, ELEMS // 256, 256, [x, 1.0, ELEMS]) for _ in range(1000)]
+    dag.chain(nodes)
+    t1 = time.perf_counter()
+    exec = dag.instantiate(device)
+    t2 = time.perf_counter()
+    del exec
+    return (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+
+def guarded(f, *args):
+    try:
+        return f"{f(*args):8.2f}"
+    except ImportError as e:
+        return f"{'n/a':>8} ({e.name} not installed)"
+    except Exception as e:  # report and go on: one library's failure is not the others'
+        return f"{'error':>8} ({type(e).__name__}: {e})"
+
+
+def main():
+    try:
+        device = cg.Device(0)
+    except cg.NoGpuError as e:
+        print(f"needs a GPU: {e}")
+        return 0
+    print(f"{device.name}; CPU µs per launch from Python (median of {REPEATS} x {LAUNCHES})")
+    print(f"{'N':>4} | {'cudagraph':>9} | {'CuPy':>8} | {'PyTorch':>8} | cuda.core")
+    for n in CHAINS:
+        print(
+            f"{n:>4} | {guarded(bench_cudagraph, device, n):>9} | {guarded(bench_cupy, n)} | "
+            f"{guarded(bench_torch, n)} | not measured"
+        )
+    build_ms, inst_ms = build_1000(device)
+    print(f"1,000-node DAG: built in {build_ms:.1f} ms, instantiated in {inst_ms:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

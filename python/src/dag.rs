@@ -1,0 +1,511 @@
+//! `Dag` and `Node`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cudagraph::{Dag, LaunchConfig, MemsetValue, NodeId, Region};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt};
+
+use crate::buffers::{foreign_buffer, PyDeviceBuffer, PyHostBuffer};
+use crate::device::{drop_detached, Origin, PyDevice, PyRecordingBackend};
+use crate::dtype::Dtype;
+use crate::errors::{invalid, keep_host_error, IntoPy};
+use crate::exec::PyExec;
+use crate::kernel::{as_args, prepare_args, KernelInfo, PyKernel};
+
+static NEXT_DAG: AtomicU64 = AtomicU64::new(1);
+
+/// A node of a ``Dag``: returned by the ``add_*`` methods and passed to ``chain``,
+/// ``add_dependency``, ``set_name`` and the ``Exec``'s per-node updates. Valid only for the
+/// DAG that made it (and ``Exec``s instantiated from it).
+#[pyclass(module = "cudagraph._cudagraph", name = "Node", frozen, eq, hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct PyNode {
+    pub(crate) id: NodeId,
+    pub(crate) dag: u64,
+}
+
+#[pymethods]
+impl PyNode {
+    /// The node's index in its DAG.
+    #[getter]
+    fn index(&self) -> usize {
+        self.id.index()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Node({})", self.id.index())
+    }
+}
+
+/// One dimension or a tuple of up to three.
+fn dim3(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<(u32, u32, u32)> {
+    if let Ok(x) = obj.extract::<u32>() {
+        return Ok((x, 1, 1));
+    }
+    let v: Vec<u32> = obj
+        .extract()
+        .map_err(|_| invalid(format!("{what} must be an int or a tuple of 1 to 3 ints")))?;
+    match v.as_slice() {
+        [x] => Ok((*x, 1, 1)),
+        [x, y] => Ok((*x, *y, 1)),
+        [x, y, z] => Ok((*x, *y, *z)),
+        _ => Err(invalid(format!("{what} must have 1 to 3 dimensions"))),
+    }
+}
+
+/// A Python callable as a host node's closure: called with the GIL taken; an exception is
+/// kept for the `HostCallbackError` and reported to the crate as the closure's failure.
+pub(crate) fn host_closure(callable: Py<PyAny>) -> impl Fn() + Send + Sync + 'static {
+    move || {
+        let failed = Python::with_gil(|py| match callable.call0(py) {
+            Ok(_) => None,
+            Err(err) => {
+                let message = err.to_string();
+                keep_host_error(message.clone(), err);
+                Some(message)
+            }
+        });
+        if let Some(message) = failed {
+            // Caught by the crate's host node (it must not unwind into CUDA) and reported,
+            // with the node's name, by the next launch or synchronize. `resume_unwind` runs
+            // no panic hook: nothing is printed.
+            std::panic::resume_unwind(Box::new(message));
+        }
+    }
+}
+
+/// A DAG of GPU work, built explicitly: each ``add_*`` adds a node (checked at once: argument
+/// sizes and types, launch shapes, copy bounds) and returns it; ``chain`` and
+/// ``add_dependency`` add edges (a cycle is refused). ``to_dot()`` draws it;
+/// ``instantiate(device)`` lowers it to a CUDA graph and returns an ``Exec`` to launch.
+///
+/// ``backend`` (a ``Device`` or a ``RecordingBackend``) is where arrays from other libraries
+/// (``__cuda_array_interface__``) given to copy, memset and FFT nodes live; kernel nodes use
+/// their kernel's. When not given, the device of a cudagraph buffer among the operands, else
+/// ``Device(0)``.
+///
+/// Every buffer a node uses is kept alive (a reference held) while the DAG, or an ``Exec``
+/// made from it, may use it.
+#[pyclass(module = "cudagraph._cudagraph", name = "Dag", unsendable)]
+pub(crate) struct PyDag {
+    pub(crate) inner: Option<Dag>,
+    pub(crate) id: u64,
+    pub(crate) backend: Option<Origin>,
+    /// The kernel of each kernel node (by node index), for argument conversion.
+    pub(crate) kernels: HashMap<usize, KernelInfo>,
+    /// The plan of each FFT node (by node index), for `Exec.set_fft_params`.
+    pub(crate) ffts: HashMap<usize, Py<crate::fft::PyFftPlan>>,
+}
+
+impl Drop for PyDag {
+    fn drop(&mut self) {
+        if let Some(d) = self.inner.take() {
+            drop_detached(d);
+        }
+    }
+}
+
+impl PyDag {
+    /// An empty DAG whose foreign arrays are wrapped for `device`.
+    pub(crate) fn for_device(device: &cudagraph::Device) -> PyDag {
+        PyDag {
+            inner: Some(Dag::new()),
+            id: NEXT_DAG.fetch_add(1, Ordering::Relaxed),
+            backend: Some(Origin::Gpu(device.clone())),
+            kernels: HashMap::new(),
+            ffts: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn dag(&self) -> &Dag {
+        self.inner.as_ref().expect("taken only by Drop")
+    }
+
+    fn dag_mut(&mut self) -> &mut Dag {
+        self.inner.as_mut().expect("taken only by Drop")
+    }
+
+    pub(crate) fn node_id(&self, node: &PyNode) -> PyResult<NodeId> {
+        if node.dag != self.id {
+            return Err(invalid(format!(
+                "{} belongs to another DAG",
+                node.__repr__()
+            )));
+        }
+        Ok(node.id)
+    }
+
+    fn node(&self, id: NodeId) -> PyNode {
+        PyNode { id, dag: self.id }
+    }
+
+    fn named(&mut self, id: NodeId, name: Option<String>) -> PyNode {
+        if let Some(n) = name {
+            self.dag_mut().set_name(id, n);
+        }
+        self.node(id)
+    }
+
+    /// A copy, memset or FFT operand as a region; `hint` is the origin of a cudagraph operand
+    /// of the same node, for wrapping foreign arrays.
+    pub(crate) fn region(
+        &self,
+        obj: &Bound<'_, PyAny>,
+        hint: Option<&Origin>,
+        what: &str,
+    ) -> PyResult<(Region, Option<Dtype>)> {
+        if let Ok(b) = obj.downcast::<PyDeviceBuffer>() {
+            let b = b.get();
+            return Ok((b.buf().region(), Some(b.dtype)));
+        }
+        if let Ok(h) = obj.downcast::<PyHostBuffer>() {
+            let h = h.try_borrow()?;
+            return Ok((h.buf().region(..), Some(h.dtype)));
+        }
+        if obj.hasattr("__cuda_array_interface__")? {
+            let origin = match (&self.backend, hint) {
+                (Some(o), _) => o.clone(),
+                (None, Some(o)) => o.clone(),
+                (None, None) => Origin::default_gpu()?,
+            };
+            let (buf, a) = foreign_buffer(obj, &origin, what)?;
+            return Ok((buf.region(), Some(a.dtype)));
+        }
+        if obj.hasattr("__array_interface__")? || obj.hasattr("__buffer__")? {
+            return Err(invalid(format!(
+                "{what}: pageable host memory (a NumPy array) cannot be a copy node's end; use \
+                 a pinned cudagraph.HostBuffer (HostBuffer.from_numpy(array))"
+            )));
+        }
+        Err(invalid(format!(
+            "{what}: expected a DeviceBuffer, a HostBuffer or an object with \
+             __cuda_array_interface__, not {}",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        )))
+    }
+}
+
+/// The origin of a cudagraph buffer operand, if it is one.
+pub(crate) fn origin_of(obj: &Bound<'_, PyAny>) -> Option<Origin> {
+    obj.downcast::<PyDeviceBuffer>()
+        .ok()
+        .map(|b| b.get().origin.clone())
+}
+
+#[pymethods]
+impl PyDag {
+    /// An empty DAG (see the class's docs for ``backend``).
+    #[new]
+    #[pyo3(signature = (backend=None))]
+    fn new(backend: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        Ok(PyDag {
+            inner: Some(Dag::new()),
+            id: NEXT_DAG.fetch_add(1, Ordering::Relaxed),
+            backend: backend.map(Origin::from_arg).transpose()?,
+            kernels: HashMap::new(),
+            ffts: HashMap::new(),
+        })
+    }
+
+    /// Adds a kernel node: ``kernel`` launched on ``grid`` x ``block`` (ints or tuples of up
+    /// to 3) with ``args`` and ``shared_mem`` bytes of dynamic shared memory.
+    ///
+    /// Arguments: a ``DeviceBuffer``, ``HostBuffer`` or any array with
+    /// ``__cuda_array_interface__`` (CuPy, PyTorch, Numba; C-contiguous; kept alive by the
+    /// node) for pointer parameters; NumPy scalars (``numpy.float32(2.0)``) for values; plain
+    /// ``int``/``float`` only where the kernel's parameter types are known (its C signature).
+    /// Checked against the kernel's parameters now (``ValidationError`` naming the node).
+    #[pyo3(signature = (kernel, grid, block, args, shared_mem=0, name=None))]
+    fn add_kernel(
+        &mut self,
+        kernel: PyRef<'_, PyKernel>,
+        grid: &Bound<'_, PyAny>,
+        block: &Bound<'_, PyAny>,
+        args: &Bound<'_, PyAny>,
+        shared_mem: u32,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        let info = kernel.info();
+        let prepared = prepare_args(&info, args)?;
+        let cfg = LaunchConfig::new(dim3(grid, "grid")?, dim3(block, "block")?)
+            .with_shared_mem(shared_mem);
+        let id = self
+            .dag_mut()
+            .add_kernel(kernel.kernel(), cfg, &as_args(&prepared))
+            .py_err()?;
+        self.kernels.insert(id.index(), info);
+        Ok(self.named(id, name))
+    }
+
+    /// Adds a copy of all of ``src`` into ``dst`` (same size in bytes): device buffers,
+    /// pinned ``HostBuffer``s, or arrays with ``__cuda_array_interface__``.
+    #[pyo3(signature = (dst, src, name=None))]
+    fn add_copy(
+        &mut self,
+        dst: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        let hint = origin_of(dst).or_else(|| origin_of(src));
+        let (d, _) = self.region(dst, hint.as_ref(), "copy destination")?;
+        let (s, _) = self.region(src, hint.as_ref(), "copy source")?;
+        let id = self
+            .dag_mut()
+            .add_copy(cudagraph::dst(d), cudagraph::src(s))
+            .py_err()?;
+        Ok(self.named(id, name))
+    }
+
+    /// Adds a fill of all of ``dst`` (device memory) with ``value`` repeated: a NumPy scalar of
+    /// 1, 2 or 4 bytes (``numpy.float32(1.0)``), or a plain ``int``/``float`` taken as the
+    /// buffer's element type when that is 1, 2 or 4 bytes.
+    #[pyo3(signature = (dst, value, name=None))]
+    fn add_memset(
+        &mut self,
+        dst: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        let hint = origin_of(dst);
+        let (region, dtype) = self.region(dst, hint.as_ref(), "memset destination")?;
+        let v = memset_value(value, dtype)?;
+        let id = self.dag_mut().add_memset(region, v).py_err()?;
+        Ok(self.named(id, name))
+    }
+
+    /// Adds an FFT node: ``plan`` (an ``FftPlan``) transforming ``input`` into ``output``
+    /// (device memory; the same buffer for in place) in ``direction`` (``"forward"``, the
+    /// default, or ``"inverse"``, unnormalised). For plans with callbacks: ``load_scale`` / ``store_scale``
+    /// (1 when not given), ``load_input`` / ``store_output`` to read or write another buffer
+    /// (one slot of a ring, say), ``accumulate`` to add to the output. Checked now against
+    /// the plan (sizes, element sizes: a ``complex_i8`` load reads 2-byte elements, e.g. an
+    /// ``int16`` view of interleaved int8 pairs), ``ValidationError`` naming the node. Every FFT
+    /// node has its own cuFFT handle and callback parameters.
+    #[pyo3(signature = (plan, input, output, direction=None, load_scale=None, load_input=None, store_scale=None, store_output=None, accumulate=false, name=None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
+    fn add_fft(
+        &mut self,
+        plan: PyRef<'_, crate::fft::PyFftPlan>,
+        input: &Bound<'_, PyAny>,
+        output: &Bound<'_, PyAny>,
+        direction: Option<&Bound<'_, PyAny>>,
+        load_scale: Option<f32>,
+        load_input: Option<&Bound<'_, PyAny>>,
+        store_scale: Option<f32>,
+        store_output: Option<&Bound<'_, PyAny>>,
+        accumulate: bool,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        let hint = origin_of(input).or_else(|| origin_of(output));
+        let (i, _) = self.region(input, hint.as_ref(), "FFT input")?;
+        let (o, _) = self.region(output, hint.as_ref(), "FFT output")?;
+        let li = load_input
+            .map(|b| self.region(b, hint.as_ref(), "FFT load_input").map(|r| r.0))
+            .transpose()?;
+        let so = store_output
+            .map(|b| {
+                self.region(b, hint.as_ref(), "FFT store_output")
+                    .map(|r| r.0)
+            })
+            .transpose()?;
+        let params = crate::fft::params(&plan, load_scale, li, store_scale, so, accumulate);
+        let spec = cudagraph::FftSpec {
+            plan: plan.plan.clone(),
+            direction: match direction {
+                Some(d) => crate::fft::direction(d)?,
+                None => cudagraph::Direction::Forward,
+            },
+            input: i,
+            output: o,
+            params,
+        };
+        let id = self.dag_mut().add_fft(spec).py_err()?;
+        self.ffts.insert(id.index(), plan.into());
+        Ok(self.named(id, name))
+    }
+
+    /// Adds a host node calling ``callable()`` (no arguments) in stream order, with the GIL
+    /// taken. It must not call CUDA or wait for the GPU. An exception it raises is reported
+    /// by the next ``Exec.launch`` or ``Exec.synchronize`` as ``HostCallbackError`` (the
+    /// exception is its ``__cause__``), never lost.
+    #[pyo3(signature = (callable, name=None))]
+    fn add_host(&mut self, callable: &Bound<'_, PyAny>, name: Option<String>) -> PyResult<PyNode> {
+        if !callable.is_callable() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "add_host takes a callable",
+            ));
+        }
+        let id = self
+            .dag_mut()
+            .add_host(host_closure(callable.clone().unbind()));
+        Ok(self.named(id, name))
+    }
+
+    /// Adds a node that does nothing (a join point for edges).
+    #[pyo3(signature = (name=None))]
+    fn add_empty(&mut self, name: Option<String>) -> PyNode {
+        let id = self.dag_mut().add_empty();
+        self.named(id, name)
+    }
+
+    /// Adds ``dag`` as a child graph (a copy of it as it is now; it keeps its buffers alive).
+    #[pyo3(signature = (dag, name=None))]
+    fn add_child(&mut self, dag: PyRef<'_, PyDag>, name: Option<String>) -> PyNode {
+        let id = self.dag_mut().add_child(dag.dag());
+        self.named(id, name)
+    }
+
+    /// Names ``node`` (in errors, DOT and recordings); returns it.
+    fn set_name(&mut self, node: PyRef<'_, PyNode>, name: String) -> PyResult<PyNode> {
+        let id = self.node_id(&node)?;
+        self.dag().node(id).py_err()?;
+        self.dag_mut().set_name(id, name);
+        Ok(node.clone())
+    }
+
+    /// The name of ``node`` (the given one, or ``kind#serial``).
+    fn name_of(&self, node: PyRef<'_, PyNode>) -> PyResult<String> {
+        let id = self.node_id(&node)?;
+        Ok(self.dag().node(id).py_err()?.name().to_string())
+    }
+
+    /// Makes ``after`` run after ``before`` (a cycle is a ``ValidationError``).
+    fn add_dependency(
+        &mut self,
+        before: PyRef<'_, PyNode>,
+        after: PyRef<'_, PyNode>,
+    ) -> PyResult<()> {
+        let (b, a) = (self.node_id(&before)?, self.node_id(&after)?);
+        self.dag_mut().add_dependency(b, a).py_err()
+    }
+
+    /// Makes each node run after the one before it in ``nodes``.
+    fn chain(&mut self, nodes: Vec<PyRef<'_, PyNode>>) -> PyResult<()> {
+        let ids = nodes
+            .iter()
+            .map(|n| self.node_id(n))
+            .collect::<PyResult<Vec<_>>>()?;
+        self.dag_mut().chain(&ids).py_err()
+    }
+
+    /// The DAG in Graphviz DOT.
+    fn to_dot(&self) -> String {
+        self.dag().to_dot()
+    }
+
+    /// The number of nodes.
+    fn __len__(&self) -> usize {
+        self.dag().node_count()
+    }
+
+    /// The number of edges.
+    #[getter]
+    fn edge_count(&self) -> usize {
+        self.dag().edge_count()
+    }
+
+    /// The nodes in a topological order (every node after its dependencies).
+    fn topological_order(&self) -> Vec<PyNode> {
+        self.dag()
+            .topological_order()
+            .into_iter()
+            .map(|id| self.node(id))
+            .collect()
+    }
+
+    /// Validates the DAG for ``device`` (a ``Device``), as ``instantiate`` does first.
+    fn validate(&self, py: Python<'_>, device: PyRef<'_, PyDevice>) -> PyResult<()> {
+        let (dag, d) = (self.dag(), device.inner.clone());
+        py.allow_threads(|| dag.validate(&d)).py_err()
+    }
+
+    /// Lowers the DAG onto a ``RecordingBackend`` (validated first): the backend records the
+    /// CUDA calls that instantiating the DAG would make. Returns how many calls it recorded.
+    fn lower(&self, backend: &Bound<'_, PyRecordingBackend>) -> PyResult<usize> {
+        let mut rec = backend.borrow_mut();
+        let before = rec.inner.call_count();
+        self.dag().lower(&mut rec.inner).py_err()?;
+        Ok(rec.inner.call_count() - before)
+    }
+
+    /// Validates and lowers the DAG into a CUDA graph on ``device`` (the DAG's ``backend``
+    /// when that is a ``Device``, else ``Device(0)``) and instantiates it. The GIL is released
+    /// meanwhile.
+    #[pyo3(signature = (device=None))]
+    fn instantiate(&self, py: Python<'_>, device: Option<PyRef<'_, PyDevice>>) -> PyResult<PyExec> {
+        let device = match device {
+            Some(d) => d.inner.clone(),
+            None => match &self.backend {
+                Some(Origin::Gpu(d)) => d.clone(),
+                _ => crate::device::open_device(0)?,
+            },
+        };
+        let dag = self.dag();
+        let d = device.clone();
+        let exec = py.allow_threads(|| dag.instantiate(&d)).py_err()?;
+        Ok(PyExec::new(exec, device, self))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Dag(nodes={}, edges={})",
+            self.dag().node_count(),
+            self.dag().edge_count()
+        )
+    }
+}
+
+/// A memset value: a NumPy scalar of 1, 2 or 4 bytes, or a plain number as the buffer's type.
+fn memset_value(value: &Bound<'_, PyAny>, dtype: Option<Dtype>) -> PyResult<MemsetValue> {
+    let (d, bytes): (Dtype, Vec<u8>) = if value.hasattr("dtype")? && value.hasattr("tobytes")? {
+        (
+            Dtype::from_py(&value.getattr("dtype")?)?,
+            value.call_method0("tobytes")?.extract()?,
+        )
+    } else {
+        let Some(d) = dtype else {
+            return Err(invalid("memset: give the value as a NumPy scalar"));
+        };
+        let is_int = value.is_instance_of::<PyInt>() || value.is_instance_of::<PyBool>();
+        let b = match (d.kind, d.size) {
+            ('f', 4) => (value.extract::<f64>()? as f32).to_le_bytes().to_vec(),
+            ('i' | 'u' | 'b', n) if is_int && n <= 4 => {
+                let v: i64 = value.extract()?;
+                let fits = if d.kind == 'i' {
+                    v >= -(1i64 << (n * 8 - 1)) && v < (1i64 << (n * 8 - 1))
+                } else {
+                    v >= 0 && v < (1i64 << (n * 8))
+                };
+                if !fits {
+                    return Err(invalid(format!("memset: {v} does not fit in {}", d.name())));
+                }
+                v.to_le_bytes()[..n].to_vec()
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "memset: a plain value cannot fill {} elements (memsets write 1, 2 or \
+                     4-byte values); give a NumPy scalar of 1, 2 or 4 bytes",
+                    d.name()
+                )))
+            }
+        };
+        (d, b)
+    };
+    Ok(match bytes.len() {
+        1 => MemsetValue::U8(bytes[0]),
+        2 => MemsetValue::U16(u16::from_le_bytes([bytes[0], bytes[1]])),
+        4 => MemsetValue::U32(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])),
+        n => {
+            return Err(invalid(format!(
+                "memset: a {}-byte value ({}); memsets write 1, 2 or 4-byte values",
+                n,
+                d.name()
+            )))
+        }
+    })
+}

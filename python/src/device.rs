@@ -1,0 +1,317 @@
+//! `Device`, `Stream`, `RecordingBackend`, and where a buffer's memory comes from (`Origin`).
+
+use std::sync::Mutex;
+
+use cudagraph::{DeviceLimits, RecordingBackend, Stream};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::errors::{invalid, IntoPy};
+
+/// Every device opened, for `synchronize_all` at exit.
+static OPENED: Mutex<Vec<cudagraph::Device>> = Mutex::new(Vec::new());
+
+/// Opens device `ordinal` (noting it for `synchronize_all`).
+pub(crate) fn open_device(ordinal: usize) -> PyResult<cudagraph::Device> {
+    let d = cudagraph::Device::get(ordinal).py_err()?;
+    let mut opened = OPENED.lock().unwrap_or_else(|p| p.into_inner());
+    if !opened.contains(&d) {
+        opened.push(d.clone());
+    }
+    Ok(d)
+}
+
+/// Waits for all work on every device opened, with the GIL released: registered with
+/// `atexit` by the package, so that host nodes still queued run (they take the GIL) before
+/// the interpreter finalizes, when a thread taking the GIL would be stopped. Errors are
+/// ignored (the process is exiting).
+#[pyfunction]
+pub(crate) fn _synchronize_all(py: Python<'_>) {
+    let devices = OPENED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    py.allow_threads(move || {
+        for d in devices {
+            let _ = d.synchronize();
+        }
+    });
+}
+
+/// Drops `value` with the GIL released: dropping a buffer, DAG or `Exec` may wait for the GPU
+/// work that uses it, and that work may include a host node waiting for the GIL.
+pub(crate) fn drop_detached<T: Send>(value: T) {
+    Python::with_gil(|py| py.allow_threads(move || drop(value)));
+}
+
+/// One GPU (its primary context).
+///
+/// ``Device(0)`` opens the first GPU; without a GPU (or without the NVIDIA driver or the CUDA
+/// 13 runtime) it raises ``NoGpuError``. DAGs are still built, validated, lowered and drawn
+/// without one, against a ``RecordingBackend``.
+#[pyclass(module = "cudagraph._cudagraph", name = "Device", frozen, eq)]
+#[derive(Clone)]
+pub(crate) struct PyDevice {
+    pub(crate) inner: cudagraph::Device,
+}
+
+impl PartialEq for PyDevice {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner == other.inner
+    }
+}
+
+#[pymethods]
+impl PyDevice {
+    /// Opens GPU ``ordinal`` (``NoGpuError`` if there is none).
+    #[new]
+    #[pyo3(signature = (ordinal=0))]
+    fn new(ordinal: usize) -> PyResult<Self> {
+        Ok(PyDevice {
+            inner: open_device(ordinal)?,
+        })
+    }
+
+    /// The number of GPUs (``NoGpuError`` when no driver or runtime is usable).
+    #[staticmethod]
+    fn count() -> PyResult<usize> {
+        cudagraph::Device::count().py_err()
+    }
+
+    /// The device's ordinal.
+    #[getter]
+    fn ordinal(&self) -> usize {
+        self.inner.ordinal()
+    }
+
+    /// The device's name, e.g. ``NVIDIA H100 80GB HBM3``.
+    #[getter]
+    fn name(&self) -> String {
+        self.inner.properties().name.clone()
+    }
+
+    /// ``(major, minor)`` compute capability.
+    #[getter]
+    fn compute_capability(&self) -> (u32, u32) {
+        self.inner.limits().compute_capability
+    }
+
+    /// ``(free, total)`` device memory in bytes.
+    fn memory_info(&self) -> PyResult<(usize, usize)> {
+        self.inner.memory_info().py_err()
+    }
+
+    /// Waits for all work on the device (the GIL is released while waiting).
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let d = self.inner.clone();
+        py.allow_threads(move || d.synchronize()).py_err()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Device({}, '{}')", self.inner.ordinal(), self.name())
+    }
+}
+
+/// A CUDA stream of a device (created non-blocking); destroyed with the last reference.
+///
+/// ``Exec.launch`` also takes another library's stream: any object with ``__cuda_stream__``
+/// (cuda.core), a CuPy stream (``.ptr``) or a PyTorch stream (``.cuda_stream``).
+#[pyclass(module = "cudagraph._cudagraph", name = "Stream", frozen)]
+pub(crate) struct PyStream {
+    pub(crate) inner: Option<Stream>,
+}
+
+impl Drop for PyStream {
+    fn drop(&mut self) {
+        if let Some(s) = self.inner.take() {
+            drop_detached(s);
+        }
+    }
+}
+
+impl PyStream {
+    pub(crate) fn stream(&self) -> &Stream {
+        self.inner.as_ref().expect("taken only by Drop")
+    }
+}
+
+#[pymethods]
+impl PyStream {
+    /// Creates a stream on ``device`` (``Device(0)`` when not given).
+    #[new]
+    #[pyo3(signature = (device=None))]
+    fn new(device: Option<PyRef<'_, PyDevice>>) -> PyResult<Self> {
+        let device = match device {
+            Some(d) => d.inner.clone(),
+            None => open_device(0)?,
+        };
+        Ok(PyStream {
+            inner: Some(Stream::new(&device).py_err()?),
+        })
+    }
+
+    /// The raw ``cudaStream_t`` as an integer (valid while this object lives).
+    #[getter]
+    fn ptr(&self) -> usize {
+        self.stream().raw() as usize
+    }
+
+    /// The cuda.core stream protocol: ``(0, handle)``.
+    fn __cuda_stream__(&self) -> (u32, usize) {
+        (0, self.ptr())
+    }
+
+    /// Waits for the work queued on the stream (the GIL is released while waiting).
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        let s = self.stream().clone();
+        py.allow_threads(move || s.synchronize()).py_err()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Stream({:#x})", self.ptr())
+    }
+}
+
+/// A stand-in for GPUs, for building, validating and lowering DAGs without one.
+///
+/// Its ``device_buffer``, ``host_buffer`` and ``kernel`` make placeholders (no memory, no code);
+/// ``Dag.lower(backend)`` records the CUDA calls that instantiating the DAG would make, readable
+/// with ``calls()`` and ``transcript()``. A ``Dag(backend=...)`` wraps arrays exposing
+/// ``__cuda_array_interface__`` as this backend's placeholders (holding a reference to them, as
+/// a real DAG does).
+#[pyclass(module = "cudagraph._cudagraph", name = "RecordingBackend", unsendable)]
+pub(crate) struct PyRecordingBackend {
+    pub(crate) inner: RecordingBackend,
+}
+
+#[pymethods]
+impl PyRecordingBackend {
+    /// A recording backend validating against an H100's limits.
+    #[new]
+    fn new() -> Self {
+        PyRecordingBackend {
+            inner: RecordingBackend::new(DeviceLimits::hopper()),
+        }
+    }
+
+    /// A placeholder device buffer (no memory behind it).
+    #[pyo3(signature = (shape, dtype=None))]
+    fn device_buffer(
+        slf: &Bound<'_, Self>,
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<crate::buffers::PyDeviceBuffer> {
+        let (shape, dtype, bytes) = crate::buffers::layout(shape, dtype)?;
+        let buf =
+            crate::typed::TypedBuffer::recording(&mut slf.borrow_mut().inner, dtype, bytes, None);
+        Ok(crate::buffers::PyDeviceBuffer::new(
+            buf,
+            shape,
+            dtype,
+            Origin::Recording(slf.clone().unbind()),
+        ))
+    }
+
+    /// A placeholder pinned host buffer.
+    #[pyo3(signature = (shape, dtype=None))]
+    fn host_buffer(
+        slf: &Bound<'_, Self>,
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<crate::buffers::PyHostBuffer> {
+        let (shape, dtype, bytes) = crate::buffers::layout(shape, dtype)?;
+        let buf = slf.borrow_mut().inner.host_buffer::<u8>(bytes);
+        Ok(crate::buffers::PyHostBuffer::new(buf, shape, dtype))
+    }
+
+    /// A placeholder kernel named ``name`` whose parameters have these sizes in bytes (laid out
+    /// with natural alignment), e.g. ``[8, 4, 4]`` for ``(float* x, float a, int n)``; with
+    /// ``signature`` (``"float* x, float a, int n"``) the sizes are taken from the C types and
+    /// plain Python numbers are accepted as arguments.
+    #[pyo3(signature = (name, param_sizes=None, signature=None))]
+    fn kernel(
+        slf: &Bound<'_, Self>,
+        name: &str,
+        param_sizes: Option<Vec<usize>>,
+        signature: Option<&str>,
+    ) -> PyResult<crate::kernel::PyKernel> {
+        let types = signature.map(crate::kernel::parse_params).transpose()?;
+        let sizes = match (&param_sizes, &types) {
+            (Some(s), _) => s.clone(),
+            (None, Some(t)) => t
+                .iter()
+                .map(|p| {
+                    p.size().ok_or_else(|| {
+                        invalid(format!(
+                            "parameter type `{}` has no known size: give param_sizes",
+                            p.text
+                        ))
+                    })
+                })
+                .collect::<PyResult<_>>()?,
+            (None, None) => return Err(invalid("give param_sizes or signature")),
+        };
+        let kernel = slf.borrow().inner.kernel(name, &sizes);
+        crate::kernel::PyKernel::new(kernel, types, Origin::Recording(slf.clone().unbind()))
+    }
+
+    /// The recorded calls, one dict per call: ``function``, ``kind``, ``name``, ``deps``
+    /// (indices of earlier calls) and ``params`` (words).
+    fn calls<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, pyo3::types::PyDict>>> {
+        self.inner
+            .calls()
+            .iter()
+            .map(|c| {
+                let d = pyo3::types::PyDict::new(py);
+                d.set_item("function", c.function)?;
+                d.set_item("kind", c.kind)?;
+                d.set_item("name", &c.name)?;
+                d.set_item("deps", PyTuple::new(py, &c.deps)?)?;
+                d.set_item("params", &c.params)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    /// The calls as text, one per line.
+    fn transcript(&self) -> String {
+        self.inner.transcript()
+    }
+
+    /// Forgets the recorded calls.
+    fn clear(&mut self) {
+        self.inner.clear()
+    }
+}
+
+/// Where a buffer's memory, or a kernel, comes from: a GPU, or a recording backend.
+pub(crate) enum Origin {
+    Gpu(cudagraph::Device),
+    Recording(Py<PyRecordingBackend>),
+}
+
+impl Clone for Origin {
+    fn clone(&self) -> Self {
+        match self {
+            Origin::Gpu(d) => Origin::Gpu(d.clone()),
+            Origin::Recording(r) => Python::with_gil(|py| Origin::Recording(r.clone_ref(py))),
+        }
+    }
+}
+
+impl Origin {
+    /// The origin of an optional `Device` / `RecordingBackend` argument.
+    pub(crate) fn from_arg(obj: &Bound<'_, PyAny>) -> PyResult<Origin> {
+        if let Ok(d) = obj.downcast::<PyDevice>() {
+            return Ok(Origin::Gpu(d.get().inner.clone()));
+        }
+        if let Ok(r) = obj.downcast::<PyRecordingBackend>() {
+            return Ok(Origin::Recording(r.clone().unbind()));
+        }
+        Err(pyo3::exceptions::PyTypeError::new_err(
+            "expected a cudagraph.Device or a cudagraph.RecordingBackend",
+        ))
+    }
+
+    /// `Device(0)`, for calls given no device.
+    pub(crate) fn default_gpu() -> PyResult<Origin> {
+        Ok(Origin::Gpu(open_device(0)?))
+    }
+}

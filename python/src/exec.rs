@@ -1,0 +1,282 @@
+//! `Exec`: an instantiated graph, and the streams it launches on.
+
+use std::collections::HashMap;
+
+use cudagraph::{Exec, Stream};
+use pyo3::prelude::*;
+
+use crate::dag::{PyDag, PyNode};
+use crate::device::{drop_detached, PyStream};
+use crate::errors::{invalid, IntoPy};
+use crate::kernel::{as_args, prepare_args, KernelInfo};
+
+/// A DAG instantiated as a CUDA graph: launch it many times, update it between launches.
+///
+/// ``launch`` and ``synchronize`` release the GIL while they wait, so host nodes (which take
+/// it) can run. Dropping an ``Exec`` waits for its queued launches.
+#[pyclass(module = "cudagraph._cudagraph", name = "Exec", unsendable)]
+pub(crate) struct PyExec {
+    inner: Option<Exec>,
+    device: cudagraph::Device,
+    /// The DAGs whose nodes are accepted: the one it was made from and those it was updated
+    /// from (built the same way, so their nodes are the same indices).
+    dags: Vec<u64>,
+    kernels: HashMap<usize, KernelInfo>,
+    /// The plan of each FFT node (by node index).
+    ffts: HashMap<usize, Py<crate::fft::PyFftPlan>>,
+    /// Foreign arrays given to `set_fft_params` are wrapped as a DAG for this device would.
+    wrap: PyDag,
+    /// The stream `launch()` uses when given none (made at the first such launch).
+    own_stream: Option<Stream>,
+    /// The last foreign stream launched on, by handle: wrapped once (holding the Python
+    /// stream object, so its handle cannot be reused while kept).
+    foreign: Option<(usize, Stream)>,
+}
+
+impl Drop for PyExec {
+    fn drop(&mut self) {
+        let (e, s, f) = (
+            self.inner.take(),
+            self.own_stream.take(),
+            self.foreign.take(),
+        );
+        drop_detached((e, s, f));
+    }
+}
+
+impl PyExec {
+    pub(crate) fn new(exec: Exec, device: cudagraph::Device, dag: &PyDag) -> Self {
+        let wrap = PyDag::for_device(&device);
+        PyExec {
+            inner: Some(exec),
+            device,
+            dags: vec![dag.id],
+            kernels: dag.kernels.clone(),
+            ffts: Python::with_gil(|py| {
+                dag.ffts
+                    .iter()
+                    .map(|(k, v)| (*k, v.clone_ref(py)))
+                    .collect()
+            }),
+            wrap,
+            own_stream: None,
+            foreign: None,
+        }
+    }
+
+    fn exec(&mut self) -> &mut Exec {
+        self.inner.as_mut().expect("taken only by Drop")
+    }
+
+    fn node_id(&self, node: &PyNode) -> PyResult<cudagraph::NodeId> {
+        if !self.dags.contains(&node.dag) {
+            return Err(invalid(format!(
+                "Node({}) belongs to another DAG than the ones this Exec was made or updated from",
+                node.id.index()
+            )));
+        }
+        Ok(node.id)
+    }
+
+    /// The stream to launch on: ours, a cudagraph `Stream`, or another library's.
+    fn stream(&mut self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<Stream> {
+        let Some(obj) = stream else {
+            if self.own_stream.is_none() {
+                self.own_stream = Some(Stream::new(&self.device).py_err()?);
+            }
+            return Ok(self.own_stream.clone().expect("set above"));
+        };
+        if let Ok(s) = obj.downcast::<PyStream>() {
+            return Ok(s.get().stream().clone());
+        }
+        let raw = foreign_stream_handle(obj)?;
+        if let Some(d) = foreign_stream_device(obj) {
+            if d != self.device.ordinal() {
+                return Err(invalid(format!(
+                    "the stream is on device {d} but the Exec is on device {}",
+                    self.device.ordinal()
+                )));
+            }
+        }
+        if let Some((r, s)) = &self.foreign {
+            if *r == raw {
+                return Ok(s.clone());
+            }
+        }
+        let owner: cudagraph::ForeignOwner = Box::new(obj.clone().unbind());
+        // SAFETY: `raw` is the stream handle the object gives through its protocol
+        // (`__cuda_stream__`, CuPy's `.ptr`, PyTorch's `.cuda_stream`), valid while the object
+        // lives, which `owner` holds; those libraries make their streams in the CUDA runtime's
+        // primary context of the stream's device, and the device the object states was checked
+        // against the `Exec`'s above (a stream of another device that says nothing is refused by
+        // CUDA at launch as a handle of another context: an error, not a use of freed memory).
+        let s = unsafe {
+            Stream::from_foreign(&self.device, raw as cudagraph::sys::cudaStream_t, owner)
+        }
+        .py_err()?;
+        self.foreign = Some((raw, s.clone()));
+        Ok(s)
+    }
+}
+
+/// The handle of another library's stream: `__cuda_stream__()` (cuda.core: `(version, handle)`),
+/// `.cuda_stream` (PyTorch), `.ptr` (CuPy), or an int.
+pub(crate) fn foreign_stream_handle(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    if obj.hasattr("__cuda_stream__")? {
+        let (_, raw): (usize, usize) = obj
+            .call_method0("__cuda_stream__")?
+            .extract()
+            .map_err(|_| invalid("__cuda_stream__() must return (version, handle)"))?;
+        return Ok(raw);
+    }
+    for attr in ["cuda_stream", "ptr"] {
+        if let Ok(v) = obj.getattr(attr) {
+            if let Ok(raw) = v.extract::<usize>() {
+                return Ok(raw);
+            }
+        }
+    }
+    Err(invalid(format!(
+        "cannot launch on a {}: expected a cudagraph.Stream, an object with __cuda_stream__, a \
+         CuPy stream (.ptr) or a PyTorch stream (.cuda_stream)",
+        obj.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
+    )))
+}
+
+/// The device another library's stream says it is on: PyTorch's `.device_index`, CuPy's
+/// `.device_id`, cuda.core's `.device.device_id`; `None` when it says nothing.
+fn foreign_stream_device(obj: &Bound<'_, PyAny>) -> Option<usize> {
+    let int = |v: PyResult<Bound<'_, PyAny>>| v.ok().and_then(|v| v.extract::<usize>().ok());
+    int(obj.getattr("device_index"))
+        .or_else(|| int(obj.getattr("device_id")))
+        .or_else(|| int(obj.getattr("device").and_then(|d| d.getattr("device_id"))))
+}
+
+#[pymethods]
+impl PyExec {
+    /// Queues one launch on ``stream`` (a cudagraph ``Stream``, an object with
+    /// ``__cuda_stream__``, a CuPy or PyTorch stream; the ``Exec``'s own stream when not
+    /// given) and returns without waiting for it. Reports a host callable's exception from an
+    /// earlier launch (``HostCallbackError``).
+    #[pyo3(signature = (stream=None))]
+    fn launch(&mut self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let s = self.stream(stream)?;
+        let exec = self.exec();
+        py.allow_threads(|| exec.launch(&s)).py_err()
+    }
+
+    /// Waits for every queued launch (the GIL is released meanwhile); reports a host
+    /// callable's exception (``HostCallbackError``).
+    fn synchronize(&mut self, py: Python<'_>) -> PyResult<()> {
+        let exec = self.exec();
+        py.allow_threads(|| exec.synchronize()).py_err()
+    }
+
+    /// Replaces all arguments of kernel node ``node`` for the next launches (converted and
+    /// checked as in ``Dag.add_kernel``), in place: no new instantiation.
+    fn set_kernel_args(
+        &mut self,
+        node: PyRef<'_, PyNode>,
+        args: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let id = self.node_id(&node)?;
+        let info = self
+            .kernels
+            .get(&id.index())
+            .cloned()
+            .ok_or_else(|| invalid(format!("Node({}) is not a kernel node", id.index())))?;
+        let prepared = prepare_args(&info, args)?;
+        self.exec()
+            .set_kernel_args(id, &as_args(&prepared))
+            .py_err()
+    }
+
+    /// Replaces argument ``index`` of kernel node ``node`` for the next launches.
+    fn set_kernel_arg(
+        &mut self,
+        node: PyRef<'_, PyNode>,
+        index: usize,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let id = self.node_id(&node)?;
+        let mut info = self
+            .kernels
+            .get(&id.index())
+            .cloned()
+            .ok_or_else(|| invalid(format!("Node({}) is not a kernel node", id.index())))?;
+        // Convert the one value as parameter `index`.
+        if let Some(t) = &info.types {
+            let one: Vec<_> = t.get(index).cloned().into_iter().collect();
+            info.types = Some(std::sync::Arc::new(one));
+        }
+        let list = pyo3::types::PyList::new(value.py(), [value])?;
+        let prepared = prepare_args(&info, list.as_any())?;
+        let arg = as_args(&prepared).pop().expect("one argument");
+        self.exec().set_kernel_arg(id, index, arg).py_err()
+    }
+
+    /// Enables or disables ``node`` for the next launches (a disabled node does nothing).
+    fn set_enabled(&mut self, node: PyRef<'_, PyNode>, enabled: bool) -> PyResult<()> {
+        let id = self.node_id(&node)?;
+        self.exec().set_enabled(id, enabled).py_err()
+    }
+
+    /// Updates the whole graph from ``dag``, built the same way (same nodes and edges; other
+    /// parameters), without instantiating again. ``UpdateRefusedError`` when the topology
+    /// differs or CUDA refuses; the ``Exec`` is unchanged then.
+    fn update(&mut self, py: Python<'_>, dag: PyRef<'_, PyDag>) -> PyResult<()> {
+        let d = dag.dag();
+        let exec = self.exec();
+        py.allow_threads(|| exec.update(d)).py_err()?;
+        if !self.dags.contains(&dag.id) {
+            self.dags.push(dag.id);
+        }
+        self.kernels = dag.kernels.clone();
+        self.ffts = dag
+            .ffts
+            .iter()
+            .map(|(k, v)| (*k, v.clone_ref(py)))
+            .collect();
+        Ok(())
+    }
+
+    /// Replaces the callback parameters of FFT node ``node`` for the launches queued after
+    /// this call (``load_scale``, ``load_input``, ``store_scale``, ``store_output``,
+    /// ``accumulate`` as in ``Dag.add_fft``); launches already queued keep theirs. Buffers the
+    /// old parameters named stay alive until those launches have completed.
+    #[pyo3(signature = (node, load_scale=None, load_input=None, store_scale=None, store_output=None, accumulate=false))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
+    fn set_fft_params(
+        &mut self,
+        py: Python<'_>,
+        node: PyRef<'_, PyNode>,
+        load_scale: Option<f32>,
+        load_input: Option<&Bound<'_, PyAny>>,
+        store_scale: Option<f32>,
+        store_output: Option<&Bound<'_, PyAny>>,
+        accumulate: bool,
+    ) -> PyResult<()> {
+        let id = self.node_id(&node)?;
+        let plan = self
+            .ffts
+            .get(&id.index())
+            .map(|p| p.clone_ref(py))
+            .ok_or_else(|| invalid(format!("Node({}) is not an FFT node", id.index())))?;
+        let li = load_input
+            .map(|b| self.wrap.region(b, None, "FFT load_input").map(|r| r.0))
+            .transpose()?;
+        let so = store_output
+            .map(|b| self.wrap.region(b, None, "FFT store_output").map(|r| r.0))
+            .transpose()?;
+        let params = crate::fft::params(plan.get(), load_scale, li, store_scale, so, accumulate);
+        self.exec().set_fft_params(id, params).py_err()
+    }
+
+    /// The graph this ``Exec`` runs (its DAG, as updated) in Graphviz DOT.
+    fn to_dot(&self) -> String {
+        self.inner.as_ref().expect("taken only by Drop").to_dot()
+    }
+}

@@ -1,0 +1,65 @@
+//! The `cudagraph._cudagraph` extension module: Python bindings of the cudagraph crate.
+//!
+//! The Python package (`python/cudagraph/__init__.py`) re-exports everything here. Objects that
+//! hold GPU work (`Dag`, `Exec`, `RecordingBackend`) are `unsendable` (used from the thread
+//! that made them); buffers, devices, streams, kernels and nodes are immutable (`frozen`) and
+//! shareable. Every call that may wait for the GPU releases the GIL, and so does dropping an
+//! object that may wait (a host node queued before it may need the GIL to finish).
+
+use pyo3::prelude::*;
+
+mod buffers;
+mod dag;
+mod device;
+mod dlpack;
+mod dtype;
+mod errors;
+mod exec;
+mod fft;
+mod kernel;
+mod typed;
+
+/// Runs `callable` the way a host node does (on another thread, taking the GIL; an exception
+/// kept and reported as the crate reports a failed host closure) and returns the error a
+/// launch would raise then, or `None`. For testing host callables without a GPU.
+#[pyfunction]
+fn _run_as_host_node(py: Python<'_>, callable: Py<PyAny>) -> PyResult<Option<PyErr>> {
+    let f = dag::host_closure(callable);
+    let outcome = py.allow_threads(move || {
+        std::thread::spawn(move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
+            .join()
+            .expect("the closure's panic is caught inside the thread")
+    });
+    Ok(outcome.err().map(|payload| {
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        errors::to_py(cudagraph::Error::HostNodePanicked {
+            node: "host#test".into(),
+            message,
+        })
+    }))
+}
+
+/// Build CUDA graphs explicitly as DAGs, validate them, draw them as DOT, launch and update
+/// them (the cudagraph Rust crate, from Python).
+#[pymodule]
+fn _cudagraph(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<device::PyDevice>()?;
+    m.add_class::<device::PyStream>()?;
+    m.add_class::<device::PyRecordingBackend>()?;
+    m.add_class::<buffers::PyDeviceBuffer>()?;
+    m.add_class::<buffers::PyHostBuffer>()?;
+    m.add_class::<kernel::PyCudaModule>()?;
+    m.add_class::<kernel::PyKernel>()?;
+    m.add_class::<dag::PyNode>()?;
+    m.add_class::<dag::PyDag>()?;
+    m.add_class::<exec::PyExec>()?;
+    m.add_class::<fft::PyFftPlan>()?;
+    m.add_function(wrap_pyfunction!(_run_as_host_node, m)?)?;
+    m.add_function(wrap_pyfunction!(device::_synchronize_all, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,355 @@
+"""GPU tests: results of every node kind against NumPy, with cudagraph buffers, CuPy arrays and
+PyTorch tensors as operands. Skipped with the reason without a GPU (failed under
+CUDAGRAPH_REQUIRE_GPU=1); the CuPy and PyTorch ones skipped when those are not installed."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import cudagraph as cg
+
+pytestmark = pytest.mark.gpu
+
+SOURCE = r"""
+extern "C" __global__ void scale(float* x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+extern "C" __global__ void add_to(float* y, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] += x[i];
+}
+"""
+
+N = 1000
+BLOCK = 256
+GRID = (N + BLOCK - 1) // BLOCK
+
+
+@pytest.fixture(scope="module")
+def module(device):
+    return cg.Module.from_source(SOURCE, device)
+
+
+def test_kernel_copy_memset_and_host_nodes_against_numpy(device, module):
+    data = np.arange(N, dtype=np.float32)
+    host = cg.HostBuffer.from_numpy(data, device)
+    out = cg.HostBuffer(N, "float32", device)
+    ones = cg.HostBuffer(N, "float32", device)
+    x = cg.DeviceBuffer(N, "float32", device)
+    y = cg.DeviceBuffer(N, "float32", device)
+    calls = []
+
+    dag = cg.Dag()
+    up = dag.add_copy(x, host, name="upload")
+    fill = dag.add_memset(y, np.float32(1.0), name="ones")
+    k = dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [x, 2.0, N], name="scale")
+    add = dag.add_kernel(module.kernel("add_to"), GRID, BLOCK, [y, x, N], name="add")
+    down = dag.add_copy(out, y, name="download")
+    down1 = dag.add_copy(ones, y)
+    tick = dag.add_host(lambda: calls.append(len(calls)), name="tick")
+    dag.chain([up, k, add, down, tick])
+    dag.chain([fill, down1, add])
+
+    exec = dag.instantiate(device)
+    exec.launch()
+    exec.synchronize()
+    np.testing.assert_array_equal(out.to_numpy(), 1.0 + 2.0 * data)
+    np.testing.assert_array_equal(ones.to_numpy(), np.ones(N, np.float32))
+    assert calls == [0]
+
+    # Per-launch argument update, three launches, one synchronize.
+    for a in (3.0, 4.0, 5.0):
+        exec.set_kernel_arg(k, 1, a)
+        exec.launch()
+    exec.synchronize()
+    np.testing.assert_array_equal(out.to_numpy(), 1.0 + 5.0 * data)
+    assert calls == [0, 1, 2, 3]
+    np.testing.assert_array_equal(x.to_numpy(), 5.0 * data)
+
+
+def test_set_enabled_and_whole_graph_update(device, module):
+    x = cg.DeviceBuffer.from_numpy(np.ones(N, np.float32), device)
+    scale = module.kernel("scale")
+
+    def build(a):
+        dag = cg.Dag()
+        return dag, dag.add_kernel(scale, GRID, BLOCK, [x, np.float32(a), np.int32(N)])
+
+    dag, k = build(2.0)
+    exec = dag.instantiate(device)
+    exec.launch()
+    exec.set_enabled(k, False)
+    exec.launch()  # does nothing
+    exec.set_enabled(k, True)
+    dag3, _ = build(3.0)
+    exec.update(dag3)
+    exec.launch()
+    exec.synchronize()
+    np.testing.assert_array_equal(x.to_numpy(), np.full(N, 6.0, np.float32))
+    # The first DAG's nodes stay valid after the update (same indices).
+    exec.set_kernel_arg(k, 1, 0.5)
+    exec.launch()
+    exec.synchronize()
+    np.testing.assert_array_equal(x.to_numpy(), np.full(N, 3.0, np.float32))
+    other = cg.Dag()
+    other.add_empty()
+    with pytest.raises(cg.UpdateRefusedError):
+        exec.update(other)
+
+
+def test_host_callable_exception_is_reported_at_synchronize_then_cleared(device):
+    state = {"fail": True}
+
+    def host():
+        if state["fail"]:
+            raise RuntimeError("pipeline stalled")
+
+    dag = cg.Dag()
+    dag.add_host(host, name="check")
+    exec = dag.instantiate(device)
+    exec.launch()
+    with pytest.raises(cg.HostCallbackError, match="check") as e:
+        exec.synchronize()
+    assert isinstance(e.value.__cause__, RuntimeError)
+    assert "pipeline stalled" in str(e.value.__cause__)
+    state["fail"] = False
+    exec.launch()
+    exec.synchronize()  # nothing left to report
+
+
+def test_device_buffer_round_trip_and_cuda_array_interface(device):
+    a = np.arange(12, dtype=np.int32).reshape(3, 4)
+    b = cg.DeviceBuffer.from_numpy(a, device)
+    assert b.shape == (3, 4) and b.dtype == "<i4" and b.device == device.ordinal
+    np.testing.assert_array_equal(b.to_numpy(), a)
+    cai = b.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["shape"] == (3, 4) and cai["typestr"] == "<i4"
+    assert cai["data"][0] != 0
+    b.copy_from(a * 2)
+    np.testing.assert_array_equal(b.to_numpy(), a * 2)
+
+
+def test_dlpack_capsules_keep_the_memory_alive(device):
+    import ctypes
+
+    is_valid = ctypes.pythonapi.PyCapsule_IsValid
+    is_valid.restype = ctypes.c_int
+    is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    b = cg.DeviceBuffer.from_numpy(np.arange(8, dtype=np.float32), device)
+    assert b.__dlpack_device__() == (2, device.ordinal)
+    legacy = b.__dlpack__()
+    assert is_valid(legacy, b"dltensor") == 1
+    versioned = b.__dlpack__(max_version=(1, 0))
+    assert is_valid(versioned, b"dltensor_versioned") == 1
+    with pytest.raises(BufferError):
+        b.__dlpack__(copy=True)
+    with pytest.raises(BufferError):
+        b.__dlpack__(dl_device=(1, 0))
+    del b, legacy, versioned  # the capsules' destructors free their tensors
+    gc.collect()
+
+
+def test_launch_on_a_stream_given_by_the_cuda_stream_protocol(device, module):
+    ours = cg.Stream(device)
+
+    class ProtocolStream:  # as cuda.core's Stream exposes it
+        def __cuda_stream__(self):
+            return (0, ours.ptr)
+
+    x = cg.DeviceBuffer.from_numpy(np.ones(N, np.float32), device)
+    dag = cg.Dag()
+    dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [x, 2.0, N])
+    exec = dag.instantiate(device)
+    s = ProtocolStream()
+    exec.launch(s)
+    exec.launch(s)
+    exec.launch(ours)
+    exec.synchronize()
+    np.testing.assert_array_equal(x.to_numpy(), np.full(N, 8.0, np.float32))
+
+
+class CaiView:
+    """Only ``__cuda_array_interface__``, over another object's memory (kept by ``owner``)."""
+
+    def __init__(self, ptr, n, owner, typestr="<f4"):
+        self.owner = owner
+        self.__cuda_array_interface__ = dict(
+            shape=(n,), typestr=typestr, data=(ptr, False), version=3, strides=None
+        )
+
+
+def test_a_foreign_view_of_device_memory_is_used_and_host_memory_refused(device, module):
+    backing = cg.DeviceBuffer.from_numpy(np.ones(N, np.float32), device)
+    view = CaiView(backing.__cuda_array_interface__["data"][0], N, backing)
+    dag = cg.Dag(backend=device)
+    dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [view, 4.0, N])
+    exec = dag.instantiate(device)
+    exec.launch()
+    exec.synchronize()
+    np.testing.assert_array_equal(backing.to_numpy(), np.full(N, 4.0, np.float32))
+
+    host = np.zeros(N, np.float32)
+    with pytest.raises(cg.ValidationError, match="not device memory"):
+        dag.add_memset(CaiView(host.ctypes.data, N, host), np.float32(0))
+
+
+def test_exiting_with_a_host_node_queued_runs_it_and_exits_cleanly(device):
+    import subprocess
+    import sys
+
+    code = (
+        "import time, cudagraph as cg\n"
+        "dag = cg.Dag()\n"
+        "dag.add_host(lambda: (time.sleep(0.2), print('host node ran', flush=True)))\n"
+        "e = dag.instantiate(cg.Device(0))\n"
+        "e.launch()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "host node ran" in r.stdout
+
+
+def test_compile_error_carries_the_log(device):
+    with pytest.raises(cg.CompileError, match="undefined"):
+        cg.Module.from_source('extern "C" __global__ void k() { undefined_thing(); }', device)
+
+
+def test_no_device_memory_leak_over_10000_launches(device, module):
+    x = cg.DeviceBuffer(N, "float32", device)
+    dag = cg.Dag()
+    dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [x, 1.0, N])
+    dag.add_host(lambda: None)
+    exec = dag.instantiate(device)
+    exec.launch()
+    exec.synchronize()
+    free_before, _ = device.memory_info()
+    for _ in range(10_000):
+        exec.launch()
+    exec.synchronize()
+    free_after, _ = device.memory_info()
+    assert free_before - free_after < 2 << 20, (free_before, free_after)
+
+
+# --- CuPy and PyTorch operands ---
+
+
+def test_cupy_arrays_as_operands_and_stream(device, module, cupy):
+    x = cupy.arange(N, dtype=cupy.float32)
+    y = cupy.zeros(N, dtype=cupy.float32)
+    ref = weakref.ref(x)
+    dag = cg.Dag(backend=device)
+    k = dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [x, np.float32(3.0), np.int32(N)])
+    c = dag.add_copy(y, x)
+    dag.add_dependency(k, c)
+    exec = dag.instantiate(device)
+    expected = 3.0 * cupy.asnumpy(x)
+    del x
+    gc.collect()
+    assert ref() is not None, "the DAG keeps the CuPy array alive"
+    stream = cupy.cuda.Stream(non_blocking=True)
+    exec.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(cupy.asnumpy(y), expected)
+    # A cudagraph buffer seen by CuPy through __cuda_array_interface__ and DLPack.
+    b = cg.DeviceBuffer.from_numpy(np.arange(4, dtype=np.float32), device)
+    np.testing.assert_array_equal(cupy.asnumpy(cupy.asarray(b)), np.arange(4, dtype=np.float32))
+    via_dlpack = cupy.from_dlpack(b)
+    del b
+    gc.collect()
+    np.testing.assert_array_equal(cupy.asnumpy(via_dlpack), np.arange(4, dtype=np.float32))
+    del dag, exec
+    gc.collect()
+    assert ref() is None, "released with the DAG and the Exec"
+
+
+def test_cupy_dtype_and_layout_are_checked(device, module, cupy):
+    dag = cg.Dag(backend=device)
+    with pytest.raises(cg.ValidationError, match="holds float64"):
+        dag.add_kernel(module.kernel("scale"), 1, 1, [cupy.zeros(4), 1.0, 4])
+    with pytest.raises(cg.ValidationError, match="not C-contiguous"):
+        dag.add_kernel(
+            module.kernel("scale"), 1, 1, [cupy.zeros((4, 4), cupy.float32).T, 1.0, 16]
+        )
+
+
+def test_torch_tensors_as_operands_and_stream(device, module, torch):
+    x = torch.arange(N, dtype=torch.float32, device="cuda")
+    y = torch.zeros(N, dtype=torch.float32, device="cuda")
+    dag = cg.Dag(backend=device)
+    k = dag.add_kernel(module.kernel("add_to"), GRID, BLOCK, [y, x, N])
+    m = dag.add_memset(x, np.float32(0.5))
+    dag.add_dependency(k, m)
+    exec = dag.instantiate(device)
+    expected = torch.arange(N, dtype=torch.float32).numpy()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    exec.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(y.cpu().numpy(), expected)
+    np.testing.assert_array_equal(x.cpu().numpy(), np.full(N, 0.5, np.float32))
+    exec.launch(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(y.cpu().numpy(), expected + 0.5)
+    # A cudagraph buffer as a tensor through DLPack, alive after the buffer is gone.
+    b = cg.DeviceBuffer.from_numpy(np.arange(6, dtype=np.int64).reshape(2, 3), device)
+    t = torch.from_dlpack(b)
+    del b
+    gc.collect()
+    assert t.shape == (2, 3) and t.dtype == torch.int64 and t.is_cuda
+    np.testing.assert_array_equal(t.cpu().numpy(), np.arange(6).reshape(2, 3))
+
+
+# --- FFT nodes ---
+
+
+def test_fft_forward_then_inverse_with_one_plan_against_numpy(device):
+    n, batch = 256, 4
+    rng = np.random.default_rng(1)
+    data = (rng.standard_normal((batch, n)) + 1j * rng.standard_normal((batch, n))).astype(
+        np.complex64
+    )
+    x = cg.DeviceBuffer.from_numpy(data, device)
+    spectrum = cg.DeviceBuffer((batch, n), "complex64", device)
+    back = cg.DeviceBuffer((batch, n), "complex64", device)
+    plan = cg.FftPlan("c2c", n, batch=batch, store="scale")
+    dag = cg.Dag()
+    f = dag.add_fft(plan, x, spectrum, "forward")
+    i = dag.add_fft(plan, spectrum, back, "inverse", store_scale=1.0 / n)
+    dag.add_dependency(f, i)
+    exec = dag.instantiate(device)
+    exec.launch()
+    exec.synchronize()
+    np.testing.assert_allclose(spectrum.to_numpy(), np.fft.fft(data, axis=1), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(back.to_numpy(), data, rtol=1e-4, atol=1e-4)
+
+
+def test_fft_per_launch_store_output_into_a_ring(device):
+    n, slots, launches = 128, 4, 12
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal(n).astype(np.complex64) for _ in range(launches)]
+    host_in = cg.HostBuffer(n, "complex64", device)
+    x = cg.DeviceBuffer(n, "complex64", device)
+    scratch = cg.DeviceBuffer(n, "complex64", device)
+    ring = [cg.DeviceBuffer(n, "complex64", device) for _ in range(slots)]
+    plan = cg.FftPlan("c2c", n, store="scale")
+    dag = cg.Dag()
+    up = dag.add_copy(x, host_in)
+    f = dag.add_fft(plan, x, scratch, "forward")
+    i = dag.add_fft(plan, scratch, scratch, "inverse", store_scale=1.0 / n, store_output=ring[0])
+    dag.chain([up, f, i])
+    exec = dag.instantiate(device)
+    results = {}
+    for k in range(launches):
+        host_in.copy_from(inputs[k])  # waits for the launches using it
+        exec.set_fft_params(i, store_scale=1.0 / n, store_output=ring[k % slots])
+        exec.launch()
+        if k >= slots - 1:
+            # The oldest slot is read after its launch; to_numpy waits for it.
+            j = k - slots + 1
+            results[j] = ring[j % slots].to_numpy()
+    exec.synchronize()
+    for j, got in results.items():
+        np.testing.assert_allclose(got, inputs[j], rtol=1e-4, atol=1e-4)
