@@ -109,7 +109,8 @@ pub struct RunConfig {
     pub scan: ScanOptions,
     /// A soak test: each scan read this many times over as one continuous recording
     /// ([`Scan::repeated`]); above 1, device memory and host RSS are noted every
-    /// [`SOAK_SAMPLE_EVERY`] ([`StemReport::memory`]). 1 for a plain run.
+    /// [`SOAK_SAMPLE_EVERY`] ([`StemReport::memory`]) and printed on standard error as they are
+    /// taken. 1 for a plain run.
     pub repeat: usize,
 }
 
@@ -742,11 +743,23 @@ pub fn run_stem<E: Engine>(
     })
 }
 
+/// Notes memory now, and prints it on standard error as it is taken (a soak run that is
+/// stopped early still shows what it saw).
 fn sample<E: Engine>(start: Instant, blocks: usize, engine: &E) -> MemorySample {
-    MemorySample {
+    let m = MemorySample {
         elapsed: start.elapsed(),
         blocks,
         device_in_use: engine.device_memory_in_use(),
         host_rss: host_rss(),
-    }
+    };
+    let mib =
+        |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.1}", b as f64 / 1048576.0));
+    eprintln!(
+        "soak: {:.0} s, {} blocks, device memory in use {} MiB, host RSS {} MiB",
+        m.elapsed.as_secs_f64(),
+        m.blocks,
+        mib(m.device_in_use),
+        mib(m.host_rss)
+    );
+    m
 }
