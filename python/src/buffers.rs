@@ -633,8 +633,9 @@ pub(crate) fn foreign_buffer(
                 // asks of a consumer (the graph's launches come later).
                 obj.py()
                     .allow_threads(move || -> cudagraph::Result<()> {
-                        // SAFETY: `s` is a stream handle the producer gave for this array,
-                        // valid while the array lives (held by `obj` here).
+                        // SAFETY: `s` is the stream handle the producer gave for this array
+                        // just now (read above, `obj` held): the interface asks the consumer to
+                        // synchronise on it, so the producer keeps it valid for this call.
                         unsafe {
                             cudagraph::result::runtime::stream_synchronize(
                                 s as cudagraph::sys::cudaStream_t,
@@ -643,8 +644,11 @@ pub(crate) fn foreign_buffer(
                     })
                     .py_err()?;
             }
-            // SAFETY: the interface's contract: `data` is `bytes` of memory that stays allocated
-            // while the array object lives, and `owner` holds that object. `from_foreign`
+            // SAFETY: the interface's contract as this crate states it to callers (README, "The
+            // caller's contract"): `data` is `bytes` of memory that stays allocated while the
+            // array object lives, and `owner` holds that object. A producer can break this
+            // (PyTorch's `resize_`/`set_` free the storage under a live tensor); that is the
+            // caller's contract, documented, not something checked here. `from_foreign`
             // checks with CUDA that it is device memory of `device` (or managed memory); the
             // device the array states was compared above too.
             let buf = unsafe { TypedBuffer::from_foreign(device, a.dtype, a.ptr, a.bytes, owner) }

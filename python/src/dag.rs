@@ -93,7 +93,12 @@ pub(crate) fn host_closure(callable: Py<PyAny>) -> impl Fn() + Send + Sync + 'st
 /// ``Device(0)``.
 ///
 /// Every buffer a node uses is kept alive (a reference held) while the DAG, or an ``Exec``
-/// made from it, may use it.
+/// made from it, may use it. For an array of another library, that is a reference to the
+/// array object: a producer reallocating under it (PyTorch's ``resize_``, ``set_``,
+/// ``.data =``) frees memory the graph uses, and is the caller's to avoid. Its CAI ``stream``
+/// is synchronised when the node is added, not at each launch.
+///
+/// Unsendable: use and drop it on the thread that made it.
 #[pyclass(module = "cudagraph._cudagraph", name = "Dag", unsendable)]
 pub(crate) struct PyDag {
     pub(crate) inner: Option<Dag>,
@@ -347,9 +352,13 @@ impl PyDag {
     }
 
     /// Adds a host node calling ``callable()`` (no arguments) in stream order, with the GIL
-    /// taken. It must not call CUDA or wait for the GPU. An exception it raises is reported
-    /// by the next ``Exec.launch`` or ``Exec.synchronize`` as ``HostCallbackError`` (the
-    /// exception is its ``__cause__``), never lost.
+    /// taken. It must not call CUDA or wait for the GPU: cudagraph calls that would
+    /// (``synchronize``, ``launch``, buffer constructors, ``to_numpy``, ...) raise
+    /// ``ValidationError`` there; objects dropped there are freed later, outside it. An
+    /// exception it raises is reported by the next ``Exec.launch`` or ``Exec.synchronize`` as
+    /// ``HostCallbackError`` (the exception is its ``__cause__``), never lost. The DAG and its
+    /// ``Exec``s hold ``callable``: a callable referring back to them makes a cycle that is not
+    /// collected (break it, or ``del`` the ``Exec``).
     #[pyo3(signature = (callable, name=None))]
     fn add_host(&mut self, callable: &Bound<'_, PyAny>, name: Option<String>) -> PyResult<PyNode> {
         if !callable.is_callable() {

@@ -12,8 +12,10 @@ use crate::kernel::{as_args, prepare_args, KernelInfo};
 
 /// A DAG instantiated as a CUDA graph: launch it many times, update it between launches.
 ///
-/// ``launch`` and ``synchronize`` release the GIL while they wait, so host nodes (which take
-/// it) can run. Dropping an ``Exec`` waits for its queued launches.
+/// ``launch``, ``synchronize`` and the ``set_*`` updates release the GIL while they wait, so
+/// host nodes (which take it) can run. Dropping an ``Exec`` waits for its queued launches.
+/// Unsendable: use and drop it on the thread that made it. A foreign array's CAI ``stream``
+/// given to ``set_kernel_arg(s)`` / ``set_fft_params`` is synchronised then, not at launch.
 #[pyclass(module = "cudagraph._cudagraph", name = "Exec", unsendable)]
 pub(crate) struct PyExec {
     inner: Option<Exec>,
