@@ -31,7 +31,15 @@ On a GPU::
 Arrays of other libraries (CuPy, PyTorch, Numba: anything with ``__cuda_array_interface__``)
 are accepted wherever a device buffer is, and kept alive while a DAG or Exec may use them;
 ``Exec.launch`` takes their streams (``__cuda_stream__``, CuPy's ``.ptr``, PyTorch's
-``.cuda_stream``).
+``.cuda_stream``). The reference is to the array object, not its memory: a producer that
+reallocates under a live object (PyTorch's ``resize_``, ``set_``, ``.data =``) frees memory a
+graph still uses, which is the caller's to avoid. An array's ``stream`` is synchronised when the
+node is added or its arguments set, not at each launch.
+
+Host callables must not call CUDA or wait for the GPU (``ValidationError`` there). ``Dag``,
+``Exec`` and ``RecordingBackend`` are used and dropped on the thread that made them; reference
+cycles through host callables are not collected (break them, or ``del`` the ``Exec``). See
+``python/README.md``, "The caller's contract".
 """
 
 import atexit as _atexit

@@ -1,10 +1,12 @@
 //! `DeviceBuffer`, `HostBuffer` and foreign arrays (`__cuda_array_interface__`).
 
-use cudagraph::HostBuffer;
+use std::sync::Mutex;
+
+use cudagraph::{HostBuffer, Region};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 
-use crate::device::{drop_detached, Origin, PyDevice};
+use crate::device::{drop_detached, refuse_in_host_callable, Origin, PyDevice};
 use crate::dtype::Dtype;
 use crate::errors::{invalid, IntoPy};
 use crate::typed::TypedBuffer;
@@ -131,7 +133,8 @@ impl PyDeviceBuffer {
     }
 
     /// Waits (GIL released) for the queued GPU work that uses the buffer.
-    fn wait_idle(&self, py: Python<'_>) -> PyResult<()> {
+    fn wait_idle(&self, py: Python<'_>, what: &str) -> PyResult<()> {
+        refuse_in_host_callable(what)?;
         let b = self.buf();
         py.allow_threads(|| b.synchronize()).py_err()
     }
@@ -155,6 +158,7 @@ impl PyDeviceBuffer {
         dtype: Option<&Bound<'_, PyAny>>,
         device: Option<PyRef<'_, PyDevice>>,
     ) -> PyResult<Self> {
+        refuse_in_host_callable("DeviceBuffer()")?;
         let (shape, dtype, bytes) = layout(shape, dtype)?;
         let device = device_or_default(device)?;
         let d = device.clone();
@@ -172,6 +176,7 @@ impl PyDeviceBuffer {
         array: &Bound<'_, PyAny>,
         device: Option<PyRef<'_, PyDevice>>,
     ) -> PyResult<Self> {
+        refuse_in_host_callable("DeviceBuffer.from_numpy()")?;
         let (bytes, shape, dtype) = host_bytes(array)?;
         let device = device_or_default(device)?;
         let d = device.clone();
@@ -183,6 +188,7 @@ impl PyDeviceBuffer {
 
     /// A NumPy copy of the contents, after the queued GPU work that uses the buffer.
     fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        refuse_in_host_callable("DeviceBuffer.to_numpy()")?;
         let b = self.buf();
         let v = py.allow_threads(|| b.to_bytes()).py_err()?;
         to_numpy(py, v, &self.shape, self.dtype)
@@ -191,6 +197,7 @@ impl PyDeviceBuffer {
     /// Overwrites the contents with a host array of the same size in bytes, after the queued
     /// GPU work that uses the buffer.
     fn copy_from(&self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<()> {
+        refuse_in_host_callable("DeviceBuffer.copy_from()")?;
         let (bytes, _, _) = host_bytes(array)?;
         if bytes.len() != self.buf().size_bytes() {
             return Err(invalid(format!(
@@ -241,7 +248,7 @@ impl PyDeviceBuffer {
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.check_real()?;
-        self.wait_idle(py)?;
+        self.wait_idle(py, "DeviceBuffer.__cuda_array_interface__")?;
         let d = PyDict::new(py);
         d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
         d.set_item("typestr", self.dtype.typestr())?;
@@ -285,7 +292,7 @@ impl PyDeviceBuffer {
                 "DeviceBuffer exports its memory, not a copy (copy=True)",
             ));
         }
-        self.wait_idle(py)?;
+        self.wait_idle(py, "DeviceBuffer.__dlpack__()")?;
         // SAFETY (of reading the address): the capsule's tensor holds the region below, which
         // keeps the allocation alive.
         let ptr = unsafe { self.buf().as_raw_ptr() };
@@ -327,32 +334,53 @@ impl PyDeviceBuffer {
 /// The host reads it with ``to_numpy()`` and writes it with ``copy_from()``: both first wait
 /// for the queued GPU work that uses the buffer (graph launches), so the host never touches
 /// memory a launch may be writing.
-#[pyclass(module = "cudagraph._cudagraph", name = "HostBuffer")]
+#[pyclass(module = "cudagraph._cudagraph", name = "HostBuffer", frozen)]
 pub(crate) struct PyHostBuffer {
-    pub(crate) buf: Option<HostBuffer<u8>>,
+    /// The buffer, locked (without the GIL) by the host's reads and writes, which wait for
+    /// the GPU work using it: a node added meanwhile on another thread needs only `region`.
+    buf: Mutex<Option<HostBuffer<u8>>>,
+    /// All of the buffer as a region, for nodes (taken at construction).
+    region: Option<Region>,
+    nbytes: usize,
     pub(crate) shape: Vec<usize>,
     pub(crate) dtype: Dtype,
 }
 
 impl Drop for PyHostBuffer {
     fn drop(&mut self) {
-        if let Some(b) = self.buf.take() {
-            drop_detached(b);
-        }
+        let b = self.buf.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        let r = self.region.take();
+        drop_detached((r, b));
     }
 }
 
 impl PyHostBuffer {
     pub(crate) fn new(buf: HostBuffer<u8>, shape: Vec<usize>, dtype: Dtype) -> Self {
         PyHostBuffer {
-            buf: Some(buf),
+            region: Some(buf.region(..)),
+            nbytes: buf.len(),
+            buf: Mutex::new(Some(buf)),
             shape,
             dtype,
         }
     }
 
-    pub(crate) fn buf(&self) -> &HostBuffer<u8> {
-        self.buf.as_ref().expect("taken only by Drop")
+    /// All of the buffer as a region (no lock taken: usable while another thread waits in
+    /// `to_numpy` or `copy_from`).
+    pub(crate) fn region(&self) -> Region {
+        self.region.clone().expect("taken only by Drop")
+    }
+
+    /// Runs `f` on the buffer with the GIL released (the lock is taken without it).
+    fn with_buf<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut HostBuffer<u8>) -> R + Send,
+    ) -> R {
+        py.allow_threads(|| {
+            let mut g = self.buf.lock().unwrap_or_else(|p| p.into_inner());
+            f(g.as_mut().expect("taken only by Drop"))
+        })
     }
 }
 
@@ -368,6 +396,7 @@ impl PyHostBuffer {
         dtype: Option<&Bound<'_, PyAny>>,
         device: Option<PyRef<'_, PyDevice>>,
     ) -> PyResult<Self> {
+        refuse_in_host_callable("HostBuffer()")?;
         let (shape, dtype, bytes) = layout(shape, dtype)?;
         let device = device_or_default(device)?;
         let buf = py
@@ -384,6 +413,7 @@ impl PyHostBuffer {
         array: &Bound<'_, PyAny>,
         device: Option<PyRef<'_, PyDevice>>,
     ) -> PyResult<Self> {
+        refuse_in_host_callable("HostBuffer.from_numpy()")?;
         let (bytes, shape, dtype) = host_bytes(array)?;
         let device = device_or_default(device)?;
         let buf = py
@@ -394,17 +424,17 @@ impl PyHostBuffer {
 
     /// A NumPy copy of the contents, after the queued GPU work that uses the buffer.
     fn to_numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let b = self.buf();
-        let v = py.allow_threads(|| b.to_vec()).py_err()?;
+        refuse_in_host_callable("HostBuffer.to_numpy()")?;
+        let v = self.with_buf(py, |b| b.to_vec()).py_err()?;
         to_numpy(py, v, &self.shape, self.dtype)
     }
 
     /// Overwrites the contents with a host array of the same size in bytes, after the queued
     /// GPU work that uses the buffer.
-    fn copy_from(&mut self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn copy_from(&self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<()> {
+        refuse_in_host_callable("HostBuffer.copy_from()")?;
         let (bytes, _, _) = host_bytes(array)?;
-        let b = self.buf.as_mut().expect("taken only by Drop");
-        py.allow_threads(|| b.copy_from_slice(&bytes)).py_err()
+        self.with_buf(py, |b| b.copy_from_slice(&bytes)).py_err()
     }
 
     /// The shape.
@@ -422,7 +452,7 @@ impl PyHostBuffer {
     /// Size in bytes.
     #[getter]
     fn nbytes(&self) -> usize {
-        self.buf().len()
+        self.nbytes
     }
 
     fn __repr__(&self) -> String {
@@ -443,6 +473,9 @@ pub(crate) struct ForeignArray {
     pub dtype: Dtype,
     /// The producer's stream (v3), to be synchronised before use.
     pub stream: Option<usize>,
+    /// `data`'s read-only flag: such an array is never a node's destination, nor a kernel
+    /// argument other than a `const T*` parameter.
+    pub readonly: bool,
 }
 
 /// Reads and checks `obj.__cuda_array_interface__`; `what` names the operand in errors.
@@ -470,7 +503,7 @@ pub(crate) fn read_cai(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<ForeignAr
                 .unwrap_or_default()
         ))
     })?;
-    let (ptr, _readonly): (u64, bool) = get("data")?
+    let (ptr, readonly): (u64, bool) = get("data")?
         .extract()
         .map_err(|_| invalid(format!("{what}: `data` is not (pointer, read_only)")))?;
     if let Some(mask) = cai.get_item("mask")? {
@@ -508,7 +541,11 @@ pub(crate) fn read_cai(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<ForeignAr
     }
     let stream = match cai.get_item("stream")? {
         Some(s) if !s.is_none() => {
-            let s: usize = s.extract()?;
+            let s: usize = s.extract().map_err(|_| {
+                invalid(format!(
+                    "{what}: `stream` is not None or a stream handle (a positive int)"
+                ))
+            })?;
             if s == 0 {
                 return Err(invalid(format!(
                     "{what}: `stream` is 0, which the interface forbids (ambiguous)"
@@ -523,6 +560,7 @@ pub(crate) fn read_cai(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<ForeignAr
         bytes,
         dtype,
         stream,
+        readonly,
     })
 }
 
@@ -590,12 +628,14 @@ pub(crate) fn foreign_buffer(
                 }
             }
             if let Some(s) = a.stream {
+                refuse_in_host_callable(&format!("{what}: synchronising the array's stream"))?;
                 // The producer's pending work on the array: waited for now, as the interface
                 // asks of a consumer (the graph's launches come later).
                 obj.py()
                     .allow_threads(move || -> cudagraph::Result<()> {
-                        // SAFETY: `s` is a stream handle the producer gave for this array,
-                        // valid while the array lives (held by `obj` here).
+                        // SAFETY: `s` is the stream handle the producer gave for this array
+                        // just now (read above, `obj` held): the interface asks the consumer to
+                        // synchronise on it, so the producer keeps it valid for this call.
                         unsafe {
                             cudagraph::result::runtime::stream_synchronize(
                                 s as cudagraph::sys::cudaStream_t,
@@ -604,8 +644,11 @@ pub(crate) fn foreign_buffer(
                     })
                     .py_err()?;
             }
-            // SAFETY: the interface's contract: `data` is `bytes` of memory that stays allocated
-            // while the array object lives, and `owner` holds that object. `from_foreign`
+            // SAFETY: the interface's contract as this crate states it to callers (README, "The
+            // caller's contract"): `data` is `bytes` of memory that stays allocated while the
+            // array object lives, and `owner` holds that object. A producer can break this
+            // (PyTorch's `resize_`/`set_` free the storage under a live tensor); that is the
+            // caller's contract, documented, not something checked here. `from_foreign`
             // checks with CUDA that it is device memory of `device` (or managed memory); the
             // device the array states was compared above too.
             let buf = unsafe { TypedBuffer::from_foreign(device, a.dtype, a.ptr, a.bytes, owner) }

@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
 
 use crate::buffers::{foreign_buffer, PyDeviceBuffer, PyHostBuffer};
-use crate::device::{drop_detached, Origin, PyDevice, PyRecordingBackend};
+use crate::device::{drop_detached, refuse_in_host_callable, Origin, PyDevice, PyRecordingBackend};
 use crate::dtype::Dtype;
 use crate::errors::{invalid, keep_host_error, IntoPy};
 use crate::exec::PyExec;
@@ -55,10 +55,16 @@ fn dim3(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<(u32, u32, u32)> {
     }
 }
 
-/// A Python callable as a host node's closure: called with the GIL taken; an exception is
-/// kept for the `HostCallbackError` and reported to the crate as the closure's failure.
+/// A Python callable as a host node's closure: called with the GIL taken, inside a
+/// `HostCallableScope`; an exception is kept for the `HostCallbackError` and reported to the
+/// crate as the closure's failure.
 pub(crate) fn host_closure(callable: Py<PyAny>) -> impl Fn() + Send + Sync + 'static {
     move || {
+        // Everything dropped on this thread meanwhile (by the callable, the garbage collector,
+        // PyO3's deferred reference drops, an evicted host error) goes to the graveyard, and
+        // calls that would wait for the GPU raise `ValidationError`: this is CUDA's host
+        // function, where CUDA calls are forbidden.
+        let _scope = crate::device::HostCallableScope::enter();
         let failed = Python::with_gil(|py| match callable.call0(py) {
             Ok(_) => None,
             Err(err) => {
@@ -87,7 +93,12 @@ pub(crate) fn host_closure(callable: Py<PyAny>) -> impl Fn() + Send + Sync + 'st
 /// ``Device(0)``.
 ///
 /// Every buffer a node uses is kept alive (a reference held) while the DAG, or an ``Exec``
-/// made from it, may use it.
+/// made from it, may use it. For an array of another library, that is a reference to the
+/// array object: a producer reallocating under it (PyTorch's ``resize_``, ``set_``,
+/// ``.data =``) frees memory the graph uses, and is the caller's to avoid. Its CAI ``stream``
+/// is synchronised when the node is added, not at each launch.
+///
+/// Unsendable: use and drop it on the thread that made it.
 #[pyclass(module = "cudagraph._cudagraph", name = "Dag", unsendable)]
 pub(crate) struct PyDag {
     pub(crate) inner: Option<Dag>,
@@ -149,20 +160,22 @@ impl PyDag {
     }
 
     /// A copy, memset or FFT operand as a region; `hint` is the origin of a cudagraph operand
-    /// of the same node, for wrapping foreign arrays.
+    /// of the same node, for wrapping foreign arrays; `writes` when the node writes it (a
+    /// read-only foreign array is refused then).
     pub(crate) fn region(
         &self,
         obj: &Bound<'_, PyAny>,
         hint: Option<&Origin>,
         what: &str,
+        writes: bool,
     ) -> PyResult<(Region, Option<Dtype>)> {
         if let Ok(b) = obj.downcast::<PyDeviceBuffer>() {
             let b = b.get();
             return Ok((b.buf().region(), Some(b.dtype)));
         }
         if let Ok(h) = obj.downcast::<PyHostBuffer>() {
-            let h = h.try_borrow()?;
-            return Ok((h.buf().region(..), Some(h.dtype)));
+            let h = h.get();
+            return Ok((h.region(), Some(h.dtype)));
         }
         if obj.hasattr("__cuda_array_interface__")? {
             let origin = match (&self.backend, hint) {
@@ -171,6 +184,12 @@ impl PyDag {
                 (None, None) => Origin::default_gpu()?,
             };
             let (buf, a) = foreign_buffer(obj, &origin, what)?;
+            if writes && a.readonly {
+                return Err(invalid(format!(
+                    "{what}: the array is read-only (its __cuda_array_interface__ says so), and \
+                     the node writes it"
+                )));
+            }
             return Ok((buf.region(), Some(a.dtype)));
         }
         if obj.hasattr("__array_interface__")? || obj.hasattr("__buffer__")? {
@@ -252,8 +271,8 @@ impl PyDag {
         name: Option<String>,
     ) -> PyResult<PyNode> {
         let hint = origin_of(dst).or_else(|| origin_of(src));
-        let (d, _) = self.region(dst, hint.as_ref(), "copy destination")?;
-        let (s, _) = self.region(src, hint.as_ref(), "copy source")?;
+        let (d, _) = self.region(dst, hint.as_ref(), "copy destination", true)?;
+        let (s, _) = self.region(src, hint.as_ref(), "copy source", false)?;
         let id = self
             .dag_mut()
             .add_copy(cudagraph::dst(d), cudagraph::src(s))
@@ -272,7 +291,7 @@ impl PyDag {
         name: Option<String>,
     ) -> PyResult<PyNode> {
         let hint = origin_of(dst);
-        let (region, dtype) = self.region(dst, hint.as_ref(), "memset destination")?;
+        let (region, dtype) = self.region(dst, hint.as_ref(), "memset destination", true)?;
         let v = memset_value(value, dtype)?;
         let id = self.dag_mut().add_memset(region, v).py_err()?;
         Ok(self.named(id, name))
@@ -302,14 +321,17 @@ impl PyDag {
         name: Option<String>,
     ) -> PyResult<PyNode> {
         let hint = origin_of(input).or_else(|| origin_of(output));
-        let (i, _) = self.region(input, hint.as_ref(), "FFT input")?;
-        let (o, _) = self.region(output, hint.as_ref(), "FFT output")?;
+        let (i, _) = self.region(input, hint.as_ref(), "FFT input", false)?;
+        let (o, _) = self.region(output, hint.as_ref(), "FFT output", true)?;
         let li = load_input
-            .map(|b| self.region(b, hint.as_ref(), "FFT load_input").map(|r| r.0))
+            .map(|b| {
+                self.region(b, hint.as_ref(), "FFT load_input", false)
+                    .map(|r| r.0)
+            })
             .transpose()?;
         let so = store_output
             .map(|b| {
-                self.region(b, hint.as_ref(), "FFT store_output")
+                self.region(b, hint.as_ref(), "FFT store_output", true)
                     .map(|r| r.0)
             })
             .transpose()?;
@@ -330,9 +352,13 @@ impl PyDag {
     }
 
     /// Adds a host node calling ``callable()`` (no arguments) in stream order, with the GIL
-    /// taken. It must not call CUDA or wait for the GPU. An exception it raises is reported
-    /// by the next ``Exec.launch`` or ``Exec.synchronize`` as ``HostCallbackError`` (the
-    /// exception is its ``__cause__``), never lost.
+    /// taken. It must not call CUDA or wait for the GPU: cudagraph calls that would
+    /// (``synchronize``, ``launch``, buffer constructors, ``to_numpy``, ...) raise
+    /// ``ValidationError`` there; objects dropped there are freed later, outside it. An
+    /// exception it raises is reported by the next ``Exec.launch`` or ``Exec.synchronize`` as
+    /// ``HostCallbackError`` (the exception is its ``__cause__``), never lost. The DAG and its
+    /// ``Exec``s hold ``callable``: a callable referring back to them makes a cycle that is not
+    /// collected (break it, or ``del`` the ``Exec``).
     #[pyo3(signature = (callable, name=None))]
     fn add_host(&mut self, callable: &Bound<'_, PyAny>, name: Option<String>) -> PyResult<PyNode> {
         if !callable.is_callable() {
@@ -438,6 +464,7 @@ impl PyDag {
     /// meanwhile.
     #[pyo3(signature = (device=None))]
     fn instantiate(&self, py: Python<'_>, device: Option<PyRef<'_, PyDevice>>) -> PyResult<PyExec> {
+        refuse_in_host_callable("Dag.instantiate()")?;
         let device = match device {
             Some(d) => d.inner.clone(),
             None => match &self.backend {
@@ -460,13 +487,31 @@ impl PyDag {
     }
 }
 
-/// A memset value: a NumPy scalar of 1, 2 or 4 bytes, or a plain number as the buffer's type.
+/// A memset value: a NumPy scalar (or 0-d array) of 1, 2 or 4 bytes, the size of the buffer's
+/// element when that is known, or a plain number as the buffer's type.
 fn memset_value(value: &Bound<'_, PyAny>, dtype: Option<Dtype>) -> PyResult<MemsetValue> {
     let (d, bytes): (Dtype, Vec<u8>) = if value.hasattr("dtype")? && value.hasattr("tobytes")? {
-        (
-            Dtype::from_py(&value.getattr("dtype")?)?,
-            value.call_method0("tobytes")?.extract()?,
-        )
+        let ndim: Option<usize> = value.getattr("ndim").and_then(|n| n.extract()).ok();
+        if ndim != Some(0) {
+            return Err(invalid(
+                "memset: the value must be one element (a NumPy scalar such as \
+                 numpy.float32(1.0), or a 0-d array), not an array",
+            ));
+        }
+        let d = Dtype::from_py(&value.getattr("dtype")?)?;
+        if let Some(b) = dtype {
+            // Sizes other than 1, 2 and 4 are refused below, saying so.
+            if b.size != d.size && matches!(d.size, 1 | 2 | 4) {
+                return Err(invalid(format!(
+                    "memset: a {}-byte numpy.{} cannot fill {} elements ({} bytes each)",
+                    d.size,
+                    d.name(),
+                    b.name(),
+                    b.size
+                )));
+            }
+        }
+        (d, value.call_method0("tobytes")?.extract()?)
     } else {
         let Some(d) = dtype else {
             return Err(invalid("memset: give the value as a NumPy scalar"));

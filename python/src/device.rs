@@ -1,5 +1,6 @@
 //! `Device`, `Stream`, `RecordingBackend`, and where a buffer's memory comes from (`Origin`).
 
+use std::cell::Cell;
 use std::sync::Mutex;
 
 use cudagraph::{DeviceLimits, RecordingBackend, Stream};
@@ -24,21 +25,120 @@ pub(crate) fn open_device(ordinal: usize) -> PyResult<cudagraph::Device> {
 /// Waits for all work on every device opened, with the GIL released: registered with
 /// `atexit` by the package, so that host nodes still queued run (they take the GIL) before
 /// the interpreter finalizes, when a thread taking the GIL would be stopped. Errors are
-/// ignored (the process is exiting).
+/// ignored (the process is exiting). Also frees what was dropped inside host callables
+/// (`drain_graveyard`). Inside a host callable it raises `ValidationError` (it would wait for
+/// the host node calling it).
 #[pyfunction]
-pub(crate) fn _synchronize_all(py: Python<'_>) {
+pub(crate) fn _synchronize_all(py: Python<'_>) -> PyResult<()> {
+    refuse_in_host_callable("_synchronize_all")?;
     let devices = OPENED.lock().unwrap_or_else(|p| p.into_inner()).clone();
     py.allow_threads(move || {
         for d in devices {
             let _ = d.synchronize();
         }
+        drain_graveyard();
     });
+    Ok(())
+}
+
+thread_local! {
+    /// Set while this thread runs a host node's Python callable (`dag::host_closure`): CUDA
+    /// calls are forbidden there, and a wait for the GPU would wait for this very host node.
+    static IN_HOST_CALLABLE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the current thread as running a host callable until dropped.
+pub(crate) struct HostCallableScope {
+    was: bool,
+}
+
+impl HostCallableScope {
+    pub(crate) fn enter() -> Self {
+        HostCallableScope {
+            was: IN_HOST_CALLABLE.with(|f| f.replace(true)),
+        }
+    }
+}
+
+impl Drop for HostCallableScope {
+    fn drop(&mut self) {
+        IN_HOST_CALLABLE.with(|f| f.set(self.was));
+    }
+}
+
+/// Whether the current thread is running a host node's Python callable.
+pub(crate) fn in_host_callable() -> bool {
+    IN_HOST_CALLABLE.with(|f| f.get())
+}
+
+/// A `ValidationError` naming `what` when called inside a host callable, where waiting for the
+/// GPU (or any CUDA call) would deadlock: the GPU waits for the host node that is calling.
+pub(crate) fn refuse_in_host_callable(what: &str) -> PyResult<()> {
+    if in_host_callable() {
+        return Err(invalid(format!(
+            "{what} called inside a host callable: waiting for the GPU there would deadlock \
+             (CUDA forbids CUDA calls in a host node, and the GPU waits for the host node)"
+        )));
+    }
+    Ok(())
+}
+
+/// What was dropped inside host callables, freed later (`drain_graveyard`) outside them:
+/// freeing device memory, an `Exec`, a stream or a module makes CUDA calls, which a host
+/// function must not make (`cudaFree` would wait for the host function itself).
+static GRAVEYARD: Mutex<Vec<Box<dyn Send>>> = Mutex::new(Vec::new());
+
+/// Drops what `drop_detached` kept from host callables. Call it without the GIL held (the
+/// drops may wait for the GPU) and outside host callables (it does nothing inside one).
+pub(crate) fn drain_graveyard() {
+    if in_host_callable() {
+        return;
+    }
+    let dead = std::mem::take(&mut *GRAVEYARD.lock().unwrap_or_else(|p| p.into_inner()));
+    drop(dead);
+}
+
+/// The number of values waiting in the graveyard (for tests).
+#[pyfunction]
+pub(crate) fn _graveyard_len() -> usize {
+    GRAVEYARD.lock().unwrap_or_else(|p| p.into_inner()).len()
+}
+
+extern "C" {
+    /// CPython's `PyGILState_Check` (not in the limited API's declarations of pyo3-ffi, but
+    /// exported by every CPython 3): 1 when the calling thread holds the GIL, 0 otherwise
+    /// (also on a thread Python does not know, and after finalization).
+    fn PyGILState_Check() -> std::os::raw::c_int;
 }
 
 /// Drops `value` with the GIL released: dropping a buffer, DAG or `Exec` may wait for the GPU
 /// work that uses it, and that work may include a host node waiting for the GIL.
-pub(crate) fn drop_detached<T: Send>(value: T) {
-    Python::with_gil(|py| py.allow_threads(move || drop(value)));
+///
+/// Inside a host callable the value is kept in the graveyard instead, freed at the next
+/// launch, synchronize or drop outside one (CUDA calls are forbidden in a host function). The
+/// GIL is released only when this thread holds it: this may run on any thread (a DLPack
+/// consumer calls the deleter where it likes, even after the interpreter finalized), and the
+/// GIL is never taken just to release it.
+pub(crate) fn drop_detached<T: Send + 'static>(value: T) {
+    if in_host_callable() {
+        GRAVEYARD
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(value));
+        return;
+    }
+    // SAFETY: `PyGILState_Check` may be called on any thread, with or without the GIL.
+    let holds_gil = unsafe { PyGILState_Check() } == 1;
+    let drop_all = move || {
+        drop(value);
+        drain_graveyard();
+    };
+    if holds_gil {
+        // The GIL is held: `with_gil` only borrows it, and `allow_threads` releases it.
+        Python::with_gil(|py| py.allow_threads(drop_all));
+    } else {
+        drop_all();
+    }
 }
 
 /// One GPU (its primary context).
@@ -64,6 +164,7 @@ impl PyDevice {
     #[new]
     #[pyo3(signature = (ordinal=0))]
     fn new(ordinal: usize) -> PyResult<Self> {
+        refuse_in_host_callable("Device()")?;
         Ok(PyDevice {
             inner: open_device(ordinal)?,
         })
@@ -99,9 +200,16 @@ impl PyDevice {
     }
 
     /// Waits for all work on the device (the GIL is released while waiting).
+    /// Inside a host callable: ``ValidationError`` (it would wait for itself).
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        refuse_in_host_callable("Device.synchronize()")?;
         let d = self.inner.clone();
-        py.allow_threads(move || d.synchronize()).py_err()
+        py.allow_threads(move || {
+            let r = d.synchronize();
+            drain_graveyard();
+            r
+        })
+        .py_err()
     }
 
     fn __repr__(&self) -> String {
@@ -138,6 +246,7 @@ impl PyStream {
     #[new]
     #[pyo3(signature = (device=None))]
     fn new(device: Option<PyRef<'_, PyDevice>>) -> PyResult<Self> {
+        refuse_in_host_callable("Stream()")?;
         let device = match device {
             Some(d) => d.inner.clone(),
             None => open_device(0)?,
@@ -159,9 +268,16 @@ impl PyStream {
     }
 
     /// Waits for the work queued on the stream (the GIL is released while waiting).
+    /// Inside a host callable: ``ValidationError`` (it would wait for itself).
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        refuse_in_host_callable("Stream.synchronize()")?;
         let s = self.stream().clone();
-        py.allow_threads(move || s.synchronize()).py_err()
+        py.allow_threads(move || {
+            let r = s.synchronize();
+            drain_graveyard();
+            r
+        })
+        .py_err()
     }
 
     fn __repr__(&self) -> String {

@@ -6,14 +6,16 @@ use cudagraph::{Exec, Stream};
 use pyo3::prelude::*;
 
 use crate::dag::{PyDag, PyNode};
-use crate::device::{drop_detached, PyStream};
+use crate::device::{drain_graveyard, drop_detached, refuse_in_host_callable, PyStream};
 use crate::errors::{invalid, IntoPy};
 use crate::kernel::{as_args, prepare_args, KernelInfo};
 
 /// A DAG instantiated as a CUDA graph: launch it many times, update it between launches.
 ///
-/// ``launch`` and ``synchronize`` release the GIL while they wait, so host nodes (which take
-/// it) can run. Dropping an ``Exec`` waits for its queued launches.
+/// ``launch``, ``synchronize`` and the ``set_*`` updates release the GIL while they wait, so
+/// host nodes (which take it) can run. Dropping an ``Exec`` waits for its queued launches.
+/// Unsendable: use and drop it on the thread that made it. A foreign array's CAI ``stream``
+/// given to ``set_kernel_arg(s)`` / ``set_fft_params`` is synchronised then, not at launch.
 #[pyclass(module = "cudagraph._cudagraph", name = "Exec", unsendable)]
 pub(crate) struct PyExec {
     inner: Option<Exec>,
@@ -120,8 +122,16 @@ impl PyExec {
 }
 
 /// The handle of another library's stream: `__cuda_stream__()` (cuda.core: `(version, handle)`),
-/// `.cuda_stream` (PyTorch), `.ptr` (CuPy), or an int.
+/// `.cuda_stream` (PyTorch), `.ptr` (CuPy). A plain int is refused: nothing would keep the
+/// stream it names alive.
 pub(crate) fn foreign_stream_handle(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
+    if obj.is_instance_of::<pyo3::types::PyInt>() {
+        return Err(invalid(
+            "cannot launch on a plain int: a raw stream handle keeps nothing alive; pass the \
+             stream object (a cudagraph.Stream, an object with __cuda_stream__, a CuPy or \
+             PyTorch stream)",
+        ));
+    }
     if obj.hasattr("__cuda_stream__")? {
         let (_, raw): (usize, usize) = obj
             .call_method0("__cuda_stream__")?
@@ -163,22 +173,35 @@ impl PyExec {
     /// earlier launch (``HostCallbackError``).
     #[pyo3(signature = (stream=None))]
     fn launch(&mut self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        refuse_in_host_callable("Exec.launch()")?;
         let s = self.stream(stream)?;
         let exec = self.exec();
-        py.allow_threads(|| exec.launch(&s)).py_err()
+        py.allow_threads(|| {
+            drain_graveyard();
+            exec.launch(&s)
+        })
+        .py_err()
     }
 
     /// Waits for every queued launch (the GIL is released meanwhile); reports a host
     /// callable's exception (``HostCallbackError``).
     fn synchronize(&mut self, py: Python<'_>) -> PyResult<()> {
+        refuse_in_host_callable("Exec.synchronize()")?;
         let exec = self.exec();
-        py.allow_threads(|| exec.synchronize()).py_err()
+        py.allow_threads(|| {
+            let r = exec.synchronize();
+            drain_graveyard();
+            r
+        })
+        .py_err()
     }
 
     /// Replaces all arguments of kernel node ``node`` for the next launches (converted and
-    /// checked as in ``Dag.add_kernel``), in place: no new instantiation.
+    /// checked as in ``Dag.add_kernel``), in place: no new instantiation. The GIL is released
+    /// while the crate updates the node (it may wait for earlier launches).
     fn set_kernel_args(
         &mut self,
+        py: Python<'_>,
         node: PyRef<'_, PyNode>,
         args: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
@@ -188,15 +211,21 @@ impl PyExec {
             .get(&id.index())
             .cloned()
             .ok_or_else(|| invalid(format!("Node({}) is not a kernel node", id.index())))?;
+        refuse_in_host_callable("Exec.set_kernel_args()")?;
         let prepared = prepare_args(&info, args)?;
-        self.exec()
-            .set_kernel_args(id, &as_args(&prepared))
+        drop(node);
+        let exec = self.exec();
+        // Released: the crate takes the buffers' use-list locks and the stream's, and waits for
+        // the oldest launch when too many replaced arguments are pending; the work waited for
+        // may contain a host node that needs the GIL.
+        py.allow_threads(|| exec.set_kernel_args(id, &as_args(&prepared)))
             .py_err()
     }
 
     /// Replaces argument ``index`` of kernel node ``node`` for the next launches.
     fn set_kernel_arg(
         &mut self,
+        py: Python<'_>,
         node: PyRef<'_, PyNode>,
         index: usize,
         value: &Bound<'_, PyAny>,
@@ -213,13 +242,21 @@ impl PyExec {
             info.types = Some(std::sync::Arc::new(one));
         }
         let list = pyo3::types::PyList::new(value.py(), [value])?;
+        refuse_in_host_callable("Exec.set_kernel_arg()")?;
         let prepared = prepare_args(&info, list.as_any())?;
-        let arg = as_args(&prepared).pop().expect("one argument");
-        self.exec().set_kernel_arg(id, index, arg).py_err()
+        drop(node);
+        let exec = self.exec();
+        // Released, as in `set_kernel_args`.
+        py.allow_threads(|| {
+            let arg = as_args(&prepared).pop().expect("one argument");
+            exec.set_kernel_arg(id, index, arg)
+        })
+        .py_err()
     }
 
     /// Enables or disables ``node`` for the next launches (a disabled node does nothing).
     fn set_enabled(&mut self, node: PyRef<'_, PyNode>, enabled: bool) -> PyResult<()> {
+        refuse_in_host_callable("Exec.set_enabled()")?;
         let id = self.node_id(&node)?;
         self.exec().set_enabled(id, enabled).py_err()
     }
@@ -228,6 +265,7 @@ impl PyExec {
     /// parameters), without instantiating again. ``UpdateRefusedError`` when the topology
     /// differs or CUDA refuses; the ``Exec`` is unchanged then.
     fn update(&mut self, py: Python<'_>, dag: PyRef<'_, PyDag>) -> PyResult<()> {
+        refuse_in_host_callable("Exec.update()")?;
         let d = dag.dag();
         let exec = self.exec();
         py.allow_threads(|| exec.update(d)).py_err()?;
@@ -259,6 +297,7 @@ impl PyExec {
         store_output: Option<&Bound<'_, PyAny>>,
         accumulate: bool,
     ) -> PyResult<()> {
+        refuse_in_host_callable("Exec.set_fft_params()")?;
         let id = self.node_id(&node)?;
         let plan = self
             .ffts
@@ -266,13 +305,25 @@ impl PyExec {
             .map(|p| p.clone_ref(py))
             .ok_or_else(|| invalid(format!("Node({}) is not an FFT node", id.index())))?;
         let li = load_input
-            .map(|b| self.wrap.region(b, None, "FFT load_input").map(|r| r.0))
+            .map(|b| {
+                self.wrap
+                    .region(b, None, "FFT load_input", false)
+                    .map(|r| r.0)
+            })
             .transpose()?;
         let so = store_output
-            .map(|b| self.wrap.region(b, None, "FFT store_output").map(|r| r.0))
+            .map(|b| {
+                self.wrap
+                    .region(b, None, "FFT store_output", true)
+                    .map(|r| r.0)
+            })
             .transpose()?;
         let params = crate::fft::params(plan.get(), load_scale, li, store_scale, so, accumulate);
-        self.exec().set_fft_params(id, params).py_err()
+        drop(node);
+        let exec = self.exec();
+        // Released, as in `set_kernel_args` (the replaced buffers may be freed here).
+        py.allow_threads(|| exec.set_fft_params(id, params))
+            .py_err()
     }
 
     /// The graph this ``Exec`` runs (its DAG, as updated) in Graphviz DOT.

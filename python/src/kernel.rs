@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt};
 
 use crate::buffers::{foreign_buffer, PyDeviceBuffer, PyHostBuffer};
-use crate::device::{drop_detached, Origin, PyDevice};
+use crate::device::{drop_detached, refuse_in_host_callable, Origin, PyDevice};
 use crate::dtype::Dtype;
 use crate::errors::{invalid, IntoPy};
 
@@ -19,6 +19,9 @@ pub(crate) struct Param {
     pub text: String,
     /// A pointer (any level).
     pub pointer: bool,
+    /// A pointer to `const` (`const float* x`, `float const* x`): the kernel only reads
+    /// through it, so a read-only array may be passed.
+    pub const_pointee: bool,
     /// The element type (of the pointee, for a pointer); `None` when not a known scalar type
     /// (`void`, a struct, a template parameter).
     pub base: Option<Dtype>,
@@ -114,9 +117,13 @@ fn parse_param(decl: &str) -> Param {
         words.pop();
     }
     let base = scalar_type(&words.join(" "));
+    // `const` before the first `*` (or `[`) qualifies the pointee; after it, the pointer.
+    let head = decl.split(['*', '[']).next().unwrap_or("");
+    let const_pointee = pointer && head.split_whitespace().any(|w| w == "const");
     Param {
         text,
         pointer,
+        const_pointee,
         base,
     }
 }
@@ -194,6 +201,7 @@ impl PyCudaModule {
         options: Option<Vec<String>>,
         name: Option<String>,
     ) -> PyResult<Self> {
+        refuse_in_host_callable("Module.from_source()")?;
         let device = match device {
             Some(d) => d.inner.clone(),
             None => crate::device::open_device(0)?,
@@ -468,13 +476,32 @@ fn prepare_one(
         return Ok(Prepared::Region(b.buf().region()));
     }
     if let Ok(h) = obj.downcast::<PyHostBuffer>() {
-        let h = h.try_borrow()?;
+        let h = h.get();
         check_pointer(param, h.dtype, at)?;
-        return Ok(Prepared::Region(h.buf().region(..)));
+        return Ok(Prepared::Region(h.region()));
     }
     if obj.hasattr("__cuda_array_interface__")? {
         let (buf, a) = foreign_buffer(obj, &info.origin, at)?;
         check_pointer(param, a.dtype, at)?;
+        if a.readonly {
+            match param {
+                Some(p) if p.const_pointee => {}
+                Some(p) => {
+                    return Err(invalid(format!(
+                        "{at}: the array is read-only (its __cuda_array_interface__ says so) \
+                         but parameter `{}` is not a pointer to const",
+                        p.text
+                    )))
+                }
+                None => {
+                    return Err(invalid(format!(
+                        "{at}: the array is read-only (its __cuda_array_interface__ says so) \
+                         and the kernel's parameter types are not known; give the kernel a \
+                         signature whose parameter is `const T*`"
+                    )))
+                }
+            }
+        }
         return Ok(Prepared::Region(buf.region()));
     }
     // NumPy scalars (and 0-d arrays): their dtype is their C type. First: `numpy.float64`
@@ -555,6 +582,7 @@ mod tests {
         "#;
         let p = find_signature(src, "scale").unwrap();
         assert_eq!(p.len(), 3);
+        assert!(!p[0].const_pointee && !p[1].const_pointee);
         assert!(p[0].pointer && p[0].base == Some(Dtype::F32));
         assert!(!p[1].pointer && p[1].base == Some(Dtype::F32));
         assert_eq!(p[2].base, Some(Dtype { kind: 'i', size: 4 }));
@@ -571,5 +599,15 @@ mod tests {
         assert_eq!(p[0].base, None);
         assert!(p[1].pointer && p[1].base.is_none());
         assert_eq!(p[2].base, Some(Dtype { kind: 'i', size: 4 }));
+    }
+
+    #[test]
+    fn const_pointees_are_told_from_const_pointers() {
+        let p = parse_params(
+            "const float* a, float const* b, float* const c, const float d[], const int n",
+        )
+        .unwrap();
+        let c: Vec<bool> = p.iter().map(|p| p.const_pointee).collect();
+        assert_eq!(c, [true, true, false, true, false]);
     }
 }

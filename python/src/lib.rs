@@ -60,6 +60,7 @@ fn _cudagraph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<fft::PyFftPlan>()?;
     m.add_function(wrap_pyfunction!(_run_as_host_node, m)?)?;
     m.add_function(wrap_pyfunction!(device::_synchronize_all, m)?)?;
+    m.add_function(wrap_pyfunction!(device::_graveyard_len, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -289,3 +289,25 @@ def test_help_is_useful():
         obj = getattr(cg, name)
         if callable(obj):
             assert obj.__doc__, name
+
+
+def test_memset_values_are_one_element_of_the_buffer_s_size(rec):
+    dag = cg.Dag()
+    dag.add_memset(rec.device_buffer(8, "float32"), np.array(2.0, np.float32))  # 0-d
+    dag.add_memset(rec.device_buffer(8, "float32"), np.uint32(0x3F800000))  # same size
+    with pytest.raises(cg.ValidationError, match="one element"):
+        dag.add_memset(rec.device_buffer(8, "float32"), np.zeros(1, np.float32))
+    with pytest.raises(cg.ValidationError, match="one element"):
+        dag.add_memset(rec.device_buffer(8, "uint8"), np.zeros(4, np.uint8))
+    with pytest.raises(cg.ValidationError, match="2-byte numpy.uint16 cannot fill float32"):
+        dag.add_memset(rec.device_buffer(8, "float32"), np.uint16(1))
+
+    class Impostor:
+        dtype = np.dtype(np.float32)
+
+        def tobytes(self):
+            return b"\0\0\0\0"
+
+    with pytest.raises(cg.ValidationError, match="one element"):
+        dag.add_memset(rec.device_buffer(8, "float32"), Impostor())
+    assert len(dag) == 2

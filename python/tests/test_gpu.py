@@ -132,13 +132,28 @@ def test_device_buffer_round_trip_and_cuda_array_interface(device):
     np.testing.assert_array_equal(b.to_numpy(), a * 2)
 
 
+def _read_back(device, ptr, n):
+    """``n`` float32 at device address ``ptr``, read by a cudagraph copy node."""
+    out = cg.HostBuffer(n, "float32", device)
+    dag = cg.Dag(backend=device)
+    dag.add_copy(out, CaiView(ptr, n, None))
+    exec = dag.instantiate(device)
+    exec.launch()
+    exec.synchronize()
+    return out.to_numpy()
+
+
 def test_dlpack_capsules_keep_the_memory_alive(device):
     import ctypes
 
     is_valid = ctypes.pythonapi.PyCapsule_IsValid
     is_valid.restype = ctypes.c_int
     is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    b = cg.DeviceBuffer.from_numpy(np.arange(8, dtype=np.float32), device)
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    data = np.arange(8, dtype=np.float32)
+    b = cg.DeviceBuffer.from_numpy(data, device)
     assert b.__dlpack_device__() == (2, device.ordinal)
     legacy = b.__dlpack__()
     assert is_valid(legacy, b"dltensor") == 1
@@ -148,7 +163,46 @@ def test_dlpack_capsules_keep_the_memory_alive(device):
         b.__dlpack__(copy=True)
     with pytest.raises(BufferError):
         b.__dlpack__(dl_device=(1, 0))
-    del b, legacy, versioned  # the capsules' destructors free their tensors
+    # DLManagedTensor starts with DLTensor, whose first field is `data`; the versioned one
+    # has (version, manager_ctx, deleter, flags) first: 8 + 8 + 8 + 8 bytes.
+    legacy_data = ctypes.c_void_p.from_address(get_pointer(legacy, b"dltensor")).value
+    versioned_data = ctypes.c_void_p.from_address(
+        get_pointer(versioned, b"dltensor_versioned") + 32
+    ).value
+    assert legacy_data == versioned_data == b.__cuda_array_interface__["data"][0]
+    ref = weakref.ref(b) if hasattr(b, "__weakref__") else None
+    del b
+    gc.collect()
+    assert ref is None or ref() is None
+    # The buffer object is gone; the capsules' tensors still hold the memory.
+    np.testing.assert_array_equal(_read_back(device, legacy_data, 8), data)
+    del legacy
+    gc.collect()
+    np.testing.assert_array_equal(_read_back(device, versioned_data, 8), data)
+    del versioned  # the capsules' destructors free their tensors
+    gc.collect()
+
+
+def test_dlpack_consumed_by_torch_or_cupy_outlives_the_buffer(device):
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ImportError
+        from_dlpack, to_host = torch.from_dlpack, lambda t: t.cpu().numpy()
+    except ImportError:
+        try:
+            import cupy
+        except ImportError:
+            pytest.skip("neither PyTorch with CUDA nor CuPy is installed")
+        from_dlpack, to_host = cupy.from_dlpack, cupy.asnumpy
+    data = np.arange(16, dtype=np.float32)
+    b = cg.DeviceBuffer.from_numpy(data, device)
+    t = from_dlpack(b)
+    del b
+    gc.collect()
+    np.testing.assert_array_equal(to_host(t), data)
+    del t
     gc.collect()
 
 
@@ -353,3 +407,177 @@ def test_fft_per_launch_store_output_into_a_ring(device):
     exec.synchronize()
     for j, got in results.items():
         np.testing.assert_allclose(got, inputs[j], rtol=1e-4, atol=1e-4)
+
+
+# --- No deadlock with host nodes that need the GIL (each in a subprocess with a timeout) ---
+
+_PRELUDE = r"""
+import threading, time
+import numpy as np
+import cudagraph as cg
+d = cg.Device(0)
+SOURCE = %r
+m = cg.Module.from_source(SOURCE, d)
+def slow():
+    time.sleep(0.05)
+""" % SOURCE
+
+
+def _run_script(body, timeout=120):
+    import subprocess
+    import sys
+
+    code = _PRELUDE + body + "\nprint('OK', flush=True)\n"
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"deadlocked (no exit in {timeout} s): {e.stdout!r} {e.stderr!r}")
+    assert r.returncode == 0, r.stderr
+    assert "OK" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_deleting_exec_and_buffers_with_a_launch_pending_does_not_deadlock(device):
+    _run_script(
+        """
+x = cg.DeviceBuffer(1024, device=d)
+dag = cg.Dag()
+a = dag.add_memset(x, np.float32(1))
+h = dag.add_host(slow)
+dag.chain([a, h])
+ex = dag.instantiate(d)
+for _ in range(4):
+    ex.launch()
+del dag, x
+del ex  # waits for the launches (GIL released: the host nodes take it)
+"""
+    )
+
+
+def test_reading_a_buffer_with_a_host_node_pending_does_not_deadlock(device):
+    _run_script(
+        """
+x = cg.DeviceBuffer(1024, device=d)
+dag = cg.Dag()
+a = dag.add_memset(x, np.float32(3))
+h = dag.add_host(slow)
+dag.chain([h, a])
+ex = dag.instantiate(d)
+ex.launch()
+assert (x.to_numpy() == 3).all()
+ex.launch()
+x.__cuda_array_interface__
+ex.launch()
+cap = x.__dlpack__()
+del cap
+ex.synchronize()
+"""
+    )
+
+
+def test_300_set_kernel_arg_swaps_with_host_nodes_queued_do_not_deadlock(device):
+    _run_script(
+        """
+bufs = [cg.DeviceBuffer.from_numpy(np.ones(1000, np.float32), d) for _ in range(2)]
+dag = cg.Dag()
+k = dag.add_kernel(m.kernel("scale"), 4, 256, [bufs[0], 1.0, 1000])
+h = dag.add_host(lambda: time.sleep(0.001))
+dag.chain([k, h])
+ex = dag.instantiate(d)
+for i in range(300):
+    ex.set_kernel_arg(k, 0, bufs[i % 2])
+    ex.launch()
+for i in range(300):
+    ex.set_kernel_args(k, [cg.DeviceBuffer(1000, device=d), 1.0, 1000])  # freed when done
+    ex.launch()
+ex.synchronize()
+assert (bufs[0].to_numpy() == 1).all()
+"""
+    )
+
+
+def test_set_kernel_arg_while_another_thread_reads_the_buffer_does_not_deadlock(device):
+    _run_script(
+        """
+y = cg.DeviceBuffer.from_numpy(np.ones(1000, np.float32), d)
+z = cg.DeviceBuffer.from_numpy(np.ones(1000, np.float32), d)
+dag = cg.Dag()
+k = dag.add_kernel(m.kernel("scale"), 4, 256, [y, 2.0, 1000])
+h = dag.add_host(slow)
+dag.chain([k, h])
+ex = dag.instantiate(d)
+for _ in range(3):
+    ex.launch()
+r = threading.Thread(target=lambda: [y.to_numpy() for _ in range(20)])
+r.start()
+for i in range(50):
+    ex.set_kernel_arg(k, 0, (y, z)[i % 2])
+    ex.launch()
+r.join()
+ex.synchronize()
+"""
+    )
+
+
+def test_a_host_buffer_is_usable_by_another_thread_while_one_waits_on_it(device):
+    _run_script(
+        """
+hb = cg.HostBuffer(1000, "float32", d)
+x = cg.DeviceBuffer(1000, "float32", d)
+dag = cg.Dag()
+c = dag.add_copy(hb, x)
+h = dag.add_host(lambda: time.sleep(0.3))
+dag.chain([h, c])
+ex = dag.instantiate(d)
+ex.launch()
+w = threading.Thread(target=lambda: hb.copy_from(np.ones(1000, np.float32)))
+w.start()
+time.sleep(0.05)
+other = cg.Dag()
+other.add_copy(x, hb)  # no "Already mutably borrowed"
+w.join()
+ex.synchronize()
+"""
+    )
+
+
+def test_device_synchronize_inside_a_host_callable_raises_validation_error(device):
+    _run_script(
+        """
+dag = cg.Dag()
+dag.add_host(lambda: d.synchronize(), name="waits")
+ex = dag.instantiate(d)
+ex.launch()
+try:
+    ex.synchronize()
+except cg.HostCallbackError as e:
+    assert isinstance(e.__cause__, cg.ValidationError), repr(e.__cause__)
+    assert "inside a host callable" in str(e.__cause__)
+else:
+    raise AssertionError("no HostCallbackError")
+"""
+    )
+
+
+def test_buffers_dropped_inside_a_host_callable_are_freed_later(device):
+    _run_script(
+        """
+bufs = [cg.DeviceBuffer(1 << 20, device=d) for _ in range(4)]
+dag = cg.Dag()
+dag.add_host(bufs.clear)
+ex = dag.instantiate(d)
+ex.launch()
+ex.synchronize()
+assert cg._cudagraph._graveyard_len() == 0, "emptied by synchronize"
+"""
+    )
+
+
+def test_a_plain_int_stream_is_refused(device, module):
+    x = cg.DeviceBuffer(N, "float32", device)
+    dag = cg.Dag()
+    dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [x, 1.0, N])
+    exec = dag.instantiate(device)
+    with pytest.raises(cg.ValidationError, match="plain int"):
+        exec.launch(cg.Stream(device).ptr)

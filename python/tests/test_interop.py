@@ -158,3 +158,37 @@ def test_no_gpu_is_reported_clearly():
         cg.Dag().instantiate()
     with pytest.raises(cg.NoGpuError):
         cg.DeviceBuffer(4)
+
+
+def _read_only(fake, n=4, **kw):
+    return fake(n, data=(0x7F00_0000, True), **kw)
+
+
+def test_a_read_only_array_is_refused_as_a_destination(rec, fake):
+    dag = cg.Dag(backend=rec)
+    with pytest.raises(cg.ValidationError, match="copy destination: the array is read-only"):
+        dag.add_copy(_read_only(fake), rec.host_buffer(4))
+    with pytest.raises(cg.ValidationError, match="memset destination: the array is read-only"):
+        dag.add_memset(_read_only(fake), np.float32(0))
+    dag.add_copy(rec.host_buffer(4), _read_only(fake))  # a source: fine
+    assert len(dag) == 1
+
+
+def test_a_read_only_array_is_a_kernel_argument_only_for_a_pointer_to_const(rec, fake):
+    dag = cg.Dag(backend=rec)
+    writes = rec.kernel("scale", signature="float* x, float a, int n")
+    with pytest.raises(cg.ValidationError, match="read-only .* not a pointer to const"):
+        dag.add_kernel(writes, 1, 4, [_read_only(fake), 2.0, 4])
+    reads = rec.kernel("sum", signature="const float* x, float* out")
+    dag.add_kernel(reads, 1, 4, [_read_only(fake), fake(1)])
+    unknown = rec.kernel("k", [8])
+    with pytest.raises(cg.ValidationError, match="parameter types are not known"):
+        dag.add_kernel(unknown, 1, 4, [_read_only(fake)])
+    dag.add_kernel(unknown, 1, 4, [fake(4)])  # writable: fine
+    assert len(dag) == 2
+
+
+def test_a_cuda_array_interface_stream_that_is_not_an_int_is_a_validation_error(rec, fake):
+    dag = cg.Dag(backend=rec)
+    with pytest.raises(cg.ValidationError, match="`stream` is not None or a stream handle"):
+        dag.add_memset(fake(4, stream="default"), np.float32(0))

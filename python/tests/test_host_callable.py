@@ -1,0 +1,62 @@
+"""Host-only tests of what a host callable may do: calls that would wait for the GPU raise
+``ValidationError`` there, and objects dropped there wait in a graveyard until a later launch,
+synchronize or drop outside a host callable frees them (CUDA calls are forbidden inside a host
+function). ``_run_as_host_node`` runs a callable through the same wrapper a host node uses."""
+
+import numpy as np
+import pytest
+
+import cudagraph as cg
+
+run = cg._cudagraph._run_as_host_node
+graveyard_len = cg._cudagraph._graveyard_len
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: cg._cudagraph._synchronize_all(), "_synchronize_all"),
+        (lambda: cg.Device(0), "Device()"),
+        (lambda: cg.Stream(), "Stream()"),
+        (lambda: cg.DeviceBuffer(4), "DeviceBuffer()"),
+        (lambda: cg.DeviceBuffer.from_numpy(np.zeros(4, np.float32)), "DeviceBuffer.from_numpy"),
+        (lambda: cg.HostBuffer(4), "HostBuffer()"),
+        (lambda: cg.HostBuffer.from_numpy(np.zeros(4, np.float32)), "HostBuffer.from_numpy"),
+        (lambda: cg.Dag().instantiate(), "Dag.instantiate"),
+        (lambda: cg.Module.from_source(""), "Module.from_source"),
+    ],
+)
+def test_gpu_waits_inside_a_host_callable_raise_validation_error(call, name):
+    err = run(call)
+    assert isinstance(err, cg.HostCallbackError)
+    assert isinstance(err.__cause__, cg.ValidationError), repr(err.__cause__)
+    assert name in str(err.__cause__)
+    assert "inside a host callable" in str(err.__cause__)
+
+
+def test_the_host_callable_flag_is_cleared_afterwards():
+    assert run(lambda: None) is None
+    cg._cudagraph._synchronize_all()  # no ValidationError on this thread, nor after
+    err = run(lambda: 1 / 0)
+    assert isinstance(err.__cause__, ZeroDivisionError)
+    cg._cudagraph._synchronize_all()
+
+
+def test_objects_dropped_inside_a_host_callable_wait_in_the_graveyard(rec):
+    cg._cudagraph._synchronize_all()  # empties the graveyard
+    assert graveyard_len() == 0
+    bufs = [rec.device_buffer(4), rec.host_buffer(4), rec.kernel("k", [8])]
+    assert run(bufs.clear) is None
+    assert graveyard_len() == 3, "not freed on the host-callback thread"
+    cg._cudagraph._synchronize_all()
+    assert graveyard_len() == 0
+
+
+def test_a_drop_outside_a_host_callable_empties_the_graveyard(rec):
+    bufs = [rec.device_buffer(4)]
+    assert run(bufs.clear) is None
+    assert graveyard_len() >= 1
+    other = rec.device_buffer(4)
+    del other
+    assert graveyard_len() == 0
+
