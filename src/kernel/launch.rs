@@ -40,7 +40,7 @@ pub enum ParamSource {
     /// index past the last (`cudaErrorInvalidValue`, cleared from the thread's last error, but
     /// listed by `compute-sanitizer` as an API error): modules loaded from a fatbin, cubins
     /// whose description of the parameters the crate does not read, and cudarc functions
-    /// taken without their image ([`Kernel::from_cudarc`]).
+    /// taken without their image (`Kernel::from_cudarc`, feature `cudarc`).
     Probed,
     /// Given by the caller: a [`RecordingBackend`](crate::dag::RecordingBackend)'s kernel.
     Given,
