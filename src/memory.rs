@@ -61,19 +61,6 @@ pub(crate) struct Allocation {
     pub(crate) foreign: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
-/// An error when called from a host node (CUDA's callback thread must not wait for GPU work).
-pub(crate) fn check_not_in_host_node(what: &str) -> Result<()> {
-    if track::in_host_node() {
-        return Err(Error::InHostNode {
-            what: what.to_string(),
-            reason: "waiting for the GPU there would deadlock; inside a host node, use \
-                     HostBuffer::as_slice / as_mut_slice (unsafe: the DAG's edges must order \
-                     the access)",
-        });
-    }
-    Ok(())
-}
-
 /// Waits for the legacy default stream, on which the synchronous helpers run: they return
 /// only after their work has completed on the device, so later work on any stream sees it.
 fn finish_sync_helper() -> Result<()> {

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use smallvec::SmallVec;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::stream::marker::Marker;
 use crate::stream::queue::ExecLaunches;
 
@@ -153,7 +153,7 @@ pub(crate) fn with_gpu_idle<'a, R>(
     lists: impl IntoIterator<Item = &'a GpuUses>,
     f: impl FnOnce() -> R,
 ) -> Result<R> {
-    crate::memory::check_not_in_host_node(what)?;
+    check_not_in_host_node(what)?;
     let mut locked = lock_all(lists);
     let mut logs: SmallVec<[Arc<ExecLaunches>; 4]> = SmallVec::new();
     for (_, list) in &locked.0 {
@@ -212,6 +212,19 @@ fn wait_locked(list: &mut Vec<User>) -> Result<()> {
 
 thread_local! {
     static IN_HOST_NODE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// An error when called from a host node (CUDA's callback thread must not wait for GPU work).
+fn check_not_in_host_node(what: &str) -> Result<()> {
+    if in_host_node() {
+        return Err(Error::InHostNode {
+            what: what.to_string(),
+            reason: "waiting for the GPU there would deadlock; inside a host node, use \
+                     HostBuffer::as_slice / as_mut_slice (unsafe: the DAG's edges must order \
+                     the access)",
+        });
+    }
+    Ok(())
 }
 
 /// Runs `f` marked as running inside a host node (CUDA's callback thread), where waiting for
