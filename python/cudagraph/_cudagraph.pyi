@@ -113,6 +113,8 @@ class Module:
         device: Optional[Device] = None,
         options: Optional[Sequence[str]] = None,
         name: Optional[str] = None,
+        *,
+        device_runtime: bool = False,
     ) -> Module: ...
     def kernel(self, name: str, signature: Optional[str] = None) -> Kernel: ...
 

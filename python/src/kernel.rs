@@ -192,15 +192,17 @@ impl PyCudaModule {
     /// Compiles CUDA C ``source`` with NVRTC for ``device`` (``Device(0)``) and loads it.
     /// ``options`` are NVRTC options (``["-DN=4", "--use_fast_math"]``). Raises
     /// ``CompileError`` with the compiler's log, ``LibraryError`` when NVRTC is missing,
-    /// ``NoGpuError`` without a GPU.
+    /// ``NoGpuError`` without a GPU. ``device_runtime``: compile relocatable code and link it
+    /// with the toolkit's device runtime (``libcudadevrt.a``), for kernels using it.
     #[staticmethod]
-    #[pyo3(signature = (source, device=None, options=None, name=None))]
+    #[pyo3(signature = (source, device=None, options=None, name=None, *, device_runtime=false))]
     fn from_source(
         py: Python<'_>,
         source: String,
         device: Option<PyRef<'_, PyDevice>>,
         options: Option<Vec<String>>,
         name: Option<String>,
+        device_runtime: bool,
     ) -> PyResult<Self> {
         refuse_in_host_callable("Module.from_source()")?;
         let device = match device {
@@ -213,6 +215,9 @@ impl PyCudaModule {
         }
         if let Some(n) = name {
             opts.name = n;
+        }
+        if device_runtime {
+            opts.kind = cudagraph::CodeKind::DeviceRuntime;
         }
         let (d, src) = (device.clone(), source.clone());
         let m = py
