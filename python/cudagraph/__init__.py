@@ -49,6 +49,7 @@ import atexit as _atexit
 from ._cudagraph import (
     CONDITIONAL_INCLUDE,
     DEVICE_UPDATE_INCLUDE,
+    CaptureStream,
     CompileError,
     Conditional,
     CudaError,
@@ -79,6 +80,7 @@ from . import _cudagraph
 __all__ = [
     "CONDITIONAL_INCLUDE",
     "DEVICE_UPDATE_INCLUDE",
+    "CaptureStream",
     "CompileError",
     "Conditional",
     "CudaError",

@@ -636,6 +636,63 @@ impl PyDag {
         Ok(PyDeviceNode { inner, node: id })
     }
 
+    /// Adds a captured node: at every lowering onto a GPU (``instantiate``, ``Exec.update``),
+    /// ``callable(stream)`` is called with a ``CaptureStream`` that records into the graph,
+    /// after the node's dependencies, whatever is enqueued on it: work that has no node of its
+    /// own (a CuPy or PyTorch operation on ``cupy.cuda.ExternalStream(stream.ptr)``, a
+    /// library call). ``buffers`` are the device buffers or arrays the work uses: the node
+    /// keeps them alive and validation checks their device. ``what`` describes the work (DOT,
+    /// recordings; the callable's name when not given). A ``RecordingBackend`` records the
+    /// capture without calling ``callable``.
+    ///
+    /// The caller's contract: the callable enqueues work only on the stream it is given (a
+    /// wait for the GPU fails the capture, and cudagraph's waits raise ``ValidationError``
+    /// there), and that work uses only ``buffers`` or memory the callable itself references
+    /// (the DAG and its ``Exec``s hold the callable, hence what it references); any state the
+    /// captured work refers to (a library's plan, its parameters) is left unchanged while an
+    /// ``Exec`` may launch it. An exception it raises fails the lowering with a
+    /// ``CudaGraphError`` whose ``__cause__`` it is.
+    #[pyo3(signature = (callable, buffers=None, what=None, name=None))]
+    fn add_captured(
+        &mut self,
+        callable: &Bound<'_, PyAny>,
+        buffers: Option<Vec<Bound<'_, PyAny>>>,
+        what: Option<String>,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        if !callable.is_callable() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "add_captured takes a callable (called with the capture stream)",
+            ));
+        }
+        let buffers = buffers.unwrap_or_default();
+        let hint = buffers.iter().find_map(|b| origin_of(b));
+        let uses = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let what = format!("captured work's buffer {i}");
+                self.region(b, hint.as_ref(), &what, false).map(|r| r.0)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let what = match what {
+            Some(w) => w,
+            None => callable
+                .getattr("__qualname__")
+                .and_then(|q| q.extract::<String>())
+                .unwrap_or_else(|_| "a Python callable".to_string()),
+        };
+        let work = crate::captured::capture_closure(what.clone(), callable.clone().unbind());
+        // SAFETY: the crate's contract for captured work is the Python caller's, documented
+        // above: the callable enqueues only on the stream it is given (through the
+        // `CaptureStream`, which refuses to give the handle once the call has returned); the
+        // memory its work uses is `uses` (kept alive by the node) or referenced by the callable,
+        // which the node holds for as long as the DAG or an `Exec` made from it may launch the
+        // work; the host-side state it refers to is likewise the callable's, held with it.
+        let id = unsafe { self.dag_mut().add_captured(what, uses, work) };
+        Ok(self.named(id, name))
+    }
+
     /// Names ``node`` (in errors, DOT and recordings); returns it.
     fn set_name(&mut self, node: PyRef<'_, PyNode>, name: String) -> PyResult<PyNode> {
         let id = self.node_id(&node)?;
@@ -737,9 +794,11 @@ impl PyDag {
             use_node_priority,
             ..InstantiateFlags::default()
         };
+        crate::captured::clear_capture_error();
         let exec = py
             .allow_threads(|| dag.instantiate_with(&d, flags, None))
-            .py_err()?;
+            .py_err()
+            .map_err(|e| crate::captured::with_capture_cause(py, e))?;
         Ok(PyExec::new(exec, device, self))
     }
 

@@ -269,7 +269,10 @@ impl PyExec {
         refuse_in_host_callable("Exec.update()")?;
         let d = dag.dag();
         let exec = self.exec();
-        py.allow_threads(|| exec.update(d)).py_err()?;
+        crate::captured::clear_capture_error();
+        py.allow_threads(|| exec.update(d))
+            .py_err()
+            .map_err(|e| crate::captured::with_capture_cause(py, e))?;
         if !self.dags.contains(&dag.id) {
             self.dags.push(dag.id);
         }

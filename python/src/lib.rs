@@ -9,6 +9,7 @@
 use pyo3::prelude::*;
 
 mod buffers;
+mod captured;
 mod dag;
 mod device;
 mod dlpack;
@@ -60,6 +61,7 @@ fn _cudagraph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<exec::PyExec>()?;
     m.add_class::<fft::PyFftPlan>()?;
     m.add_class::<graph_nodes::PyEvent>()?;
+    m.add_class::<captured::PyCaptureStream>()?;
     m.add_class::<graph_nodes::PyConditional>()?;
     m.add_class::<graph_nodes::PyGraphBuffer>()?;
     m.add_class::<graph_nodes::PyDeviceNode>()?;

@@ -883,3 +883,88 @@ def test_a_kernel_disables_a_device_node_and_changes_its_argument(device):
         np.testing.assert_array_equal(x.to_numpy(), want)
     with pytest.raises(cg.UpdateRefusedError):
         exec.update(dag)
+
+
+def _cudart():
+    """The CUDA runtime through ctypes (the library cudagraph loads), for enqueueing work on a
+    capture stream without CuPy."""
+    import ctypes
+
+    for name in ("libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.13"):
+        try:
+            rt = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    else:
+        pytest.fail("libcudart.so.13 not loadable through ctypes")
+    rt.cudaMemsetAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p]
+    rt.cudaMemsetAsync.restype = ctypes.c_int
+    return rt
+
+
+def test_captured_work_runs_at_each_launch_not_at_capture(device, gmod):
+    rt = _cudart()
+    x = cg.DeviceBuffer.from_numpy(np.zeros(N, np.uint8), device)
+    y = cg.DeviceBuffer.from_numpy(np.zeros(N, np.float32), device)
+    ptr = x.__cuda_array_interface__["data"][0]
+    seen = []
+
+    def fill(stream):
+        seen.append(stream)
+        assert rt.cudaMemsetAsync(ptr, 7, N, stream.ptr) == 0
+
+    dag = cg.Dag()
+    c = dag.add_captured(fill, [x], what="cudaMemsetAsync 7")
+    k = dag.add_kernel(gmod.kernel("add_const"), GRID, BLOCK, [y, 1.0, N])
+    dag.add_dependency(c, k)
+    exec = dag.instantiate(device)
+    assert len(seen) == 1
+    np.testing.assert_array_equal(x.to_numpy(), 0)  # recorded, not run
+    with pytest.raises(cg.ValidationError, match="no longer capturing"):
+        seen[0].ptr
+    for _ in range(2):
+        x.copy_from(np.zeros(N, np.uint8))
+        exec.launch()
+        exec.synchronize()
+        np.testing.assert_array_equal(x.to_numpy(), 7)
+    np.testing.assert_array_equal(y.to_numpy(), 2.0)
+    exec.set_enabled(c, False)
+    x.copy_from(np.zeros(N, np.uint8))
+    exec.launch()
+    exec.synchronize()
+    np.testing.assert_array_equal(x.to_numpy(), 0)
+
+
+def test_an_exception_in_captured_work_fails_instantiate_with_it_as_cause(device):
+    def broken(stream):
+        raise RuntimeError("no plan for this size")
+
+    dag = cg.Dag()
+    dag.add_captured(broken, name="plan")
+    with pytest.raises(cg.CudaGraphError, match="no plan for this size") as e:
+        dag.instantiate(device)
+    assert isinstance(e.value.__cause__, RuntimeError)
+    # Waiting for the GPU inside the capture is refused, not a broken capture.
+    dag = cg.Dag()
+    dag.add_captured(lambda s: device.synchronize())
+    with pytest.raises(cg.CudaGraphError) as e:
+        dag.instantiate(device)
+    assert isinstance(e.value.__cause__, cg.ValidationError)
+
+
+def test_cupy_work_captured_on_the_capture_stream(device, cupy):
+    y = cupy.arange(N, dtype=cupy.float32)
+
+    def double(stream):
+        with cupy.cuda.ExternalStream(stream.ptr):
+            y.__imul__(2)
+
+    dag = cg.Dag(backend=device)
+    dag.add_captured(double, [y], what="cupy y *= 2")
+    exec = dag.instantiate(device)
+    np.testing.assert_array_equal(cupy.asnumpy(y), np.arange(N, dtype=np.float32))
+    for _ in range(3):
+        exec.launch()
+    exec.synchronize()
+    np.testing.assert_array_equal(cupy.asnumpy(y), 8 * np.arange(N, dtype=np.float32))

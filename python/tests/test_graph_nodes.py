@@ -403,3 +403,71 @@ def test_instantiate_takes_its_flags_as_keywords():
     for flag in ("auto_free_on_launch", "use_node_priority"):
         assert sig.parameters[flag].kind is inspect.Parameter.KEYWORD_ONLY
         assert sig.parameters[flag].default is False
+
+
+# Captured nodes
+
+
+class Work:
+    """A capture callable that can be weakly referenced; counts its calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, stream):
+        self.calls += 1
+
+
+def test_captured_node_lowers_as_a_capture_without_calling_the_callable(rec):
+    x = rec.device_buffer(256, "float32")
+    work = Work()
+    dag = cg.Dag()
+    k = dag.add_kernel(step_kernel(rec), 1, 256, [x])
+    c = dag.add_captured(work, [x], what="library call", name="lib")
+    dag.add_dependency(k, c)
+    dag.lower(rec)
+    call = rec.calls()[1]
+    assert (call["function"], call["kind"], call["name"]) == (
+        "cudaStreamBeginCaptureToGraph",
+        "captured",
+        "lib",
+    )
+    assert call["params"].startswith("work=`library call` uses=[0x") and "+1024]" in call["params"]
+    assert work.calls == 0, "a RecordingBackend records the capture, it does not run the work"
+    assert "captured: library call" in dag.to_dot()
+
+
+def test_captured_work_is_named_after_the_callable_by_default(rec):
+    def fill_with_cupy(stream):
+        pass
+
+    dag = cg.Dag()
+    dag.add_captured(fill_with_cupy)
+    dag.lower(rec)
+    assert "work=`test_captured_work_is_named_after_the_callable_by_default.<locals>." \
+        "fill_with_cupy` uses=[]" in rec.calls()[0]["params"]
+
+
+def test_a_captured_node_keeps_its_callable_and_buffers_alive(rec, fake):
+    x = fake(64)
+    work = Work()
+    refs = weakref.ref(x), weakref.ref(work)
+    dag = cg.Dag(backend=rec)
+    dag.add_captured(work, [x])
+    child = cg.Dag()
+    child.add_child(dag)
+    del x, work, dag
+    gc.collect()
+    assert all(r() is not None for r in refs), "the child copy holds them"
+    del child
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_add_captured_checks_its_arguments(rec):
+    dag = cg.Dag()
+    with pytest.raises(TypeError, match="callable"):
+        dag.add_captured(42)
+    with pytest.raises(cg.ValidationError, match="captured work's buffer 0: pageable host memory"):
+        dag.add_captured(Work(), [np.zeros(4, np.float32)])
+    assert len(dag) == 0
