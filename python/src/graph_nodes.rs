@@ -235,14 +235,14 @@ pub(crate) struct PyGraphBuffer {
 impl PyGraphBuffer {
     /// The shape it was allocated with.
     #[getter]
-    fn shape(&self) -> Vec<usize> {
-        self.shape.clone()
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyTuple>> {
+        pyo3::types::PyTuple::new(py, &self.shape)
     }
 
-    /// The element type's NumPy name (``"float32"``, ...).
+    /// The element type's typestr (``<f4``), as ``DeviceBuffer.dtype``.
     #[getter]
     fn dtype(&self) -> String {
-        self.dtype.name()
+        self.dtype.typestr()
     }
 
     /// Its size in bytes.

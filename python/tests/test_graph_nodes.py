@@ -315,7 +315,7 @@ def test_graph_allocation_lowers_with_its_users_and_free(rec):
     k = rec.kernel("scale", signature="float* x, float a, int n")
     dag = cg.Dag()
     a, buf = dag.add_alloc(1024, "float32", name="scratch")
-    assert (buf.shape, buf.dtype, buf.nbytes, buf.index) == ([1024], "float32", 4096, 0)
+    assert (buf.shape, buf.dtype, buf.nbytes, buf.index) == ((1024,), "<f4", 4096, 0)
     m = dag.add_graph_memset(buf, 1.0, name="ones")
     u = dag.add_kernel(k, 4, 256, [buf, 2.0, 1024], name="use")
     f = dag.add_free(buf, name="release")
@@ -357,8 +357,9 @@ def test_graph_buffers_of_every_element_size(rec):
     dag = cg.Dag()
     sizes = [("uint8", 1), ("float16", 2), ("int32", 4), ("float64", 8), ("complex128", 16)]
     for dtype, size in sizes:
-        _, b = dag.add_alloc(3, dtype)
-        assert b.nbytes == 3 * size and b.dtype == dtype
+        _, b = dag.add_alloc((3, 2), dtype)
+        assert b.nbytes == 6 * size and b.shape == (3, 2)
+        assert b.dtype == np.dtype(dtype).str
 
 
 # Device-updatable kernel nodes
