@@ -3,8 +3,8 @@ instantiate, launch and update them.
 
 The Python face of the cudagraph Rust crate. A :class:`Dag` holds kernel, copy, memset,
 host-callable, empty, child-graph, FFT, event record/wait, conditional (IF, IF/ELSE, WHILE,
-SWITCH) and graph-memory (allocation, free) nodes, programmatic edges and kernel launch
-attributes; each ``add_*`` checks its node at once (argument
+SWITCH), graph-memory (allocation, free) and captured nodes, programmatic edges, kernel launch
+attributes and device-updatable kernel nodes; each ``add_*`` checks its node at once (argument
 sizes and types, launch shapes, copy bounds) and a cycle is refused, raising
 :class:`ValidationError` naming the node. ``Dag.instantiate(device)`` makes an :class:`Exec` to
 launch many times and update between launches.
