@@ -157,58 +157,74 @@ impl PyDeviceNode {
     }
 }
 
-/// A graph buffer of one element size (the dtype's: 1, 2, 4, 8 or 16 bytes).
+/// A graph buffer whose element type is the dtype's Rust counterpart (named in DOT labels):
+/// `f32`, `i16`, `[f32; 2]` for ``complex64``; ``float16`` and ``bool`` as `u16` and `u8`.
 #[derive(Clone, Copy)]
 pub(crate) enum GraphBuf {
-    B1(GraphBuffer<u8>),
-    B2(GraphBuffer<u16>),
-    B4(GraphBuffer<u32>),
-    B8(GraphBuffer<u64>),
-    B16(GraphBuffer<[u64; 2]>),
+    F32(GraphBuffer<f32>),
+    F64(GraphBuffer<f64>),
+    I8(GraphBuffer<i8>),
+    I16(GraphBuffer<i16>),
+    I32(GraphBuffer<i32>),
+    I64(GraphBuffer<i64>),
+    U8(GraphBuffer<u8>),
+    U16(GraphBuffer<u16>),
+    U32(GraphBuffer<u32>),
+    U64(GraphBuffer<u64>),
+    C64(GraphBuffer<[f32; 2]>),
+    C128(GraphBuffer<[f64; 2]>),
 }
 
-/// Runs `$e` with `$b` bound to the graph buffer of whatever element size.
+/// Runs `$e` with `$b` bound to the graph buffer of whatever element type.
 macro_rules! each_graph_buf {
-    ($self:expr, $b:ident => $e:expr) => {
+    ($self:expr, $b:ident => $e:expr) => {{
+        use $crate::graph_nodes::GraphBuf as G;
         match $self {
-            $crate::graph_nodes::GraphBuf::B1($b) => $e,
-            $crate::graph_nodes::GraphBuf::B2($b) => $e,
-            $crate::graph_nodes::GraphBuf::B4($b) => $e,
-            $crate::graph_nodes::GraphBuf::B8($b) => $e,
-            $crate::graph_nodes::GraphBuf::B16($b) => $e,
+            G::F32($b) => $e,
+            G::F64($b) => $e,
+            G::I8($b) => $e,
+            G::I16($b) => $e,
+            G::I32($b) => $e,
+            G::I64($b) => $e,
+            G::U8($b) => $e,
+            G::U16($b) => $e,
+            G::U32($b) => $e,
+            G::U64($b) => $e,
+            G::C64($b) => $e,
+            G::C128($b) => $e,
         }
-    };
+    }};
 }
 pub(crate) use each_graph_buf;
 
 impl GraphBuf {
-    /// Allocates `len` elements of `dtype`'s size in `dag` (`Dag::add_alloc`).
+    /// Allocates `len` elements of `dtype` in `dag` (`Dag::add_alloc`).
     pub(crate) fn alloc(
         dag: &mut cudagraph::Dag,
         dtype: Dtype,
         len: usize,
     ) -> cudagraph::Result<(NodeId, GraphBuf)> {
-        Ok(match dtype.size {
-            1 => {
-                let (n, b) = dag.add_alloc::<u8>(len)?;
-                (n, GraphBuf::B1(b))
-            }
-            2 => {
-                let (n, b) = dag.add_alloc::<u16>(len)?;
-                (n, GraphBuf::B2(b))
-            }
-            4 => {
-                let (n, b) = dag.add_alloc::<u32>(len)?;
-                (n, GraphBuf::B4(b))
-            }
-            8 => {
-                let (n, b) = dag.add_alloc::<u64>(len)?;
-                (n, GraphBuf::B8(b))
-            }
-            _ => {
-                let (n, b) = dag.add_alloc::<[u64; 2]>(len)?;
-                (n, GraphBuf::B16(b))
-            }
+        macro_rules! alloc {
+            ($t:ty, $v:ident) => {{
+                let (n, b) = dag.add_alloc::<$t>(len)?;
+                (n, GraphBuf::$v(b))
+            }};
+        }
+        Ok(match (dtype.kind, dtype.size) {
+            ('f', 4) => alloc!(f32, F32),
+            ('f', 8) => alloc!(f64, F64),
+            ('i', 1) => alloc!(i8, I8),
+            ('i', 2) => alloc!(i16, I16),
+            ('i', 4) => alloc!(i32, I32),
+            ('i', 8) => alloc!(i64, I64),
+            ('c', 8) => alloc!([f32; 2], C64),
+            ('c', 16) => alloc!([f64; 2], C128),
+            (_, 1) => alloc!(u8, U8),
+            (_, 2) => alloc!(u16, U16),
+            (_, 4) => alloc!(u32, U32),
+            (_, 8) => alloc!(u64, U64),
+            // `Dtype` admits no other size (16 bytes is complex128).
+            (_, _) => alloc!([f64; 2], C128),
         })
     }
 

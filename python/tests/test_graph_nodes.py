@@ -331,7 +331,7 @@ def test_graph_allocation_lowers_with_its_users_and_free(rec):
     # ... and into the kernel's argument (its bytes in memory order).
     assert int(dptr, 16).to_bytes(8, "little").hex() in calls[2]["params"]
     dot = dag.to_dot()
-    assert "graph buffer #0" in dot and "live until release" in dot
+    assert "graph buffer #0: 1024 × f32" in dot and "live until release" in dot
 
 
 def test_graph_memory_errors_name_the_node(rec):
