@@ -264,7 +264,8 @@ impl PyExec {
 
     /// Updates the whole graph from ``dag``, built the same way (same nodes and edges; other
     /// parameters), without instantiating again. ``UpdateRefusedError`` when the topology
-    /// differs or CUDA refuses; the ``Exec`` is unchanged then.
+    /// differs or CUDA refuses (also for graphs with graph-memory or device-updatable nodes);
+    /// the ``Exec`` is unchanged then. Captured nodes' callables are called again (lowering).
     fn update(&mut self, py: Python<'_>, dag: PyRef<'_, PyDag>) -> PyResult<()> {
         refuse_in_host_callable("Exec.update()")?;
         let d = dag.dag();
