@@ -2,7 +2,9 @@
 instantiate, launch and update them.
 
 The Python face of the cudagraph Rust crate. A :class:`Dag` holds kernel, copy, memset,
-host-callable, empty and child-graph nodes; each ``add_*`` checks its node at once (argument
+host-callable, empty, child-graph, FFT, event record/wait, conditional (IF, IF/ELSE, WHILE,
+SWITCH), graph-memory (allocation, free) and captured nodes, programmatic edges, kernel launch
+attributes and device-updatable kernel nodes; each ``add_*`` checks its node at once (argument
 sizes and types, launch shapes, copy bounds) and a cycle is refused, raising
 :class:`ValidationError` naming the node. ``Dag.instantiate(device)`` makes an :class:`Exec` to
 launch many times and update between launches.
@@ -45,14 +47,21 @@ cycles through host callables are not collected (break them, or ``del`` the ``Ex
 import atexit as _atexit
 
 from ._cudagraph import (
+    CONDITIONAL_INCLUDE,
+    DEVICE_UPDATE_INCLUDE,
+    CaptureStream,
     CompileError,
+    Conditional,
     CudaError,
     CudaGraphError,
     Dag,
     Device,
     DeviceBuffer,
+    DeviceNode,
+    Event,
     Exec,
     FftPlan,
+    GraphBuffer,
     HostBuffer,
     HostCallbackError,
     Kernel,
@@ -69,14 +78,21 @@ from ._cudagraph import (
 from . import _cudagraph
 
 __all__ = [
+    "CONDITIONAL_INCLUDE",
+    "DEVICE_UPDATE_INCLUDE",
+    "CaptureStream",
     "CompileError",
+    "Conditional",
     "CudaError",
     "CudaGraphError",
     "Dag",
     "Device",
     "DeviceBuffer",
+    "DeviceNode",
+    "Event",
     "Exec",
     "FftPlan",
+    "GraphBuffer",
     "HostBuffer",
     "HostCallbackError",
     "Kernel",

@@ -3,7 +3,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cudagraph::{Dag, LaunchConfig, MemsetValue, NodeId, Region};
+use cudagraph::{
+    AccessPolicy, AccessProperty, Dag, InstantiateFlags, LaunchAttributes, LaunchConfig,
+    MemSyncDomain, MemsetValue, NodeId, ProgrammaticPort, Region,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
 
@@ -12,6 +15,9 @@ use crate::device::{drop_detached, refuse_in_host_callable, Origin, PyDevice, Py
 use crate::dtype::Dtype;
 use crate::errors::{invalid, keep_host_error, IntoPy};
 use crate::exec::PyExec;
+use crate::graph_nodes::{
+    each_graph_buf, GraphBuf, PyConditional, PyDeviceNode, PyEvent, PyGraphBuffer,
+};
 use crate::kernel::{as_args, prepare_args, KernelInfo, PyKernel};
 
 static NEXT_DAG: AtomicU64 = AtomicU64::new(1);
@@ -386,6 +392,307 @@ impl PyDag {
         self.named(id, name)
     }
 
+    /// Adds a node that records ``event`` (an ``Event``) when its dependencies have
+    /// completed: work outside the graph (``Event.synchronize``, another graph's
+    /// ``add_event_wait`` node) can wait for it. The node keeps ``event`` alive.
+    #[pyo3(signature = (event, name=None))]
+    fn add_event_record(&mut self, event: PyRef<'_, PyEvent>, name: Option<String>) -> PyNode {
+        let id = self.dag_mut().add_event_record(event.event());
+        self.named(id, name)
+    }
+
+    /// Adds a node after which the graph's work waits for ``event``: for the work before its
+    /// last record (on a stream, or by another graph's ``add_event_record`` node). The node
+    /// keeps ``event`` alive.
+    #[pyo3(signature = (event, name=None))]
+    fn add_event_wait(&mut self, event: PyRef<'_, PyEvent>, name: Option<String>) -> PyNode {
+        let id = self.dag_mut().add_event_wait(event.event());
+        self.named(id, name)
+    }
+
+    /// Replaces the event of event record or wait node ``node`` (``ValidationError`` for
+    /// another kind of node).
+    fn set_event(&mut self, node: PyRef<'_, PyNode>, event: PyRef<'_, PyEvent>) -> PyResult<()> {
+        let id = self.node_id(&node)?;
+        self.dag_mut().set_event(id, event.event()).py_err()
+    }
+
+    /// Makes kernel node ``after`` start early, before kernel node ``before`` completes: at
+    /// ``port`` ``"programmatic"`` (the default: once every block of ``before`` has called
+    /// ``cudaTriggerProgrammaticLaunchCompletion()`` or exited) or ``"launch_completion"``
+    /// (once every block of ``before`` has started). ``after`` calls
+    /// ``cudaGridDependencySynchronize()`` before reading what ``before`` writes. Both must be
+    /// kernel nodes of one device (``ValidationError`` naming them otherwise).
+    #[pyo3(signature = (before, after, port="programmatic"))]
+    fn add_programmatic_dependency(
+        &mut self,
+        before: PyRef<'_, PyNode>,
+        after: PyRef<'_, PyNode>,
+        port: &str,
+    ) -> PyResult<()> {
+        let (b, a) = (self.node_id(&before)?, self.node_id(&after)?);
+        let port = match port {
+            "programmatic" => ProgrammaticPort::Programmatic,
+            "launch_completion" => ProgrammaticPort::LaunchCompletion,
+            other => {
+                return Err(invalid(format!(
+                    "port must be \"programmatic\" or \"launch_completion\", not {other:?}"
+                )))
+            }
+        };
+        self.dag_mut()
+            .add_programmatic_dependency(b, a, port)
+            .py_err()
+    }
+
+    /// Sets the launch attributes of kernel node ``node`` (replacing any set before; those not
+    /// given are unset): ``priority`` (lower is higher; honoured when instantiated with
+    /// ``use_node_priority=True``), ``cluster_dim`` (thread-block cluster, an int or a tuple of
+    /// up to 3 dividing the grid; compute capability 9.0), ``cooperative`` (all blocks resident
+    /// at once), ``shared_mem_carveout`` (percent, 0 to 100), an L2 access-policy window over
+    /// ``access_window`` (a device buffer or array) with ``hit_ratio`` of its accesses getting
+    /// ``hit`` and the others ``miss`` (``"normal"``, ``"streaming"``, ``"persisting"``), and
+    /// ``mem_sync_domain`` (``"default"`` or ``"remote"``). Checked now against the node's
+    /// launch shape, and against the device when validated (``ValidationError`` naming the
+    /// node).
+    #[pyo3(signature = (node, priority=None, cluster_dim=None, cooperative=false, shared_mem_carveout=None, access_window=None, hit_ratio=1.0, hit="persisting", miss="streaming", mem_sync_domain=None))]
+    #[allow(clippy::too_many_arguments)] // Python keyword arguments
+    fn set_launch_attributes(
+        &mut self,
+        node: PyRef<'_, PyNode>,
+        priority: Option<i32>,
+        cluster_dim: Option<&Bound<'_, PyAny>>,
+        cooperative: bool,
+        shared_mem_carveout: Option<u32>,
+        access_window: Option<&Bound<'_, PyAny>>,
+        hit_ratio: f32,
+        hit: &str,
+        miss: &str,
+        mem_sync_domain: Option<&str>,
+    ) -> PyResult<()> {
+        let id = self.node_id(&node)?;
+        let cluster = cluster_dim
+            .map(|c| dim3(c, "cluster_dim").map(cudagraph::Dim3::from))
+            .transpose()?;
+        let access_policy = match access_window {
+            Some(w) => {
+                let hint = origin_of(w);
+                let (window, _) = self.region(w, hint.as_ref(), "access_window", false)?;
+                Some(AccessPolicy {
+                    window,
+                    hit_ratio,
+                    hit: access_property(hit, "hit")?,
+                    miss: access_property(miss, "miss")?,
+                })
+            }
+            None => None,
+        };
+        let mem_sync_domain = match mem_sync_domain {
+            None => None,
+            Some("default") => Some(MemSyncDomain::Default),
+            Some("remote") => Some(MemSyncDomain::Remote),
+            Some(other) => {
+                return Err(invalid(format!(
+                    "mem_sync_domain must be \"default\" or \"remote\", not {other:?}"
+                )))
+            }
+        };
+        let attrs = LaunchAttributes {
+            priority,
+            cluster,
+            cooperative,
+            shared_mem_carveout,
+            access_policy,
+            mem_sync_domain,
+        };
+        self.dag_mut().set_launch_attributes(id, attrs).py_err()
+    }
+
+    /// Declares a conditional handle of this DAG (a ``Conditional``), reset to ``default`` at
+    /// the start of every launch. Give it to one conditional node of this DAG (``add_if``,
+    /// ``add_if_else``, ``add_while``, ``add_switch``) and, as a kernel argument, to the
+    /// kernels that set it (in this DAG or in the bodies of its conditional nodes).
+    #[pyo3(signature = (default=0))]
+    fn conditional_handle(&mut self, default: u32) -> PyConditional {
+        PyConditional {
+            inner: self.dag_mut().conditional_handle(default),
+        }
+    }
+
+    /// Adds an IF node: ``body`` (a ``Dag``, copied as it is now; it keeps its buffers,
+    /// kernels and callables alive) runs when ``handle``'s value is non-zero.
+    #[pyo3(signature = (handle, body, name=None))]
+    fn add_if(
+        &mut self,
+        handle: PyRef<'_, PyConditional>,
+        body: PyRef<'_, PyDag>,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        let id = self.dag_mut().add_if(&handle.inner, body.dag()).py_err()?;
+        Ok(self.named(id, name))
+    }
+
+    /// Adds an IF/ELSE node: ``then`` runs when ``handle``'s value is non-zero, ``else_``
+    /// when it is zero (both ``Dag``s, copied).
+    #[pyo3(signature = (handle, then, else_, name=None))]
+    fn add_if_else(
+        &mut self,
+        handle: PyRef<'_, PyConditional>,
+        then: PyRef<'_, PyDag>,
+        else_: PyRef<'_, PyDag>,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        let id = self
+            .dag_mut()
+            .add_if_else(&handle.inner, then.dag(), else_.dag())
+            .py_err()?;
+        Ok(self.named(id, name))
+    }
+
+    /// Adds a WHILE node: ``body`` (a ``Dag``, copied) runs again and again as long as
+    /// ``handle``'s value is non-zero when an iteration would start (not at all if it is zero
+    /// at first); a kernel of the body sets it to zero to stop.
+    #[pyo3(signature = (handle, body, name=None))]
+    fn add_while(
+        &mut self,
+        handle: PyRef<'_, PyConditional>,
+        body: PyRef<'_, PyDag>,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        let id = self
+            .dag_mut()
+            .add_while(&handle.inner, body.dag())
+            .py_err()?;
+        Ok(self.named(id, name))
+    }
+
+    /// Adds a SWITCH node: ``bodies[n]`` (``Dag``s, copied) runs when ``handle``'s value is
+    /// ``n``; none runs when it is ``len(bodies)`` or more. At least one body.
+    #[pyo3(signature = (handle, bodies, name=None))]
+    fn add_switch(
+        &mut self,
+        handle: PyRef<'_, PyConditional>,
+        bodies: Vec<PyRef<'_, PyDag>>,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        let cases: Vec<Dag> = bodies.iter().map(|b| b.dag().clone()).collect();
+        let added = self.dag_mut().add_switch(&handle.inner, &cases);
+        drop_detached(cases);
+        let id = added.py_err()?;
+        Ok(self.named(id, name))
+    }
+
+    /// Adds a graph allocation node: ``shape`` elements of ``dtype`` (``float32`` when not
+    /// given) allocated from CUDA's graph memory pool when a launch reaches it. Returns
+    /// ``(node, buffer)``: the ``GraphBuffer`` is a kernel argument of, or filled by
+    /// ``add_graph_memset`` in, nodes ordered after ``node`` and before its ``add_free``.
+    /// A buffer never freed needs ``instantiate(auto_free_on_launch=True)``.
+    #[pyo3(signature = (shape, dtype=None, name=None))]
+    fn add_alloc(
+        &mut self,
+        shape: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        name: Option<String>,
+    ) -> PyResult<(PyNode, PyGraphBuffer)> {
+        let (shape, dtype, bytes) = crate::buffers::layout(shape, dtype)?;
+        let (id, buf) = GraphBuf::alloc(self.dag_mut(), dtype, bytes / dtype.size).py_err()?;
+        let buffer = PyGraphBuffer { buf, dtype, shape };
+        Ok((self.named(id, name), buffer))
+    }
+
+    /// Adds a node freeing graph buffer ``buffer``; order it after every node that uses the
+    /// buffer (validation checks). A buffer is freed at most once, by the DAG that allocated it.
+    #[pyo3(signature = (buffer, name=None))]
+    fn add_free(
+        &mut self,
+        buffer: PyRef<'_, PyGraphBuffer>,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        let id = each_graph_buf!(&buffer.buf, b => self.dag_mut().add_free(b)).py_err()?;
+        Ok(self.named(id, name))
+    }
+
+    /// Adds a fill of all of graph buffer ``dst`` with ``value`` repeated (as in
+    /// ``add_memset``); order it between the buffer's allocation and free.
+    #[pyo3(signature = (dst, value, name=None))]
+    fn add_graph_memset(
+        &mut self,
+        dst: PyRef<'_, PyGraphBuffer>,
+        value: &Bound<'_, PyAny>,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        let v = memset_value(value, Some(dst.dtype))?;
+        let id = each_graph_buf!(&dst.buf, b => self.dag_mut().add_graph_memset(b, v)).py_err()?;
+        Ok(self.named(id, name))
+    }
+
+    /// Makes kernel node ``node`` device-updatable and returns its ``DeviceNode``: a kernel
+    /// argument of kernels of this DAG that change its grid, enable or disable it, or set its
+    /// parameters from the GPU. The same node gives the same ``DeviceNode``. An ``Exec`` with
+    /// one refuses a whole-graph ``update``.
+    fn device_node(&mut self, node: PyRef<'_, PyNode>) -> PyResult<PyDeviceNode> {
+        let id = self.node_id(&node)?;
+        let inner = self.dag_mut().device_node(id).py_err()?;
+        Ok(PyDeviceNode { inner, node: id })
+    }
+
+    /// Adds a captured node: at every lowering onto a GPU (``instantiate``, ``Exec.update``),
+    /// ``callable(stream)`` is called with a ``CaptureStream`` that records into the graph,
+    /// after the node's dependencies, whatever is enqueued on it: work that has no node of its
+    /// own (a CuPy or PyTorch operation on ``cupy.cuda.ExternalStream(stream.ptr)``, a
+    /// library call). ``buffers`` are the device buffers or arrays the work uses: the node
+    /// keeps them alive and validation checks their device. ``what`` describes the work (DOT,
+    /// recordings; the callable's name when not given). A ``RecordingBackend`` records the
+    /// capture without calling ``callable``.
+    ///
+    /// The caller's contract: the callable enqueues work only on the stream it is given (a
+    /// wait for the GPU fails the capture, and cudagraph's waits raise ``ValidationError``
+    /// there), and that work uses only ``buffers`` or memory the callable itself references
+    /// (the DAG and its ``Exec``s hold the callable, hence what it references); any state the
+    /// captured work refers to (a library's plan, its parameters) is left unchanged while an
+    /// ``Exec`` may launch it. An exception it raises fails the lowering with a
+    /// ``CudaGraphError`` whose ``__cause__`` it is.
+    #[pyo3(signature = (callable, buffers=None, what=None, name=None))]
+    fn add_captured(
+        &mut self,
+        callable: &Bound<'_, PyAny>,
+        buffers: Option<Vec<Bound<'_, PyAny>>>,
+        what: Option<String>,
+        name: Option<String>,
+    ) -> PyResult<PyNode> {
+        if !callable.is_callable() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "add_captured takes a callable (called with the capture stream)",
+            ));
+        }
+        let buffers = buffers.unwrap_or_default();
+        let hint = buffers.iter().find_map(|b| origin_of(b));
+        let uses = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let what = format!("captured work's buffer {i}");
+                self.region(b, hint.as_ref(), &what, false).map(|r| r.0)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let what = match what {
+            Some(w) => w,
+            None => callable
+                .getattr("__qualname__")
+                .and_then(|q| q.extract::<String>())
+                .unwrap_or_else(|_| "a Python callable".to_string()),
+        };
+        let work = crate::captured::capture_closure(what.clone(), callable.clone().unbind());
+        // SAFETY: the crate's contract for captured work is the Python caller's, documented
+        // above: the callable enqueues only on the stream it is given (through the
+        // `CaptureStream`, which refuses to give the handle once the call has returned); the
+        // memory its work uses is `uses` (kept alive by the node) or referenced by the callable,
+        // which the node holds for as long as the DAG or an `Exec` made from it may launch the
+        // work; the host-side state it refers to is likewise the callable's, held with it.
+        let id = unsafe { self.dag_mut().add_captured(what, uses, work) };
+        Ok(self.named(id, name))
+    }
+
     /// Names ``node`` (in errors, DOT and recordings); returns it.
     fn set_name(&mut self, node: PyRef<'_, PyNode>, name: String) -> PyResult<PyNode> {
         let id = self.node_id(&node)?;
@@ -461,9 +768,17 @@ impl PyDag {
 
     /// Validates and lowers the DAG into a CUDA graph on ``device`` (the DAG's ``backend``
     /// when that is a ``Device``, else ``Device(0)``) and instantiates it. The GIL is released
-    /// meanwhile.
-    #[pyo3(signature = (device=None))]
-    fn instantiate(&self, py: Python<'_>, device: Option<PyRef<'_, PyDevice>>) -> PyResult<PyExec> {
+    /// meanwhile. ``auto_free_on_launch``: graph allocations a launch leaves (``add_alloc``
+    /// without ``add_free``) are freed before the next launch (without it such a DAG is
+    /// refused); ``use_node_priority``: honour kernel nodes' ``priority`` attributes.
+    #[pyo3(signature = (device=None, *, auto_free_on_launch=false, use_node_priority=false))]
+    fn instantiate(
+        &self,
+        py: Python<'_>,
+        device: Option<PyRef<'_, PyDevice>>,
+        auto_free_on_launch: bool,
+        use_node_priority: bool,
+    ) -> PyResult<PyExec> {
         refuse_in_host_callable("Dag.instantiate()")?;
         let device = match device {
             Some(d) => d.inner.clone(),
@@ -474,7 +789,16 @@ impl PyDag {
         };
         let dag = self.dag();
         let d = device.clone();
-        let exec = py.allow_threads(|| dag.instantiate(&d)).py_err()?;
+        let flags = InstantiateFlags {
+            auto_free_on_launch,
+            use_node_priority,
+            ..InstantiateFlags::default()
+        };
+        crate::captured::clear_capture_error();
+        let exec = py
+            .allow_threads(|| dag.instantiate_with(&d, flags, None))
+            .py_err()
+            .map_err(|e| crate::captured::with_capture_cause(py, e))?;
         Ok(PyExec::new(exec, device, self))
     }
 
@@ -553,4 +877,16 @@ fn memset_value(value: &Bound<'_, PyAny>, dtype: Option<Dtype>) -> PyResult<Mems
             )))
         }
     })
+}
+
+/// An L2 access property by name.
+fn access_property(name: &str, what: &str) -> PyResult<AccessProperty> {
+    match name {
+        "normal" => Ok(AccessProperty::Normal),
+        "streaming" => Ok(AccessProperty::Streaming),
+        "persisting" => Ok(AccessProperty::Persisting),
+        other => Err(invalid(format!(
+            "{what} must be \"normal\", \"streaming\" or \"persisting\", not {other:?}"
+        ))),
+    }
 }

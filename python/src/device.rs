@@ -368,6 +368,12 @@ impl PyRecordingBackend {
         crate::kernel::PyKernel::new(kernel, types, Origin::Recording(slf.clone().unbind()))
     }
 
+    /// A placeholder event (a made-up handle, never passed to CUDA), for event record and
+    /// wait nodes of DAGs lowered here; recording it on a stream or waiting for it is an error.
+    fn event(&mut self) -> crate::graph_nodes::PyEvent {
+        crate::graph_nodes::PyEvent::wrap(self.inner.event())
+    }
+
     /// The recorded calls, one dict per call: ``function``, ``kind``, ``name``, ``deps``
     /// (indices of earlier calls) and ``params`` (words).
     fn calls<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, pyo3::types::PyDict>>> {

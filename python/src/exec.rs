@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use crate::dag::{PyDag, PyNode};
 use crate::device::{drain_graveyard, drop_detached, refuse_in_host_callable, PyStream};
 use crate::errors::{invalid, IntoPy};
+use crate::graph_nodes::PyEvent;
 use crate::kernel::{as_args, prepare_args, KernelInfo};
 
 /// A DAG instantiated as a CUDA graph: launch it many times, update it between launches.
@@ -263,12 +264,16 @@ impl PyExec {
 
     /// Updates the whole graph from ``dag``, built the same way (same nodes and edges; other
     /// parameters), without instantiating again. ``UpdateRefusedError`` when the topology
-    /// differs or CUDA refuses; the ``Exec`` is unchanged then.
+    /// differs or CUDA refuses (also for graphs with graph-memory or device-updatable nodes);
+    /// the ``Exec`` is unchanged then. Captured nodes' callables are called again (lowering).
     fn update(&mut self, py: Python<'_>, dag: PyRef<'_, PyDag>) -> PyResult<()> {
         refuse_in_host_callable("Exec.update()")?;
         let d = dag.dag();
         let exec = self.exec();
-        py.allow_threads(|| exec.update(d)).py_err()?;
+        crate::captured::clear_capture_error();
+        py.allow_threads(|| exec.update(d))
+            .py_err()
+            .map_err(|e| crate::captured::with_capture_cause(py, e))?;
         if !self.dags.contains(&dag.id) {
             self.dags.push(dag.id);
         }
@@ -324,6 +329,24 @@ impl PyExec {
         // Released, as in `set_kernel_args` (the replaced buffers may be freed here).
         py.allow_threads(|| exec.set_fft_params(id, params))
             .py_err()
+    }
+
+    /// Replaces the event of event record or wait node ``node`` for the next launches; the
+    /// new ``Event`` must be on the device of the one it replaces. The event replaced lives
+    /// until the launches that may use it have completed. When CUDA refuses, nothing changes.
+    fn set_event(
+        &mut self,
+        py: Python<'_>,
+        node: PyRef<'_, PyNode>,
+        event: PyRef<'_, PyEvent>,
+    ) -> PyResult<()> {
+        refuse_in_host_callable("Exec.set_event()")?;
+        let id = self.node_id(&node)?;
+        let e = event.event().clone();
+        drop((node, event));
+        let exec = self.exec();
+        // Released, as in `set_kernel_args` (the replaced event may be retired here).
+        py.allow_threads(|| exec.set_event(id, &e)).py_err()
     }
 
     /// The graph this ``Exec`` runs (its DAG, as updated) in Graphviz DOT.

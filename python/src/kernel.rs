@@ -11,6 +11,7 @@ use crate::buffers::{foreign_buffer, PyDeviceBuffer, PyHostBuffer};
 use crate::device::{drop_detached, refuse_in_host_callable, Origin, PyDevice};
 use crate::dtype::Dtype;
 use crate::errors::{invalid, IntoPy};
+use crate::graph_nodes::{PyConditional, PyDeviceNode, PyGraphBuffer};
 
 /// One kernel parameter as a C signature declares it.
 #[derive(Debug, Clone)]
@@ -191,15 +192,17 @@ impl PyCudaModule {
     /// Compiles CUDA C ``source`` with NVRTC for ``device`` (``Device(0)``) and loads it.
     /// ``options`` are NVRTC options (``["-DN=4", "--use_fast_math"]``). Raises
     /// ``CompileError`` with the compiler's log, ``LibraryError`` when NVRTC is missing,
-    /// ``NoGpuError`` without a GPU.
+    /// ``NoGpuError`` without a GPU. ``device_runtime``: compile relocatable code and link it
+    /// with the toolkit's device runtime (``libcudadevrt.a``), for kernels using it.
     #[staticmethod]
-    #[pyo3(signature = (source, device=None, options=None, name=None))]
+    #[pyo3(signature = (source, device=None, options=None, name=None, *, device_runtime=false))]
     fn from_source(
         py: Python<'_>,
         source: String,
         device: Option<PyRef<'_, PyDevice>>,
         options: Option<Vec<String>>,
         name: Option<String>,
+        device_runtime: bool,
     ) -> PyResult<Self> {
         refuse_in_host_callable("Module.from_source()")?;
         let device = match device {
@@ -212,6 +215,9 @@ impl PyCudaModule {
         }
         if let Some(n) = name {
             opts.name = n;
+        }
+        if device_runtime {
+            opts.kind = cudagraph::CodeKind::DeviceRuntime;
         }
         let (d, src) = (device.clone(), source.clone());
         let m = py
@@ -480,6 +486,28 @@ fn prepare_one(
         check_pointer(param, h.dtype, at)?;
         return Ok(Prepared::Region(h.region()));
     }
+    if let Ok(g) = obj.downcast::<PyGraphBuffer>() {
+        let g = g.get();
+        check_pointer(param, g.dtype, at)?;
+        return Ok(Prepared::Value(g.buf.arg()));
+    }
+    // Handles passed by value (8 bytes), written in at lowering.
+    let handle = if let Ok(c) = obj.downcast::<PyConditional>() {
+        Some(("Conditional", KernelArg::conditional(&c.get().inner)))
+    } else if let Ok(n) = obj.downcast::<PyDeviceNode>() {
+        Some(("DeviceNode", KernelArg::device_node(&n.get().inner)))
+    } else {
+        None
+    };
+    if let Some((what, arg)) = handle {
+        if let Some(p) = param.filter(|p| p.pointer) {
+            return Err(invalid(format!(
+                "{at}: a {what} given for the pointer parameter `{}` (it is passed by value)",
+                p.text
+            )));
+        }
+        return Ok(Prepared::Value(arg));
+    }
     if obj.hasattr("__cuda_array_interface__")? {
         let (buf, a) = foreign_buffer(obj, &info.origin, at)?;
         check_pointer(param, a.dtype, at)?;
@@ -561,7 +589,8 @@ fn prepare_one(
     }
     Err(invalid(format!(
         "{at}: cannot pass a {} to a kernel (expected a DeviceBuffer, an object with \
-         __cuda_array_interface__, or a NumPy scalar)",
+         __cuda_array_interface__, a GraphBuffer, a Conditional, a DeviceNode or a NumPy \
+         scalar)",
         obj.get_type()
             .name()
             .map(|n| n.to_string())

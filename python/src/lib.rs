@@ -9,6 +9,7 @@
 use pyo3::prelude::*;
 
 mod buffers;
+mod captured;
 mod dag;
 mod device;
 mod dlpack;
@@ -16,6 +17,7 @@ mod dtype;
 mod errors;
 mod exec;
 mod fft;
+mod graph_nodes;
 mod kernel;
 mod typed;
 
@@ -58,6 +60,13 @@ fn _cudagraph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dag::PyDag>()?;
     m.add_class::<exec::PyExec>()?;
     m.add_class::<fft::PyFftPlan>()?;
+    m.add_class::<graph_nodes::PyEvent>()?;
+    m.add_class::<captured::PyCaptureStream>()?;
+    m.add_class::<graph_nodes::PyConditional>()?;
+    m.add_class::<graph_nodes::PyGraphBuffer>()?;
+    m.add_class::<graph_nodes::PyDeviceNode>()?;
+    m.add("CONDITIONAL_INCLUDE", cudagraph::CONDITIONAL_INCLUDE)?;
+    m.add("DEVICE_UPDATE_INCLUDE", cudagraph::DEVICE_UPDATE_INCLUDE)?;
     m.add_function(wrap_pyfunction!(_run_as_host_node, m)?)?;
     m.add_function(wrap_pyfunction!(device::_synchronize_all, m)?)?;
     m.add_function(wrap_pyfunction!(device::_graveyard_len, m)?)?;
