@@ -19,6 +19,7 @@ mod drop_order;
 mod enabled;
 mod events;
 mod fft;
+mod fft_forms;
 mod fft_update;
 mod foundation;
 mod gemm;

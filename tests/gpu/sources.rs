@@ -40,8 +40,16 @@ fn compile_with_nvrtc() -> anyhow::Result<()> {
         ),
         // A custom FFT callback: as cuFFT links it (LTO-IR) and as the unfused form's
         // conversion kernel compiles it (ordinary device code).
-        ("fft::CUSTOM_I8", crate::fft::CUSTOM_I8, CodeKind::LtoIr),
-        ("fft::CUSTOM_I8", crate::fft::CUSTOM_I8, CodeKind::Cubin),
+        (
+            "fft::CUSTOM_I8",
+            crate::fft_forms::CUSTOM_I8,
+            CodeKind::LtoIr,
+        ),
+        (
+            "fft::CUSTOM_I8",
+            crate::fft_forms::CUSTOM_I8,
+            CodeKind::Cubin,
+        ),
     ];
     let mut failed = Vec::new();
     for (name, source, kind) in sources {
