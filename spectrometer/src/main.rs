@@ -529,8 +529,7 @@ fn process(
 /// The memory samples of a soak run (`--repeat`) and the change from the first to the last.
 fn soak_table(samples: &[spectrometer::pipeline::MemorySample]) -> String {
     use std::fmt::Write as _;
-    let mib =
-        |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.1}", b as f64 / 1048576.0));
+    let mib = spectrometer::pipeline::MemorySample::mib;
     let mut t = String::from(
         "soak: memory over the run\n  elapsed s     blocks  device in use MiB  host RSS MiB\n",
     );

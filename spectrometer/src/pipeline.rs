@@ -743,6 +743,13 @@ pub fn run_stem<E: Engine>(
     })
 }
 
+impl MemorySample {
+    /// A byte count in MiB with one decimal, `-` when not known (how samples are printed).
+    pub fn mib(bytes: Option<u64>) -> String {
+        bytes.map_or("-".to_string(), |b| format!("{:.1}", b as f64 / 1048576.0))
+    }
+}
+
 /// Notes memory now, and prints it on standard error as it is taken (a soak run that is
 /// stopped early still shows what it saw).
 fn sample<E: Engine>(start: Instant, blocks: usize, engine: &E) -> MemorySample {
@@ -752,8 +759,7 @@ fn sample<E: Engine>(start: Instant, blocks: usize, engine: &E) -> MemorySample 
         device_in_use: engine.device_memory_in_use(),
         host_rss: host_rss(),
     };
-    let mib =
-        |b: Option<u64>| b.map_or("-".to_string(), |b| format!("{:.1}", b as f64 / 1048576.0));
+    let mib = MemorySample::mib;
     eprintln!(
         "soak: {:.0} s, {} blocks, device memory in use {} MiB, host RSS {} MiB",
         m.elapsed.as_secs_f64(),

@@ -18,7 +18,7 @@ use ::cudarc::driver::{CudaContext, CudaFunction};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::kernel::{described_params, Kernel, ParamInfo, ParamSource};
+use crate::kernel::{confirmed, described_params, probed, Kernel, ParamSource};
 use crate::result::cudarc::{self as dr, FunctionAttribute as A};
 
 impl Kernel {
@@ -83,9 +83,10 @@ fn from_function(
     // SAFETY: `f` is live: `function` holds its module, and the kernel made below keeps a
     // clone of `function`.
     let name = unsafe { dr::name(f)? };
+    // SAFETY: as above; indexes past the last parameter answer `None`.
+    let query = &mut |index| unsafe { dr::param_info(f, index) };
     let (params, source) = match image {
-        // SAFETY: as above.
-        None => (unsafe { probed(f)? }, ParamSource::Probed),
+        None => (probed(query)?, ParamSource::Probed),
         Some(image) => {
             let Some((layout, source)) = described_params(image, &name) else {
                 return Err(Error::Cudarc {
@@ -97,8 +98,7 @@ fn from_function(
                     ),
                 });
             };
-            // SAFETY: as above.
-            (unsafe { confirmed(f, &name, &layout)? }, source)
+            (confirmed(&name, &layout, query)?, source)
         }
     };
     // SAFETY: as above.
@@ -120,46 +120,4 @@ fn from_function(
         AtomicUsize::new(max_dynamic.max(0) as usize),
         Box::new(function.clone()),
     ))
-}
-
-/// The layout from the driver alone, asked for parameters until it refuses one.
-///
-/// # Safety
-/// `f` is a live function.
-unsafe fn probed(f: crate::sys::CUfunction) -> Result<Vec<ParamInfo>> {
-    let mut params = Vec::new();
-    // SAFETY: the caller's contract; indexes past the last answer `None`.
-    while let Some((offset, size)) = unsafe { dr::param_info(f, params.len())? } {
-        params.push(ParamInfo { offset, size });
-    }
-    Ok(params)
-}
-
-/// `layout` confirmed parameter by parameter with the driver (indexes below the count only).
-///
-/// # Safety
-/// `f` is a live function.
-unsafe fn confirmed(
-    f: crate::sys::CUfunction,
-    kernel: &str,
-    layout: &[(usize, usize)],
-) -> Result<Vec<ParamInfo>> {
-    let mut params = Vec::with_capacity(layout.len());
-    for (index, &image) in layout.iter().enumerate() {
-        // SAFETY: the caller's contract.
-        let driver = unsafe { dr::param_info(f, index)? };
-        if driver != Some(image) {
-            return Err(Error::ParamLayoutMismatch {
-                kernel: kernel.to_string(),
-                index,
-                cubin: image,
-                cuda: driver,
-            });
-        }
-        params.push(ParamInfo {
-            offset: image.0,
-            size: image.1,
-        });
-    }
-    Ok(params)
 }

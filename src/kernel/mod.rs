@@ -50,7 +50,7 @@ pub use device_graph::DeviceGraph;
 pub(crate) use device_graph::DeviceGraphInner;
 pub use device_node::{DeviceNode, DEVICE_UPDATE_INCLUDE};
 pub use launch::{Dim3, Kernel, LaunchConfig, ParamInfo, ParamSource};
-#[cfg(feature = "cudarc")]
-pub(crate) use module::described_params;
 pub use module::Module;
+#[cfg(feature = "cudarc")]
+pub(crate) use module::{confirmed, described_params, probed};
 pub(crate) use packed::{ArgArena, ArgScratch, PackedArgs};

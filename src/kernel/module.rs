@@ -156,12 +156,12 @@ impl Module {
             }
         })?;
         let func = raw as *const c_void;
-        let described = self.image.as_ref().and_then(|i| i.params(symbol));
-        let (params, param_source) = match described {
-            // SAFETY: `func` is a live kernel, taken from the loaded library above.
-            Some((d, source)) => (unsafe { confirmed(func, name, &d)? }, source),
-            // SAFETY: as above.
-            None => (unsafe { probed(func)? }, ParamSource::Probed),
+        // SAFETY: `func` is a live kernel, taken from the loaded library above; indexes past
+        // the last parameter answer `None`.
+        let query = &mut |index| unsafe { rt::func_param_info(func, index) };
+        let (params, param_source) = match self.image.as_ref().and_then(|i| i.params(symbol)) {
+            Some((d, source)) => (confirmed(name, &d, query)?, source),
+            None => (probed(query)?, ParamSource::Probed),
         };
         // SAFETY: `func` is a live kernel.
         let attrs = unsafe { rt::func_attributes(func)? };
@@ -236,20 +236,21 @@ pub(crate) fn described_params(
     Image::of(image)?.params(symbol)
 }
 
-/// The layout the image describes, each parameter confirmed by `cudaFuncGetParamInfo`
-/// (asked only for indexes below the count, which CUDA answers).
-///
-/// # Safety
-/// `func` is a live kernel.
-unsafe fn confirmed(
-    func: *const c_void,
+/// What a kernel's parameter query answers for parameter `index`: its offset and size, or
+/// `None` past the last (`cudaFuncGetParamInfo`, or the driver's `cuFuncGetParamInfo`).
+pub(crate) type ParamQuery<'a> = dyn FnMut(usize) -> Result<Option<(usize, usize)>> + 'a;
+
+/// The layout the image describes, each parameter confirmed by `query` (asked only for
+/// indexes below the count, which CUDA answers); a difference is
+/// [`Error::ParamLayoutMismatch`].
+pub(crate) fn confirmed(
     kernel: &str,
     described: &[(usize, usize)],
+    query: &mut ParamQuery<'_>,
 ) -> Result<Vec<ParamInfo>> {
     let mut params = Vec::with_capacity(described.len());
     for (index, &image) in described.iter().enumerate() {
-        // SAFETY: `func` is a live kernel (this function's contract).
-        let cuda = unsafe { rt::func_param_info(func, index)? };
+        let cuda = query(index)?;
         if cuda != Some(image) {
             return Err(Error::ParamLayoutMismatch {
                 kernel: kernel.to_string(),
@@ -266,15 +267,10 @@ unsafe fn confirmed(
     Ok(params)
 }
 
-/// The layout from `cudaFuncGetParamInfo` alone, asked for indexes until CUDA refuses one.
-///
-/// # Safety
-/// `func` is a live kernel.
-unsafe fn probed(func: *const c_void) -> Result<Vec<ParamInfo>> {
+/// The layout from `query` alone, asked for indexes until it answers `None`.
+pub(crate) fn probed(query: &mut ParamQuery<'_>) -> Result<Vec<ParamInfo>> {
     let mut params = Vec::new();
-    // SAFETY: `func` is a live kernel (this function's contract); indexes past the last
-    // parameter answer `None`.
-    while let Some((offset, size)) = unsafe { rt::func_param_info(func, params.len())? } {
+    while let Some((offset, size)) = query(params.len())? {
         params.push(ParamInfo { offset, size });
     }
     Ok(params)
