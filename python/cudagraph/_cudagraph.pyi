@@ -24,7 +24,8 @@ Dim3 = Union[int, Tuple[int], Tuple[int, int], Tuple[int, int, int]]
 StreamLike = Any
 """A ``Stream``, an object with ``__cuda_stream__``, a CuPy stream or a PyTorch stream."""
 ArrayLike = Any
-"""A ``DeviceBuffer``, ``HostBuffer`` or an object with ``__cuda_array_interface__``."""
+"""A ``DeviceBuffer``, ``HostBuffer``, an object with ``__cuda_array_interface__``, or one
+with ``__dlpack__`` whose ``__dlpack_device__`` is CUDA (device or managed memory)."""
 
 class Device:
     def __init__(self, ordinal: int = 0) -> None: ...

@@ -599,13 +599,32 @@ fn stated_device(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<usize>> 
     Ok(None)
 }
 
-/// A device buffer over a foreign array's memory (`__cuda_array_interface__`), holding a
-/// reference to the array: every DAG and `Exec` that uses the buffer keeps the array alive.
+/// Whether `obj` is another library's device array that [`foreign_buffer`] takes: it has
+/// `__cuda_array_interface__`, or `__dlpack__` with a `__dlpack_device__` in CUDA device or
+/// managed memory (a NumPy array's DLPack device is the CPU: not one).
+pub(crate) fn is_foreign_device_array(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if obj.hasattr("__cuda_array_interface__")? {
+        return Ok(true);
+    }
+    Ok(obj.hasattr("__dlpack__")?
+        && matches!(
+            crate::dlpack::device_of(obj)?,
+            Some((crate::dlpack::DL_CUDA | crate::dlpack::DL_CUDA_MANAGED, _))
+        ))
+}
+
+/// A device buffer over a foreign array's memory (`__cuda_array_interface__`, else DLPack),
+/// holding what keeps the memory allocated: the array itself (the interface), or the DLPack
+/// tensor taken from it, whose deleter runs when the buffer is released. Every DAG and `Exec`
+/// that uses the buffer holds it.
 pub(crate) fn foreign_buffer(
     obj: &Bound<'_, PyAny>,
     origin: &Origin,
     what: &str,
 ) -> PyResult<(TypedBuffer, ForeignArray)> {
+    if !obj.hasattr("__cuda_array_interface__")? {
+        return dlpack_buffer(obj, origin, what);
+    }
     let a = read_cai(obj, what)?;
     let owner: cudagraph::ForeignOwner = Box::new(obj.clone().unbind());
     match origin {
@@ -654,6 +673,74 @@ pub(crate) fn foreign_buffer(
             let buf = unsafe { TypedBuffer::from_foreign(device, a.dtype, a.ptr, a.bytes, owner) }
                 .py_err()?;
             Ok((buf, a))
+        }
+    }
+}
+
+/// [`foreign_buffer`] for an array with only DLPack (JAX, array-API libraries): the tensor is
+/// taken from its capsule, checked as the interface is, and owned by the buffer. On a GPU the
+/// producer is asked to order its pending work before the legacy default stream (DLPack's
+/// `stream=1`), which is then synchronised, as the interface's stream is.
+fn dlpack_buffer(
+    obj: &Bound<'_, PyAny>,
+    origin: &Origin,
+    what: &str,
+) -> PyResult<(TypedBuffer, ForeignArray)> {
+    let py = obj.py();
+    let array = |d: crate::dlpack::Described| ForeignArray {
+        ptr: d.ptr,
+        bytes: d.bytes,
+        dtype: d.dtype,
+        stream: None,
+        readonly: d.readonly,
+    };
+    match origin {
+        Origin::Recording(rec) => {
+            let (d, owner) = crate::dlpack::import(obj, None, what)?;
+            let buf = TypedBuffer::recording(
+                &mut rec.borrow_mut(py).inner,
+                d.dtype,
+                d.bytes,
+                Some(owner),
+            );
+            Ok((buf, array(d)))
+        }
+        Origin::Gpu(device) => {
+            if let Some((_, id)) = crate::dlpack::device_of(obj)? {
+                if id != device.ordinal() {
+                    return Err(invalid(format!(
+                        "{what}: the array is on device {id} but the node's device is {}",
+                        device.ordinal()
+                    )));
+                }
+            }
+            refuse_in_host_callable(&format!("{what}: taking a DLPack array"))?;
+            // DLPack's `stream=1`: the legacy default stream.
+            let (d, owner) = crate::dlpack::import(obj, Some(1), what)?;
+            if d.device.1 != device.ordinal() {
+                return Err(invalid(format!(
+                    "{what}: the DLPack tensor is on device {} but the node's device is {}",
+                    d.device.1,
+                    device.ordinal()
+                )));
+            }
+            py.allow_threads(|| -> cudagraph::Result<()> {
+                // SAFETY: `cudaStreamLegacy` (the handle 1) is always valid; synchronising it
+                // waits for the work the producer ordered before it.
+                unsafe {
+                    cudagraph::result::runtime::stream_synchronize(
+                        1usize as cudagraph::sys::cudaStream_t,
+                    )
+                }
+            })
+            .py_err()?;
+            // SAFETY: DLPack's contract: the tensor's `data + byte_offset` is `bytes` of memory
+            // that stays allocated until its deleter is called, which `owner` calls when
+            // dropped, after the crate's GPU work using the buffer. `from_foreign` checks with
+            // CUDA that it is device memory of `device` (or managed memory).
+            let buf = unsafe { TypedBuffer::from_foreign(device, d.dtype, d.ptr, d.bytes, owner) }
+                .py_err()?;
+            Ok((buf, array(d)))
         }
     }
 }

@@ -10,7 +10,7 @@ use cudagraph::{
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
 
-use crate::buffers::{foreign_buffer, PyDeviceBuffer, PyHostBuffer};
+use crate::buffers::{foreign_buffer, is_foreign_device_array, PyDeviceBuffer, PyHostBuffer};
 use crate::device::{drop_detached, refuse_in_host_callable, Origin, PyDevice, PyRecordingBackend};
 use crate::dtype::Dtype;
 use crate::errors::{invalid, keep_host_error, IntoPy};
@@ -183,7 +183,7 @@ impl PyDag {
             let h = h.get();
             return Ok((h.region(), Some(h.dtype)));
         }
-        if obj.hasattr("__cuda_array_interface__")? {
+        if is_foreign_device_array(obj)? {
             let origin = match (&self.backend, hint) {
                 (Some(o), _) => o.clone(),
                 (None, Some(o)) => o.clone(),
@@ -192,7 +192,7 @@ impl PyDag {
             let (buf, a) = foreign_buffer(obj, &origin, what)?;
             if writes && a.readonly {
                 return Err(invalid(format!(
-                    "{what}: the array is read-only (its __cuda_array_interface__ says so), and \
+                    "{what}: the array is read-only (its producer says so), and \
                      the node writes it"
                 )));
             }
@@ -205,8 +205,8 @@ impl PyDag {
             )));
         }
         Err(invalid(format!(
-            "{what}: expected a DeviceBuffer, a HostBuffer or an object with \
-             __cuda_array_interface__, not {}",
+            "{what}: expected a DeviceBuffer, a HostBuffer or an array with \
+             __cuda_array_interface__ or CUDA __dlpack__, not {}",
             obj.get_type()
                 .name()
                 .map(|n| n.to_string())

@@ -7,7 +7,7 @@ use cudagraph::{Kernel, KernelArg, Region};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt};
 
-use crate::buffers::{foreign_buffer, PyDeviceBuffer, PyHostBuffer};
+use crate::buffers::{foreign_buffer, is_foreign_device_array, PyDeviceBuffer, PyHostBuffer};
 use crate::device::{drop_detached, refuse_in_host_callable, Origin, PyDevice};
 use crate::dtype::Dtype;
 use crate::errors::{invalid, IntoPy};
@@ -508,7 +508,7 @@ fn prepare_one(
         }
         return Ok(Prepared::Value(arg));
     }
-    if obj.hasattr("__cuda_array_interface__")? {
+    if is_foreign_device_array(obj)? {
         let (buf, a) = foreign_buffer(obj, &info.origin, at)?;
         check_pointer(param, a.dtype, at)?;
         if a.readonly {
@@ -516,14 +516,14 @@ fn prepare_one(
                 Some(p) if p.const_pointee => {}
                 Some(p) => {
                     return Err(invalid(format!(
-                        "{at}: the array is read-only (its __cuda_array_interface__ says so) \
+                        "{at}: the array is read-only (its producer says so) \
                          but parameter `{}` is not a pointer to const",
                         p.text
                     )))
                 }
                 None => {
                     return Err(invalid(format!(
-                        "{at}: the array is read-only (its __cuda_array_interface__ says so) \
+                        "{at}: the array is read-only (its producer says so) \
                          and the kernel's parameter types are not known; give the kernel a \
                          signature whose parameter is `const T*`"
                     )))
@@ -588,8 +588,8 @@ fn prepare_one(
         };
     }
     Err(invalid(format!(
-        "{at}: cannot pass a {} to a kernel (expected a DeviceBuffer, an object with \
-         __cuda_array_interface__, a GraphBuffer, a Conditional, a DeviceNode or a NumPy \
+        "{at}: cannot pass a {} to a kernel (expected a DeviceBuffer, an array with \
+         __cuda_array_interface__ or CUDA __dlpack__, a GraphBuffer, a Conditional, a DeviceNode or a NumPy \
          scalar)",
         obj.get_type()
             .name()

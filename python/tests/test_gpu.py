@@ -356,6 +356,53 @@ def test_torch_tensors_as_operands_and_stream(device, module, torch):
     np.testing.assert_array_equal(t.cpu().numpy(), np.arange(6).reshape(2, 3))
 
 
+class DlpackOnly:
+    """Another library's array seen only through DLPack (as a JAX array is: no
+    ``__cuda_array_interface__``)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+
+def test_dlpack_only_arrays_of_torch_and_cupy_as_operands(device, module, torch, cupy):
+    x = torch.arange(N, dtype=torch.float32, device="cuda")
+    y = cupy.zeros(N, dtype=cupy.float32)
+    dag = cg.Dag(backend=device)
+    k = dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [DlpackOnly(x), np.float32(2.0), N])
+    c = dag.add_copy(DlpackOnly(y), DlpackOnly(x))
+    dag.add_dependency(k, c)
+    exec = dag.instantiate(device)
+    exec.launch()
+    exec.synchronize()
+    expected = 2.0 * np.arange(N, dtype=np.float32)
+    np.testing.assert_array_equal(x.cpu().numpy(), expected)
+    np.testing.assert_array_equal(cupy.asnumpy(y), expected)
+    # The tensor taken from the capsule keeps the storage: the graph still writes live memory
+    # after the producer's own reference is gone.
+    held = torch.cuda.memory_allocated()
+    del x, k, c
+    gc.collect()
+    exec.launch()
+    exec.synchronize()
+    np.testing.assert_array_equal(cupy.asnumpy(y), 2.0 * expected)
+    del dag, exec
+    gc.collect()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() <= held - N * 4, "the tensor's deleter freed it"
+    # A transposed view is refused by its strides, and a tensor on the CPU by its device.
+    dag = cg.Dag(backend=device)
+    with pytest.raises(cg.ValidationError, match="not C-contiguous"):
+        dag.add_memset(DlpackOnly(torch.zeros((4, 4), device="cuda").T), np.float32(0))
+    with pytest.raises(cg.ValidationError, match="expected a DeviceBuffer"):
+        dag.add_memset(DlpackOnly(torch.zeros(4)), np.float32(0))
+
+
 # --- FFT nodes ---
 
 
