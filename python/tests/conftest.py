@@ -92,6 +92,23 @@ def torch():
 
 
 @pytest.fixture
+def jax():
+    """JAX with a CUDA device, or the test is skipped (failed under CUDAGRAPH_REQUIRE_INTEROP=1).
+    JAX is told not to preallocate most of the GPU's memory (its default)."""
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    jax = _import_or_skip("jax")
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        gpus = []
+    if not gpus:
+        if _interop_required():
+            pytest.fail("CUDAGRAPH_REQUIRE_INTEROP=1 but JAX has no GPU device")
+        pytest.skip("JAX has no GPU device")
+    return jax
+
+
+@pytest.fixture
 def rec():
     """A fresh recording backend."""
     return cg.RecordingBackend()

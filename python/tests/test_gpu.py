@@ -403,6 +403,23 @@ def test_dlpack_only_arrays_of_torch_and_cupy_as_operands(device, module, torch,
         dag.add_memset(DlpackOnly(torch.zeros(4)), np.float32(0))
 
 
+def test_jax_arrays_through_dlpack(device, module, jax, cupy):
+    """JAX arrays have DLPack only (no __cuda_array_interface__): read in place by a graph."""
+    x = jax.device_put(jax.numpy.arange(N, dtype=jax.numpy.float32), jax.devices("gpu")[0])
+    assert not hasattr(x, "__cuda_array_interface__")
+    y = cupy.zeros(N, dtype=cupy.float32)
+    dag = cg.Dag(backend=device)
+    c = dag.add_copy(y, x)
+    k = dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [y, np.float32(3.0), N])
+    dag.add_dependency(c, k)
+    exec = dag.instantiate(device)
+    del x
+    gc.collect()
+    exec.launch()
+    exec.synchronize()
+    np.testing.assert_array_equal(cupy.asnumpy(y), 3.0 * np.arange(N, dtype=np.float32))
+
+
 # --- FFT nodes ---
 
 
