@@ -371,7 +371,7 @@ impl PyRecordingBackend {
     /// A placeholder event (a made-up handle, never passed to CUDA), for event record and
     /// wait nodes of DAGs lowered here; recording it on a stream or waiting for it is an error.
     fn event(&mut self) -> crate::graph_nodes::PyEvent {
-        crate::graph_nodes::PyEvent::wrap(self.inner.event())
+        crate::graph_nodes::PyEvent::placeholder(self.inner.event())
     }
 
     /// The recorded calls, one dict per call: ``function``, ``kind``, ``name``, ``deps``

@@ -93,33 +93,41 @@ impl PyExec {
             return Ok(s.get().stream().clone());
         }
         let raw = foreign_stream_handle(obj)?;
-        if let Some(d) = foreign_stream_device(obj) {
-            if d != self.device.ordinal() {
-                return Err(invalid(format!(
-                    "the stream is on device {d} but the Exec is on device {}",
-                    self.device.ordinal()
-                )));
-            }
-        }
         if let Some((r, s)) = &self.foreign {
             if *r == raw {
                 return Ok(s.clone());
             }
         }
-        let owner: cudagraph::ForeignOwner = Box::new(obj.clone().unbind());
-        // SAFETY: `raw` is the stream handle the object gives through its protocol
-        // (`__cuda_stream__`, CuPy's `.ptr`, PyTorch's `.cuda_stream`), valid while the object
-        // lives, which `owner` holds; those libraries make their streams in the CUDA runtime's
-        // primary context of the stream's device, and the device the object states was checked
-        // against the `Exec`'s above (a stream of another device that says nothing is refused by
-        // CUDA at launch as a handle of another context: an error, not a use of freed memory).
-        let s = unsafe {
-            Stream::from_foreign(&self.device, raw as cudagraph::sys::cudaStream_t, owner)
-        }
-        .py_err()?;
+        let s = foreign_stream(obj, raw, &self.device, "the Exec")?;
         self.foreign = Some((raw, s.clone()));
         Ok(s)
     }
+}
+
+/// Another library's stream `obj` (whose handle is `raw`, from [`foreign_stream_handle`]) as a
+/// stream of `device`, holding the object; `of` names what `device` is of, in errors.
+pub(crate) fn foreign_stream(
+    obj: &Bound<'_, PyAny>,
+    raw: usize,
+    device: &cudagraph::Device,
+    of: &str,
+) -> PyResult<Stream> {
+    if let Some(d) = foreign_stream_device(obj) {
+        if d != device.ordinal() {
+            return Err(invalid(format!(
+                "the stream is on device {d} but {of} is on device {}",
+                device.ordinal()
+            )));
+        }
+    }
+    let owner: cudagraph::ForeignOwner = Box::new(obj.clone().unbind());
+    // SAFETY: `raw` is the stream handle the object gives through its protocol
+    // (`__cuda_stream__`, CuPy's `.ptr`, PyTorch's `.cuda_stream`), valid while the object
+    // lives, which `owner` holds; those libraries make their streams in the CUDA runtime's
+    // primary context of the stream's device, and the device the object states was checked
+    // against `device` above (a stream of another device that says nothing is refused by CUDA
+    // at its first use as a handle of another context: an error, not a use of freed memory).
+    unsafe { Stream::from_foreign(device, raw as cudagraph::sys::cudaStream_t, owner) }.py_err()
 }
 
 /// The handle of another library's stream: `__cuda_stream__()` (cuda.core: `(version, handle)`),
@@ -128,9 +136,9 @@ impl PyExec {
 pub(crate) fn foreign_stream_handle(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
     if obj.is_instance_of::<pyo3::types::PyInt>() {
         return Err(invalid(
-            "cannot launch on a plain int: a raw stream handle keeps nothing alive; pass the \
-             stream object (a cudagraph.Stream, an object with __cuda_stream__, a CuPy or \
-             PyTorch stream)",
+            "a plain int is not taken as a stream: a raw stream handle keeps nothing alive; \
+             pass the stream object (a cudagraph.Stream, an object with __cuda_stream__, a CuPy \
+             or PyTorch stream)",
         ));
     }
     if obj.hasattr("__cuda_stream__")? {
@@ -148,7 +156,7 @@ pub(crate) fn foreign_stream_handle(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
         }
     }
     Err(invalid(format!(
-        "cannot launch on a {}: expected a cudagraph.Stream, an object with __cuda_stream__, a \
+        "a {} is not a stream: expected a cudagraph.Stream, an object with __cuda_stream__, a \
          CuPy stream (.ptr) or a PyTorch stream (.cuda_stream)",
         obj.get_type()
             .name()

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 
 use crate::device::{drain_graveyard, drop_detached, refuse_in_host_callable, PyDevice, PyStream};
 use crate::dtype::Dtype;
-use crate::errors::IntoPy;
+use crate::errors::{invalid, IntoPy};
 
 /// A CUDA event (timing enabled), for ordering work between graphs and streams and timing it:
 /// ``Dag.add_event_record(event)`` / ``Dag.add_event_wait(event)`` nodes, ``record(stream)`` on
@@ -19,6 +19,9 @@ use crate::errors::IntoPy;
 #[pyclass(module = "cudagraph._cudagraph", name = "Event", frozen)]
 pub(crate) struct PyEvent {
     inner: Option<Event>,
+    /// Its device (`None` for a recording backend's placeholder), for wrapping other libraries'
+    /// streams in `record`.
+    device: Option<cudagraph::Device>,
 }
 
 impl Drop for PyEvent {
@@ -30,8 +33,12 @@ impl Drop for PyEvent {
 }
 
 impl PyEvent {
-    pub(crate) fn wrap(event: Event) -> Self {
-        PyEvent { inner: Some(event) }
+    /// A recording backend's placeholder event.
+    pub(crate) fn placeholder(event: Event) -> Self {
+        PyEvent {
+            inner: Some(event),
+            device: None,
+        }
     }
 
     pub(crate) fn event(&self) -> &Event {
@@ -50,14 +57,30 @@ impl PyEvent {
             Some(d) => d.inner.clone(),
             None => crate::device::open_device(0)?,
         };
-        Ok(PyEvent::wrap(Event::new(&device).py_err()?))
+        Ok(PyEvent {
+            inner: Some(Event::new(&device).py_err()?),
+            device: Some(device),
+        })
     }
 
-    /// Records the event on ``stream`` (a cudagraph ``Stream``): it completes when the work
-    /// queued on the stream before it has.
-    fn record(&self, py: Python<'_>, stream: PyRef<'_, PyStream>) -> PyResult<()> {
+    /// Records the event on ``stream`` (a cudagraph ``Stream``, an object with
+    /// ``__cuda_stream__``, a CuPy or PyTorch stream, on the event's device): it completes when
+    /// the work queued on the stream before it has.
+    fn record(&self, py: Python<'_>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
         refuse_in_host_callable("Event.record()")?;
-        let (e, s) = (self.event().clone(), stream.stream().clone());
+        let s = if let Ok(s) = stream.downcast::<PyStream>() {
+            s.get().stream().clone()
+        } else {
+            let raw = crate::exec::foreign_stream_handle(stream)?;
+            let Some(device) = &self.device else {
+                return Err(invalid(
+                    "the event is a recording backend's placeholder: it cannot be recorded on \
+                     a GPU stream",
+                ));
+            };
+            crate::exec::foreign_stream(stream, raw, device, "the event")?
+        };
+        let e = self.event().clone();
         py.allow_threads(move || e.record(&s)).py_err()
     }
 

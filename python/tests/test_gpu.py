@@ -724,6 +724,25 @@ def test_event_nodes_order_two_graphs_on_two_streams(device, gmod):
     np.testing.assert_array_equal(out.to_numpy(), [7, 5])
 
 
+def test_events_recorded_on_torch_and_cupy_streams(device, module, torch, cupy):
+    x = torch.zeros(1 << 20, device="cuda")
+    ts = torch.cuda.Stream()
+    cs = cupy.cuda.Stream(non_blocking=True)
+    start, mid, end = cg.Event(device), cg.Event(device), cg.Event(device)
+    start.record(ts)
+    with torch.cuda.stream(ts):
+        x.add_(1.0)
+    mid.record(ts)
+    end.record(cs)
+    end.synchronize()
+    mid.synchronize()
+    assert mid.query() and start.query()
+    assert start.elapsed_ms(mid) >= 0.0
+    assert float(x[0]) == 1.0
+    with pytest.raises(cg.ValidationError, match="plain int is not taken as a stream"):
+        start.record(ts.cuda_stream)
+
+
 def test_exec_set_event_records_the_new_event(device, gmod):
     e1, e2, start = cg.Event(device), cg.Event(device), cg.Event(device)
     dag = cg.Dag()

@@ -79,6 +79,20 @@ def test_placeholder_events_cannot_be_used_on_a_gpu(rec):
         ev.elapsed_ms(rec.event())
 
 
+def test_placeholder_events_are_not_recorded_on_any_stream(rec):
+    class TorchLikeStream:
+        cuda_stream = 0x1234
+        device_index = 0
+
+    ev = rec.event()
+    with pytest.raises(cg.ValidationError, match="placeholder"):
+        ev.record(TorchLikeStream())
+    with pytest.raises(cg.ValidationError, match="plain int is not taken as a stream"):
+        ev.record(0x1234)
+    with pytest.raises(cg.ValidationError, match="a str is not a stream"):
+        ev.record("stream")
+
+
 def test_event_without_a_gpu_says_so():
     if cg.gpu_available():
         pytest.skip("a GPU is there")
