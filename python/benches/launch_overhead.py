@@ -1,4 +1,4 @@
-"""CPU cost per graph launch from Python, side by side (issue 30's "Measured" table; a first
+"""CPU cost per graph launch from Python, side by side (issue 30's "Measured" table; a
 draft, not yet run on the GPU machine).
 
 For a chain of N kernels (N = 1, 10, 100), each `x[i] *= a` over 4,096 floats:
@@ -6,9 +6,12 @@ For a chain of N kernels (N = 1, 10, 100), each `x[i] *= a` over 4,096 floats:
 - cudagraph: `Exec.launch()` of a Dag of N kernel nodes (on a cudagraph Stream);
 - CuPy: `cupy.cuda.Graph.launch()` of the same kernel (a RawKernel) captured N times;
 - PyTorch: `CUDAGraph.replay()` of N `x.mul_(a)` captured (PyTorch's own elementwise kernel);
-- cuda.core: not measured by this draft.
+- cuda.core: `Graph.launch()` of the same kernel (compiled by cuda.core's `Program`) launched N
+  times into a `GraphBuilder` (cuda.core's capture);
 
-and the build + instantiate time of a 1,000-node cudagraph DAG. CPU time per launch is the
+and the build + instantiate time of a 1,000-node chain: a cudagraph DAG against cuda.core's
+explicit `GraphDefinition` where the installed cuda.core has it (its API is pre-1.0 and moves: a
+failure is printed as such, not hidden). CPU time per launch is the
 time of a loop of LAUNCHES launches without synchronisation (the GPU runs behind), divided by
 LAUNCHES; the median of REPEATS such loops is printed, in microseconds.
 
@@ -92,6 +95,74 @@ def bench_torch(n):
     return per_launch_us(graph.replay, torch.cuda.synchronize)
 
 
+def _cuda_core():
+    """cuda.core, at its top level (0.4 and later) or under ``experimental`` (earlier)."""
+    try:
+        import cuda.core as cc
+
+        if hasattr(cc, "Program"):
+            return cc
+    except ImportError:
+        pass
+    import cuda.core.experimental as cc
+
+    return cc
+
+
+def _cuda_core_kernel():
+    cc = _cuda_core()
+    dev = cc.Device(0)
+    dev.set_current()
+    options = cc.ProgramOptions(arch=f"sm_{dev.arch}")
+    kernel = cc.Program(SOURCE, code_type="c++", options=options).compile("cubin")
+    return cc, dev, kernel.get_kernel("scale")
+
+
+def _cuda_core_args(x):
+    """The kernel's arguments for cuda.core: the CuPy array's pointer, then the scalars."""
+    import ctypes
+
+    return ctypes.c_void_p(x.data.ptr), np.float32(1.0), np.int32(ELEMS)
+
+
+def bench_cuda_core(n):
+    import cupy as cp
+
+    cc, dev, kernel = _cuda_core_kernel()
+    x = cp.zeros(ELEMS, dtype=cp.float32)
+    stream = dev.create_stream()
+    config = cc.LaunchConfig(grid=ELEMS // 256, block=256)
+    builder = stream.create_graph_builder().begin_building()
+    for _ in range(n):
+        cc.launch(builder, config, kernel, *_cuda_core_args(x))
+    graph = builder.end_building().complete()
+    graph.upload(stream)
+    return per_launch_us(lambda: graph.launch(stream), stream.sync)
+
+
+def build_1000_cuda_core():
+    """ms to define a 1,000-kernel chain with cuda.core's GraphDefinition, and to instantiate."""
+    import cupy as cp
+
+    cc, dev, kernel = _cuda_core_kernel()
+    definition = getattr(getattr(cc, "graph", None), "GraphDefinition", None)
+    if definition is None:
+        raise RuntimeError("this cuda.core has no cuda.core.graph.GraphDefinition")
+    x = cp.zeros(ELEMS, dtype=cp.float32)
+    config = cc.LaunchConfig(grid=ELEMS // 256, block=256)
+    args = _cuda_core_args(x)
+    t0 = time.perf_counter()
+    g = definition()
+    node = g.launch(config, kernel, *args)
+    for _ in range(999):
+        node = node.launch(config, kernel, *args)
+    t1 = time.perf_counter()
+    graph = g.instantiate()
+    t2 = time.perf_counter()
+    del graph
+    return (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+
 def build_1000(device):
     kernel = cg.Module.from_source(SOURCE, device).kernel("scale")
     x = cg.DeviceBuffer(ELEMS, "float32", device)
@@ -126,10 +197,18 @@ def main():
     for n in CHAINS:
         print(
             f"{n:>4} | {guarded(bench_cudagraph, device, n):>9} | {guarded(bench_cupy, n)} | "
-            f"{guarded(bench_torch, n)} | not measured"
+            f"{guarded(bench_torch, n)} | {guarded(bench_cuda_core, n)}"
         )
     build_ms, inst_ms = build_1000(device)
     print(f"1,000-node DAG: built in {build_ms:.1f} ms, instantiated in {inst_ms:.1f} ms")
+    try:
+        build_ms, inst_ms = build_1000_cuda_core()
+        print(
+            f"1,000-node cuda.core GraphDefinition: built in {build_ms:.1f} ms, "
+            f"instantiated in {inst_ms:.1f} ms"
+        )
+    except Exception as e:  # printed: the table's other rows stand
+        print(f"1,000-node cuda.core GraphDefinition: not measured ({type(e).__name__}: {e})")
     return 0
 
 
