@@ -539,6 +539,7 @@ pub(crate) fn read_cai(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<ForeignAr
     if ptr == 0 && bytes > 0 {
         return Err(invalid(format!("{what}: the data pointer is null")));
     }
+    check_aligned(ptr, dtype, what)?;
     let stream = match cai.get_item("stream")? {
         Some(s) if !s.is_none() => {
             let s: usize = s.extract().map_err(|_| {
@@ -562,6 +563,20 @@ pub(crate) fn read_cai(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<ForeignAr
         stream,
         readonly,
     })
+}
+
+/// Refuses a data pointer not aligned to its element size: a kernel's access through it faults
+/// (a misaligned address, which ruins the CUDA context), and CUDA's copies of wider elements may
+/// too.
+pub(crate) fn check_aligned(ptr: u64, dtype: Dtype, what: &str) -> PyResult<()> {
+    if ptr % dtype.size as u64 != 0 {
+        return Err(invalid(format!(
+            "{what}: the data pointer {ptr:#x} is not aligned to the {}-byte elements of {}",
+            dtype.size,
+            dtype.name()
+        )));
+    }
+    Ok(())
 }
 
 /// The CUDA device an array says it is on: `__dlpack_device__()` (CUDA or managed memory),
@@ -679,8 +694,9 @@ pub(crate) fn foreign_buffer(
 
 /// [`foreign_buffer`] for an array with only DLPack (JAX, array-API libraries): the tensor is
 /// taken from its capsule, checked as the interface is, and owned by the buffer. On a GPU the
-/// producer is asked to order its pending work before the legacy default stream (DLPack's
-/// `stream=1`), which is then synchronised, as the interface's stream is.
+/// producer is asked to order its pending work before a stream made for it on the node's
+/// device, which is then synchronised, as the interface's stream is; a recording backend asks
+/// for no synchronisation (`stream=-1`: no GPU work follows).
 fn dlpack_buffer(
     obj: &Bound<'_, PyAny>,
     origin: &Origin,
@@ -696,7 +712,9 @@ fn dlpack_buffer(
     };
     match origin {
         Origin::Recording(rec) => {
-            let (d, owner) = crate::dlpack::import(obj, None, what)?;
+            // The producer may call CUDA to give the capsule (forbidden in a host function).
+            refuse_in_host_callable(&format!("{what}: taking a DLPack array"))?;
+            let (d, owner) = crate::dlpack::import(obj, -1, what)?;
             let buf = TypedBuffer::recording(
                 &mut rec.borrow_mut(py).inner,
                 d.dtype,
@@ -715,8 +733,11 @@ fn dlpack_buffer(
                 }
             }
             refuse_in_host_callable(&format!("{what}: taking a DLPack array"))?;
-            // DLPack's `stream=1`: the legacy default stream.
-            let (d, owner) = crate::dlpack::import(obj, Some(1), what)?;
+            // The stream the producer orders its pending work before: one of the node's device
+            // (the legacy default stream, DLPack's 1, is the current device's, which may be
+            // another).
+            let stream = cudagraph::Stream::new(device).py_err()?;
+            let (d, owner) = crate::dlpack::import(obj, stream.raw() as isize, what)?;
             if d.device.1 != device.ordinal() {
                 return Err(invalid(format!(
                     "{what}: the DLPack tensor is on device {} but the node's device is {}",
@@ -724,16 +745,7 @@ fn dlpack_buffer(
                     device.ordinal()
                 )));
             }
-            py.allow_threads(|| -> cudagraph::Result<()> {
-                // SAFETY: `cudaStreamLegacy` (the handle 1) is always valid; synchronising it
-                // waits for the work the producer ordered before it.
-                unsafe {
-                    cudagraph::result::runtime::stream_synchronize(
-                        1usize as cudagraph::sys::cudaStream_t,
-                    )
-                }
-            })
-            .py_err()?;
+            py.allow_threads(|| stream.synchronize()).py_err()?;
             // SAFETY: DLPack's contract: the tensor's `data + byte_offset` is `bytes` of memory
             // that stays allocated until its deleter is called, which `owner` calls when
             // dropped, after the crate's GPU work using the buffer. `from_foreign` checks with

@@ -106,8 +106,10 @@ pub(crate) fn _graveyard_len() -> usize {
 
 extern "C" {
     /// CPython's `PyGILState_Check` (not in the limited API's declarations of pyo3-ffi, but
-    /// exported by every CPython 3): 1 when the calling thread holds the GIL, 0 otherwise
-    /// (also on a thread Python does not know, and after finalization).
+    /// exported by every CPython 3): 1 when the calling thread holds the GIL, 0 otherwise (also
+    /// on a thread Python does not know). Not to be trusted after finalization (CPython 3.12 and
+    /// earlier answer 1 once their thread-state key is gone): `drop_detached` asks
+    /// `Py_IsInitialized` first.
     fn PyGILState_Check() -> std::os::raw::c_int;
 }
 
@@ -117,8 +119,8 @@ extern "C" {
 /// Inside a host callable the value is kept in the graveyard instead, freed at the next
 /// launch, synchronize or drop outside one (CUDA calls are forbidden in a host function). The
 /// GIL is released only when this thread holds it: this may run on any thread (a DLPack
-/// consumer calls the deleter where it likes, even after the interpreter finalized), and the
-/// GIL is never taken just to release it.
+/// consumer calls the deleter where it likes, even after the interpreter finalized: then it is
+/// dropped with no call into Python at all), and the GIL is never taken just to release it.
 pub(crate) fn drop_detached<T: Send + 'static>(value: T) {
     if in_host_callable() {
         GRAVEYARD
@@ -127,12 +129,19 @@ pub(crate) fn drop_detached<T: Send + 'static>(value: T) {
             .push(Box::new(value));
         return;
     }
-    // SAFETY: `PyGILState_Check` may be called on any thread, with or without the GIL.
-    let holds_gil = unsafe { PyGILState_Check() } == 1;
     let drop_all = move || {
         drop(value);
         drain_graveyard();
     };
+    // SAFETY: `Py_IsInitialized` may be called at any time, on any thread, even after
+    // finalization (it reads a flag of the runtime).
+    if unsafe { pyo3::ffi::Py_IsInitialized() } == 0 {
+        drop_all();
+        return;
+    }
+    // SAFETY: `PyGILState_Check` may be called on any thread of an initialized interpreter,
+    // with or without the GIL.
+    let holds_gil = unsafe { PyGILState_Check() } == 1;
     if holds_gil {
         // The GIL is held: `with_gil` only borrows it, and `allow_threads` releases it.
         Python::with_gil(|py| py.allow_threads(drop_all));

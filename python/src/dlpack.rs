@@ -372,6 +372,7 @@ unsafe fn describe(t: &DlTensor, readonly: bool, what: &str) -> PyResult<Describ
     if t.data.is_null() && bytes > 0 {
         return Err(invalid(format!("{what}: the data pointer is null")));
     }
+    crate::buffers::check_aligned(ptr, dtype, what)?;
     Ok(Described {
         ptr,
         bytes,
@@ -401,13 +402,16 @@ pub(crate) fn take(
         let t = unsafe {
             pyo3::ffi::PyCapsule_GetPointer(cap, NAME_V.as_ptr()) as *mut DlManagedTensorVersioned
         };
-        // SAFETY: as above; the version and flags are read before the tensor.
-        let (major, minor, flags) = unsafe { ((*t).version.major, (*t).version.minor, (*t).flags) };
+        // SAFETY: as above; only the version is read before it is checked (its place is the
+        // one DLPack keeps across major versions; the rest is laid out as 1.x says only then).
+        let (major, minor) = unsafe { ((*t).version.major, (*t).version.minor) };
         if major != 1 {
             return Err(invalid(format!(
                 "{what}: DLPack {major}.{minor} is not supported (this reads 1.x)"
             )));
         }
+        // SAFETY: a DLPack 1.x tensor, live as above.
+        let flags = unsafe { (*t).flags };
         // SAFETY: a DLPack 1.x tensor: `shape` and `strides` as `describe` needs them.
         let d = unsafe { describe(&(*t).dl_tensor, flags & FLAG_READ_ONLY != 0, what)? };
         rename(py, cap, c"used_dltensor_versioned")?;
@@ -447,11 +451,11 @@ pub(crate) fn device_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, usize)>
 
 /// Calls `obj.__dlpack__` as a consumer of DLPack 1.0 (`max_version=(1, 0)`, falling back to
 /// the older signature when the producer refuses that keyword), asking the producer to order
-/// its pending work before `stream` (DLPack's encoding: `None`, or 1 for the legacy default
-/// stream), and takes the tensor.
+/// its pending work before `stream` (DLPack's encoding for CUDA: a stream handle above 2, or
+/// -1 for no synchronisation), and takes the tensor.
 pub(crate) fn import(
     obj: &Bound<'_, PyAny>,
-    stream: Option<usize>,
+    stream: isize,
     what: &str,
 ) -> PyResult<(Described, cudagraph::ForeignOwner)> {
     let py = obj.py();

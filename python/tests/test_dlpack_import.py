@@ -27,7 +27,7 @@ def test_a_dlpack_array_is_a_kernel_argument_and_its_tensor_is_deleted_with_the_
     k = rec.kernel("scale", signature="float* x, float a, int n")
     dag = cg.Dag(backend=rec)
     dag.add_kernel(k, 4, 256, [x, 2.0, 1024])
-    assert x.calls == [dict(stream=None, max_version=(1, 0))], "asked as a DLPack 1.0 consumer"
+    assert x.calls == [dict(stream=-1, max_version=(1, 0))], "a DLPack 1.0 consumer, no sync"
     assert x.deleted == 0, "the DAG owns the tensor"
     dag.lower(rec)
     assert "kernel" in rec.calls()[0]["kind"]
@@ -65,7 +65,7 @@ def test_a_pre_1_0_producer_gives_a_legacy_capsule(rec):
     x = DlpackArray(4, legacy_only=True)
     dag = cg.Dag(backend=rec)
     dag.add_memset(x, np.float32(1))
-    assert x.calls == [dict(stream=None, max_version=None)], "asked again without max_version"
+    assert x.calls == [dict(stream=-1, max_version=None)], "asked again without max_version"
     del dag
     gc.collect()
     assert x.deleted == 1
@@ -87,6 +87,7 @@ def test_managed_memory_is_accepted(rec):
         (dict(dtype=(2, 12, 1)), "unsupported DLPack dtype"),
         (dict(dtype=(7, 32, 1)), "unsupported DLPack dtype"),
         (dict(ptr=0), "null"),
+        (dict(byte_offset=2), "0x7f000002 is not aligned to the 4-byte elements of float32"),
         (dict(version=(2, 0)), "DLPack 2.0 is not supported"),
     ],
 )
@@ -98,6 +99,12 @@ def test_a_refused_tensor_goes_back_to_its_producer(rec, kwargs, message):
     gc.collect()
     assert x.deleted == 1, "the capsule, not renamed, deleted it"
     assert len(dag) == 0
+
+
+def test_an_aligned_byte_offset_is_accepted(rec):
+    dag = cg.Dag(backend=rec)
+    dag.add_memset(DlpackArray(4, byte_offset=64), np.float32(0))
+    assert len(dag) == 1
 
 
 def test_c_contiguous_strides_and_unit_dimensions_are_accepted(rec):

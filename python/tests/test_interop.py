@@ -69,6 +69,8 @@ def test_copy_between_foreign_and_pinned_memory_lowers(rec, fake):
         (dict(shape=4, typestr=">f4"), "big-endian"),
         (dict(shape=4, typestr="<V8"), "unsupported dtype"),
         (dict(shape=4, typestr="<f4", ptr=0), "null"),
+        (dict(shape=4, typestr="<f4", ptr=0x7F00_0002), "not aligned to the 4-byte elements"),
+        (dict(shape=4, typestr="<c16", ptr=0x7F00_0008), "not aligned to the 16-byte elements"),
         (dict(shape=4, typestr="<f4", mask=object()), "masked"),
         (dict(shape=4, typestr="<f4", stream=0), "stream` is 0"),
     ],
