@@ -370,6 +370,37 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         Ok(b)
     }
 
+    /// The same memory as elements of `U`, a type of the same size and no stricter alignment
+    /// (`f32` for `u32`, `Complex32` for `u64`, `Complex64` for `[u64; 2]`): another handle to
+    /// the one allocation, which its GPU work, its users and its lifetime are counted on, as
+    /// for a clone. Both types are plain data ([`DeviceRepr`]), so any bytes one writes are a
+    /// valid value of the other. Types of another size or a stricter alignment do not compile.
+    ///
+    /// ```
+    /// use cudagraph::{DeviceLimits, RecordingBackend};
+    /// let mut rec = RecordingBackend::new(DeviceLimits::hopper());
+    /// let words = rec.device_buffer::<u32>(16);
+    /// let floats = words.view_as::<f32>();
+    /// assert_eq!((floats.len(), floats.size_bytes()), (16, 64));
+    /// ```
+    ///
+    /// ```compile_fail
+    /// # use cudagraph::{DeviceLimits, RecordingBackend};
+    /// # let mut rec = RecordingBackend::new(DeviceLimits::hopper());
+    /// let bytes = rec.device_buffer::<u8>(16);
+    /// let _ = bytes.view_as::<f32>(); // 1-byte elements as 4-byte ones
+    /// ```
+    pub fn view_as<U: DeviceRepr>(&self) -> DeviceBuffer<U> {
+        const {
+            assert!(
+                std::mem::size_of::<U>() == std::mem::size_of::<T>()
+                    && std::mem::align_of::<U>() <= std::mem::align_of::<T>(),
+                "view_as: U must have T's size and no stricter alignment"
+            )
+        };
+        DeviceBuffer::from_alloc(self.alloc.clone(), self.len)
+    }
+
     pub(crate) fn from_alloc(alloc: Arc<Allocation>, len: usize) -> Self {
         DeviceBuffer {
             alloc,
@@ -815,6 +846,19 @@ impl<T: DeviceRepr> HostBuffer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_view_is_the_same_allocation_with_the_same_length() {
+        let mut rec = crate::RecordingBackend::new(crate::DeviceLimits::hopper());
+        let pairs = rec.device_buffer::<[u64; 2]>(3);
+        let complex = pairs.view_as::<num_complex::Complex64>();
+        assert!(Arc::ptr_eq(&pairs.alloc, &complex.alloc), "one allocation");
+        assert_eq!(complex.len(), 3);
+        assert_eq!(complex.region(1..).raw_addr(), pairs.region(1..).raw_addr());
+        assert_eq!(Arc::strong_count(&pairs.alloc), 2, "counted as a clone");
+        drop(pairs);
+        assert_eq!(Arc::strong_count(&complex.alloc), 1, "the view keeps it");
+    }
 
     #[test]
     fn element_ranges() {

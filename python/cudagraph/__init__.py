@@ -2,10 +2,10 @@
 instantiate, launch and update them.
 
 The Python face of the cudagraph Rust crate. A :class:`Dag` holds kernel, copy, memset,
-host-callable, empty, child-graph, FFT, event record/wait, conditional (IF, IF/ELSE, WHILE,
-SWITCH), graph-memory (allocation, free) and captured nodes, programmatic edges, kernel launch
-attributes and device-updatable kernel nodes; each ``add_*`` checks its node at once (argument
-sizes and types, launch shapes, copy bounds) and a cycle is refused, raising
+host-callable, empty, child-graph, FFT, cuBLAS GEMM, event record/wait, conditional (IF,
+IF/ELSE, WHILE, SWITCH), graph-memory (allocation, free) and captured nodes, programmatic edges,
+kernel launch attributes and device-updatable kernel nodes; each ``add_*`` checks its node at
+once (argument sizes and types, launch shapes, copy bounds) and a cycle is refused, raising
 :class:`ValidationError` naming the node. ``Dag.instantiate(device)`` makes an :class:`Exec` to
 launch many times and update between launches.
 
@@ -50,6 +50,7 @@ import atexit as _atexit
 from ._cudagraph import (
     CONDITIONAL_INCLUDE,
     DEVICE_UPDATE_INCLUDE,
+    Blas,
     CaptureStream,
     CompileError,
     Conditional,
@@ -81,6 +82,7 @@ from . import _cudagraph
 __all__ = [
     "CONDITIONAL_INCLUDE",
     "DEVICE_UPDATE_INCLUDE",
+    "Blas",
     "CaptureStream",
     "CompileError",
     "Conditional",

@@ -1,6 +1,7 @@
 from ._cudagraph import (
     CONDITIONAL_INCLUDE as CONDITIONAL_INCLUDE,
     DEVICE_UPDATE_INCLUDE as DEVICE_UPDATE_INCLUDE,
+    Blas as Blas,
     CaptureStream as CaptureStream,
     CompileError as CompileError,
     Conditional as Conditional,

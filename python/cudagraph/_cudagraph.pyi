@@ -58,6 +58,7 @@ class RecordingBackend:
         signature: Optional[str] = None,
     ) -> Kernel: ...
     def event(self) -> Event: ...
+    def blas(self) -> Blas: ...
     def calls(self) -> List[Dict[str, Any]]: ...
     def transcript(self) -> str: ...
     def clear(self) -> None: ...
@@ -146,6 +147,11 @@ class FftPlan:
     @property
     def has_store(self) -> bool: ...
 
+class Blas:
+    def __init__(self, device: Optional[Device] = None) -> None: ...
+    @property
+    def version(self) -> int: ...
+
 class Event:
     def __init__(self, device: Optional[Device] = None) -> None: ...
     def record(self, stream: StreamLike) -> None: ...
@@ -208,6 +214,26 @@ class Dag:
         store_scale: Optional[float] = None,
         store_output: Optional[ArrayLike] = None,
         accumulate: bool = False,
+        name: Optional[str] = None,
+    ) -> Node: ...
+    def add_gemm(
+        self,
+        blas: Blas,
+        a: ArrayLike,
+        b: ArrayLike,
+        c: ArrayLike,
+        *,
+        m: int,
+        n: int,
+        k: int,
+        trans_a: Union[str, bool, None] = None,
+        trans_b: Union[str, bool, None] = None,
+        alpha: Union[float, complex, None] = None,
+        beta: Union[float, complex, None] = None,
+        lda: Optional[int] = None,
+        ldb: Optional[int] = None,
+        ldc: Optional[int] = None,
+        workspace_bytes: Optional[int] = None,
         name: Optional[str] = None,
     ) -> Node: ...
     def add_host(self, callable: Callable[[], Any], name: Optional[str] = None) -> Node: ...

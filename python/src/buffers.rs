@@ -569,7 +569,7 @@ pub(crate) fn read_cai(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<ForeignAr
 /// (a misaligned address, which ruins the CUDA context), and CUDA's copies of wider elements may
 /// too.
 pub(crate) fn check_aligned(ptr: u64, dtype: Dtype, what: &str) -> PyResult<()> {
-    if ptr % dtype.size as u64 != 0 {
+    if !ptr.is_multiple_of(dtype.size as u64) {
         return Err(invalid(format!(
             "{what}: the data pointer {ptr:#x} is not aligned to the {}-byte elements of {}",
             dtype.size,

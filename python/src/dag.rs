@@ -140,7 +140,7 @@ impl PyDag {
         self.inner.as_ref().expect("taken only by Drop")
     }
 
-    fn dag_mut(&mut self) -> &mut Dag {
+    pub(crate) fn dag_mut(&mut self) -> &mut Dag {
         self.inner.as_mut().expect("taken only by Drop")
     }
 
@@ -158,7 +158,7 @@ impl PyDag {
         PyNode { id, dag: self.id }
     }
 
-    fn named(&mut self, id: NodeId, name: Option<String>) -> PyNode {
+    pub(crate) fn named(&mut self, id: NodeId, name: Option<String>) -> PyNode {
         if let Some(n) = name {
             self.dag_mut().set_name(id, n);
         }

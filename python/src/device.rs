@@ -383,6 +383,13 @@ impl PyRecordingBackend {
         crate::graph_nodes::PyEvent::placeholder(self.inner.event())
     }
 
+    /// A placeholder cuBLAS handle (no library loaded, never passed to cuBLAS), for GEMM nodes
+    /// of DAGs lowered here.
+    fn blas(slf: &Bound<'_, Self>) -> crate::gemm::PyBlas {
+        let blas = slf.borrow_mut().inner.blas();
+        crate::gemm::PyBlas::placeholder(blas, Origin::Recording(slf.clone().unbind()))
+    }
+
     /// The recorded calls, one dict per call: ``function``, ``kind``, ``name``, ``deps``
     /// (indices of earlier calls) and ``params`` (words).
     fn calls<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, pyo3::types::PyDict>>> {

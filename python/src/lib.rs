@@ -17,6 +17,7 @@ mod dtype;
 mod errors;
 mod exec;
 mod fft;
+mod gemm;
 mod graph_nodes;
 mod kernel;
 mod typed;
@@ -60,6 +61,7 @@ fn _cudagraph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dag::PyDag>()?;
     m.add_class::<exec::PyExec>()?;
     m.add_class::<fft::PyFftPlan>()?;
+    m.add_class::<gemm::PyBlas>()?;
     m.add_class::<graph_nodes::PyEvent>()?;
     m.add_class::<captured::PyCaptureStream>()?;
     m.add_class::<graph_nodes::PyConditional>()?;

@@ -56,6 +56,17 @@ macro_rules! by_size {
 }
 
 impl TypedBuffer {
+    /// Another handle to the same buffer (its allocation counted once more).
+    pub(crate) fn share(&self) -> Self {
+        match self {
+            TypedBuffer::B1(b) => TypedBuffer::B1(b.view_as()),
+            TypedBuffer::B2(b) => TypedBuffer::B2(b.view_as()),
+            TypedBuffer::B4(b) => TypedBuffer::B4(b.view_as()),
+            TypedBuffer::B8(b) => TypedBuffer::B8(b.view_as()),
+            TypedBuffer::B16(b) => TypedBuffer::B16(b.view_as()),
+        }
+    }
+
     /// `bytes` zeroed bytes of `device` (a whole number of elements: the caller's shape).
     pub(crate) fn zeros(device: &Device, dtype: Dtype, bytes: usize) -> cudagraph::Result<Self> {
         let n = bytes / dtype.size;

@@ -420,6 +420,56 @@ def test_jax_arrays_through_dlpack(device, module, jax, cupy):
     np.testing.assert_array_equal(cupy.asnumpy(y), 3.0 * np.arange(N, dtype=np.float32))
 
 
+# --- GEMM nodes ---
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "complex128"])
+def test_gemm_of_row_major_arrays_against_numpy(device, dtype):
+    """C = A·B for C-ordered A (m × k), B (k × n): add_gemm(B, A, C, m=n, n=m, k=k)."""
+    rng = np.random.default_rng(7)
+    m, n, k = 33, 17, 65
+
+    def rand(shape):
+        x = rng.standard_normal(shape)
+        if dtype.startswith("complex"):
+            x = x + 1j * rng.standard_normal(shape)
+        return x.astype(dtype)
+
+    a, b, c0 = rand((m, k)), rand((k, n)), rand((m, n))
+    da, db = cg.DeviceBuffer.from_numpy(a, device), cg.DeviceBuffer.from_numpy(b, device)
+    dc = cg.DeviceBuffer.from_numpy(c0, device)
+    blas = cg.Blas(device)
+    assert blas.version >= 130000
+    alpha, beta = (2.0, 0.5) if dtype.startswith("float") else (1 - 1j, 0.25j)
+    dag = cg.Dag()
+    dag.add_gemm(blas, db, da, dc, m=n, n=m, k=k, alpha=alpha, beta=beta)
+    exec = dag.instantiate(device)
+    exec.launch()
+    exec.synchronize()
+    expected = alpha * (a.astype(np.complex128) @ b) + beta * c0
+    got = dc.to_numpy().reshape(m, n)
+    # k·u relative to the magnitudes summed (u: the dtype's unit roundoff).
+    u = np.finfo(a.real.dtype).eps / 2
+    bound = k * u * (np.abs(alpha) * (np.abs(a) @ np.abs(b)) + np.abs(beta) * np.abs(c0))
+    assert np.all(np.abs(got - expected) <= 4 * bound + 1e-30), np.max(np.abs(got - expected) / bound)
+
+
+def test_gemm_of_cupy_arrays_as_column_major_matrices(device, cupy):
+    m, n, k = 8, 5, 3
+    a = cupy.asarray(np.arange(k * m, dtype=np.float32).reshape(k, m))  # stored k x m: Aᵀ is m x k
+    b = cupy.asarray(np.arange(n * k, dtype=np.float32).reshape(n, k))
+    c = cupy.zeros((n, m), dtype=cupy.float32)
+    dag = cg.Dag(backend=device)
+    # Column-major views: a is m x k (ld m), b is k x n (ld k), c is m x n (ld m).
+    dag.add_gemm(cg.Blas(device), a, b, c, m=m, n=n, k=k)
+    exec = dag.instantiate(device)
+    exec.launch()
+    exec.synchronize()
+    A = cupy.asnumpy(a).T  # the column-major m x k matrix a holds
+    B = cupy.asnumpy(b).T
+    np.testing.assert_allclose(cupy.asnumpy(c).T, A @ B, rtol=1e-6)
+
+
 # --- FFT nodes ---
 
 
