@@ -2,10 +2,11 @@
 instantiate, launch and update them.
 
 The Python face of the cudagraph Rust crate. A :class:`Dag` holds kernel, copy, memset,
-host-callable, empty, child-graph, FFT, cuBLAS GEMM, event record/wait, conditional (IF,
-IF/ELSE, WHILE, SWITCH), graph-memory (allocation, free) and captured nodes, programmatic edges,
-kernel launch attributes and device-updatable kernel nodes; each ``add_*`` checks its node at
-once (argument sizes and types, launch shapes, copy bounds) and a cycle is refused, raising
+host-callable, empty, child-graph, FFT, cuBLAS GEMM, NCCL collective, event record/wait,
+conditional (IF, IF/ELSE, WHILE, SWITCH), graph-memory (allocation, free) and captured nodes,
+programmatic edges, kernel launch attributes and device-updatable kernel nodes; each ``add_*``
+checks its node at once (argument sizes and types, launch shapes, copy bounds) and a cycle is
+refused, raising
 :class:`ValidationError` naming the node. ``Dag.instantiate(device)`` makes an :class:`Exec` to
 launch many times and update between launches.
 
@@ -52,6 +53,8 @@ from ._cudagraph import (
     DEVICE_UPDATE_INCLUDE,
     Blas,
     CaptureStream,
+    Comm,
+    Communicators,
     CompileError,
     Conditional,
     CudaError,
@@ -84,6 +87,8 @@ __all__ = [
     "DEVICE_UPDATE_INCLUDE",
     "Blas",
     "CaptureStream",
+    "Comm",
+    "Communicators",
     "CompileError",
     "Conditional",
     "CudaError",

@@ -3,6 +3,8 @@ from ._cudagraph import (
     DEVICE_UPDATE_INCLUDE as DEVICE_UPDATE_INCLUDE,
     Blas as Blas,
     CaptureStream as CaptureStream,
+    Comm as Comm,
+    Communicators as Communicators,
     CompileError as CompileError,
     Conditional as Conditional,
     CudaError as CudaError,

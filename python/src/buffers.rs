@@ -614,6 +614,38 @@ fn stated_device(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<usize>> 
     Ok(None)
 }
 
+/// A device operand (of a GEMM or collective node) as the buffer it is (a cudagraph
+/// `DeviceBuffer`, or another library's array wrapped for `origin`), with its dtype; `writes`
+/// when the node writes it (a read-only foreign array is refused then).
+pub(crate) fn device_operand(
+    obj: &Bound<'_, PyAny>,
+    origin: &Origin,
+    what: &str,
+    writes: bool,
+) -> PyResult<(TypedBuffer, Dtype)> {
+    if let Ok(b) = obj.downcast::<PyDeviceBuffer>() {
+        let b = b.get();
+        return Ok((b.buf().share(), b.dtype));
+    }
+    if is_foreign_device_array(obj)? {
+        let (buf, a) = foreign_buffer(obj, origin, what)?;
+        if writes && a.readonly {
+            return Err(invalid(format!(
+                "{what}: the array is read-only (its producer says so), and the node writes it"
+            )));
+        }
+        return Ok((buf, a.dtype));
+    }
+    Err(invalid(format!(
+        "{what}: expected a DeviceBuffer or an array with __cuda_array_interface__ or CUDA \
+         __dlpack__, not {}",
+        obj.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
+    )))
+}
+
 /// Whether `obj` is another library's device array that [`foreign_buffer`] takes: it has
 /// `__cuda_array_interface__`, or `__dlpack__` with a `__dlpack_device__` in CUDA device or
 /// managed memory (a NumPy array's DLPack device is the CPU: not one).

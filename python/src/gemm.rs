@@ -5,7 +5,7 @@ use num_complex::{Complex32, Complex64};
 use pyo3::prelude::*;
 use pyo3::types::PyComplex;
 
-use crate::buffers::{foreign_buffer, is_foreign_device_array, PyDeviceBuffer};
+use crate::buffers::device_operand;
 use crate::dag::{PyDag, PyNode};
 use crate::device::{drop_detached, refuse_in_host_callable, Origin, PyDevice};
 use crate::dtype::Dtype;
@@ -91,37 +91,6 @@ fn transpose(obj: &Bound<'_, PyAny>, which: &str) -> PyResult<Transpose> {
              (conjugate transposed)"
         ))),
     }
-}
-
-/// One operand as the buffer it is (a cudagraph ``DeviceBuffer``, or another library's array
-/// wrapped for `origin`), with its dtype; `writes` for `C`.
-fn operand(
-    obj: &Bound<'_, PyAny>,
-    origin: &Origin,
-    what: &str,
-    writes: bool,
-) -> PyResult<(TypedBuffer, Dtype)> {
-    if let Ok(b) = obj.downcast::<PyDeviceBuffer>() {
-        let b = b.get();
-        return Ok((b.buf().share(), b.dtype));
-    }
-    if is_foreign_device_array(obj)? {
-        let (buf, a) = foreign_buffer(obj, origin, what)?;
-        if writes && a.readonly {
-            return Err(invalid(format!(
-                "{what}: the array is read-only (its producer says so), and the product writes it"
-            )));
-        }
-        return Ok((buf, a.dtype));
-    }
-    Err(invalid(format!(
-        "{what}: expected a DeviceBuffer or an array with __cuda_array_interface__ or CUDA \
-         __dlpack__, not {}",
-        obj.get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default()
-    )))
 }
 
 /// The product's settings, as given.
@@ -277,9 +246,9 @@ impl PyDag {
             Some(o) => o.clone(),
             None => blas.origin.clone(),
         };
-        let (ta, da) = operand(a, &origin, "GEMM a", false)?;
-        let (tb, db) = operand(b, &origin, "GEMM b", false)?;
-        let (tc, dc) = operand(c, &origin, "GEMM c", true)?;
+        let (ta, da) = device_operand(a, &origin, "GEMM a", false)?;
+        let (tb, db) = device_operand(b, &origin, "GEMM b", false)?;
+        let (tc, dc) = device_operand(c, &origin, "GEMM c", true)?;
         if da != db || da != dc {
             return Err(invalid(format!(
                 "GEMM: a, b and c hold {}, {} and {}; a product is of one dtype",

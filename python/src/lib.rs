@@ -20,6 +20,7 @@ mod fft;
 mod gemm;
 mod graph_nodes;
 mod kernel;
+mod nccl;
 mod typed;
 
 /// Runs `callable` the way a host node does (on another thread, taking the GIL; an exception
@@ -62,6 +63,8 @@ fn _cudagraph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<exec::PyExec>()?;
     m.add_class::<fft::PyFftPlan>()?;
     m.add_class::<gemm::PyBlas>()?;
+    m.add_class::<nccl::PyCommunicators>()?;
+    m.add_class::<nccl::PyComm>()?;
     m.add_class::<graph_nodes::PyEvent>()?;
     m.add_class::<captured::PyCaptureStream>()?;
     m.add_class::<graph_nodes::PyConditional>()?;

@@ -470,6 +470,34 @@ def test_gemm_of_cupy_arrays_as_column_major_matrices(device, cupy):
     np.testing.assert_allclose(cupy.asnumpy(c).T, A @ B, rtol=1e-6)
 
 
+# --- Collective (NCCL) nodes: one rank on one GPU ---
+
+
+def test_collectives_of_one_rank_against_numpy(device, module):
+    comms = cg.Communicators([device])
+    comm = comms.comm(0)
+    x = cg.DeviceBuffer.from_numpy(np.arange(N, dtype=np.float32), device)
+    y = cg.DeviceBuffer(N, "float32", device)
+    z = cg.DeviceBuffer(N, "float32", device)
+    dag = cg.Dag()
+    k = dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [x, 2.0, N])
+    r = dag.add_all_reduce(comm, x, y, op="sum")
+    g = dag.add_all_gather(comm, y, z)
+    dag.chain([k, r, g])
+    comms.check_ranks([dag])
+    with pytest.raises(cg.CudaGraphError):
+        dag.instantiate(device)  # collectives instantiate only through their communicators
+    (exec,) = comms.instantiate([dag])
+    exec.launch()
+    exec.synchronize()
+    expected = 2.0 * np.arange(N, dtype=np.float32)
+    np.testing.assert_array_equal(y.to_numpy(), expected)
+    np.testing.assert_array_equal(z.to_numpy(), expected)
+    exec.launch()
+    exec.synchronize()
+    np.testing.assert_array_equal(z.to_numpy(), 2.0 * expected)
+
+
 # --- FFT nodes ---
 
 
