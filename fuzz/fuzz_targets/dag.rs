@@ -4,7 +4,8 @@
 //! kind the public API offers on a [`RecordingBackend`] (empty, host closures, captured work,
 //! 1D/2D memsets and copies, kernels of placeholder kernels, event record and wait, child DAGs
 //! built from their own operations, FFTs), edges between any ids (self-loops, edges that close
-//! cycles, removed nodes, nodes of another DAG), chains and fans, removals, names, placement on
+//! cycles, removed nodes, nodes of another DAG), programmatic edges on either port between any
+//! ids, chains and fans, removals, names, placement on
 //! one of two recording devices (peer access on or off) or on another backend's, and the
 //! setters (launch shapes, empty or oversized; priorities and launch attributes; arguments;
 //! memset values; copy ends, out of bounds too; events; host closures; FFT parameters).
@@ -20,10 +21,13 @@
 //!   calls it depends on (each call's dependencies come before it; every edge of the DAG is a
 //!   path of recorded dependencies), one call per node unless the DAG has FFT nodes (a setter
 //!   and a conversion kernel before the transform);
+//! - a programmatic edge is accepted only between two distinct kernel nodes, orders them, and
+//!   is lowered as a direct dependency carrying its edge data (port, programmatic type);
 //! - the DOT text has one node line per node and one edge line per edge, and balanced quotes;
 //! - whole-graph update pairing: the same operations with the edges left out, then the first
-//!   DAG's edges added in reverse order, give a DAG with the same node ids, edges and canonical
-//!   order, which lowers to the same calls (what `Exec::update` relies on to pair nodes).
+//!   DAG's edges added in reverse order (each of its kind), give a DAG with the same node ids,
+//!   edges, edge kinds and canonical order, which lowers to the same calls (what
+//!   `Exec::update` relies on to pair nodes).
 //!
 //! Enabling and disabling nodes is not reached: only an `Exec` (a GPU) disables nodes.
 //!
@@ -39,11 +43,12 @@ use cudagraph::{
     dst, src, AccessPolicy, AccessProperty, CallbackParams, Copy2d, CustomCallback, Dag,
     DeviceBuffer, DeviceLimits, Dim3, Direction, Error, Event, FftParams, FftPlan, FftPlanDesc,
     FftSpec, FftType, Fusion, HostBuffer, Kernel, KernelArg, LaunchAttributes, LaunchConfig,
-    Layout, LoadCallback, MemSyncDomain, Memset2d, MemsetValue, NodeId, NodeKind, RecordingBackend,
-    Region, StoreCallback,
+    Layout, LoadCallback, MemSyncDomain, Memset2d, MemsetValue, NodeId, NodeKind, ProgrammaticPort,
+    RecordingBackend, Region, StoreCallback,
 };
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use petgraph::visit::IntoEdgeReferences;
 
 /// The most operations decoded for one DAG.
 const MAX_OPS: usize = 64;
@@ -131,6 +136,8 @@ enum Op {
     Child(Vec<Op>),
     Fft(Box<Fft>),
     Dependency(Id, Id),
+    /// A programmatic edge; `true`: the launch-completion port.
+    Programmatic(Id, Id, bool),
     Chain(Vec<Id>),
     FanOut(Id, Vec<Id>),
     FanIn(Vec<Id>, Id),
@@ -154,7 +161,11 @@ impl Op {
     fn is_edge(&self) -> bool {
         matches!(
             self,
-            Op::Dependency(..) | Op::Chain(_) | Op::FanOut(..) | Op::FanIn(..)
+            Op::Dependency(..)
+                | Op::Programmatic(..)
+                | Op::Chain(_)
+                | Op::FanOut(..)
+                | Op::FanIn(..)
         )
     }
 }
@@ -369,7 +380,8 @@ fn op(u: &mut Unstructured, depth: usize, children: &mut usize) -> Result<Op> {
             Op::Child(ops(u, MAX_CHILD_OPS, depth + 1, children))
         }
         13 => Op::Fft(Box::new(fft(u)?)),
-        14..=17 => Op::Dependency(id(u)?, id(u)?),
+        14..=16 => Op::Dependency(id(u)?, id(u)?),
+        17 => Op::Programmatic(id(u)?, id(u)?, u.arbitrary()?),
         18 => Op::Chain(ids(u)?),
         19 => Op::FanOut(id(u)?, ids(u)?),
         20 => Op::FanIn(ids(u)?, id(u)?),
@@ -394,6 +406,30 @@ fn op(u: &mut Unstructured, depth: usize, children: &mut usize) -> Result<Op> {
         },
         _ => Op::SetFftParams(id(u)?, Box::new(params(u)?)),
     })
+}
+
+fn port(launch_completion: bool) -> ProgrammaticPort {
+    if launch_completion {
+        ProgrammaticPort::LaunchCompletion
+    } else {
+        ProgrammaticPort::Programmatic
+    }
+}
+
+/// CUDA's `from_port` of a programmatic edge (`cudaGraphKernelNodePort…`).
+fn port_number(port: ProgrammaticPort) -> u8 {
+    match port {
+        ProgrammaticPort::Programmatic => 1,
+        ProgrammaticPort::LaunchCompletion => 2,
+    }
+}
+
+/// Every edge as (before, after, its programmatic port if it is one).
+fn edges_with_kinds(dag: &Dag) -> Vec<(NodeId, NodeId, Option<ProgrammaticPort>)> {
+    dag.edges()
+        .zip(dag.graph().edge_references())
+        .map(|((a, b), e)| (a, b, e.weight().programmatic()))
+        .collect()
 }
 
 const BUFFERS: u8 = 6;
@@ -741,6 +777,22 @@ impl<'e> Builder<'e> {
                     }
                 }
             }
+            Op::Programmatic(a, b, launch) => {
+                let (a, b) = (self.id(*a), self.id(*b));
+                let kernels = [a, b]
+                    .iter()
+                    .all(|&n| self.dag.node(n).is_ok_and(|n| n.kind() == NodeKind::Kernel));
+                match self.dag.add_programmatic_dependency(a, b, port(*launch)) {
+                    Ok(()) => {
+                        assert!(kernels && a != b, "a programmatic edge joins two kernels");
+                        assert!(
+                            self.dag.dependencies(b).any(|d| d == a),
+                            "the edge orders them"
+                        );
+                    }
+                    Err(e) => typed(&e),
+                }
+            }
             Op::Chain(list) => {
                 let list = self.ids(list);
                 ok_or_typed(self.dag.chain(&list));
@@ -901,10 +953,12 @@ fn check(dag: &Dag, rec: &mut RecordingBackend) -> Option<Vec<Option<usize>>> {
         .lines()
         .filter(|l| {
             numbered(l).is_some_and(|at| {
-                l[at..]
-                    .strip_prefix(" -> n")
-                    .and_then(|r| r.strip_suffix(';'))
-                    .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+                // `-> n<j>;`, or `-> n<j> [attributes];` (a programmatic edge).
+                l[at..].strip_prefix(" -> n").is_some_and(|r| {
+                    let digits = r.bytes().take_while(u8::is_ascii_digit).count();
+                    let rest = &r[digits..];
+                    digits > 0 && (rest == ";" || (rest.starts_with(" [") && rest.ends_with("];")))
+                })
             })
         })
         .count();
@@ -981,6 +1035,21 @@ fn check(dag: &Dag, rec: &mut RecordingBackend) -> Option<Vec<Option<usize>>> {
             rec.transcript()
         );
     }
+    // A programmatic edge is a direct dependency of the kernel after it, with its edge data.
+    for (a, b, p) in edges_with_kinds(dag) {
+        let Some(p) = p else { continue };
+        let (ha, hb) = (handles[a.index()].unwrap(), handles[b.index()].unwrap());
+        assert!(
+            calls[hb].deps.contains(&ha),
+            "a programmatic edge is direct"
+        );
+        let data = format!(" edge(from_port={} to_port=0 type=1)", port_number(p));
+        assert!(
+            calls[hb].params.contains(&data),
+            "the programmatic edge's data {data} in {:?}",
+            calls[hb].params
+        );
+    }
     Some(handles)
 }
 
@@ -1017,18 +1086,35 @@ fuzz_target!(|data: &[u8]| {
 
     // Pairing: the same nodes, the edges added afterwards in reverse order.
     let mut again = build(&env, &ops, true);
-    let mut edges: Vec<(NodeId, NodeId)> = dag.edges().collect();
+    let mut edges = edges_with_kinds(&dag);
     edges.reverse();
-    for &(a, b) in &edges {
-        again
-            .add_dependency(a, b)
-            .expect("the edges of a DAG, in any order, close no cycle");
+    for &(a, b, p) in &edges {
+        match p {
+            None => again
+                .add_dependency(a, b)
+                .expect("the edges of a DAG, in any order, close no cycle"),
+            Some(p) => {
+                if let Err(e) = again.add_programmatic_dependency(a, b, p) {
+                    // The builder refuses, with every node placed, a programmatic edge it took
+                    // before a kernel was placed elsewhere: validation refuses that DAG too.
+                    typed(&e);
+                    assert!(
+                        lowered.is_none(),
+                        "a programmatic edge the builder refuses ({e}) was lowered"
+                    );
+                    return;
+                }
+            }
+        }
     }
     let ids: Vec<(usize, u64)> = dag.node_ids().map(|n| (n.index(), n.serial())).collect();
     let ids_again: Vec<(usize, u64)> = again.node_ids().map(|n| (n.index(), n.serial())).collect();
     assert_eq!(ids, ids_again, "the same node ids");
     let serials = |d: &Dag| {
-        let mut e: Vec<(u64, u64)> = d.edges().map(|(a, b)| (a.serial(), b.serial())).collect();
+        let mut e: Vec<(u64, u64, Option<ProgrammaticPort>)> = edges_with_kinds(d)
+            .into_iter()
+            .map(|(a, b, p)| (a.serial(), b.serial(), p))
+            .collect();
         e.sort_unstable();
         e
     };
