@@ -238,6 +238,16 @@ impl Region {
         self.raw_addr()
     }
 
+    /// Whether the two regions share a byte: on one device (or recording backend), with
+    /// overlapping address ranges. Unlike comparing allocations, this sees one memory wrapped
+    /// twice (another library's array given as two foreign buffers) and views of one buffer.
+    pub(crate) fn overlaps(&self, other: &Region) -> bool {
+        let (a, b) = (self.raw_addr(), other.raw_addr());
+        self.alloc.owner.key() == other.alloc.owner.key()
+            && a < b.saturating_add(other.len as u64)
+            && b < a.saturating_add(self.len as u64)
+    }
+
     /// The address, for the crate's own use (which keeps the allocation alive). A region may
     /// start anywhere past its buffer (nodes check their bounds; a kernel argument's are the
     /// kernel's business), so the sum wraps as address arithmetic does.

@@ -31,8 +31,8 @@ On a GPU::
     exec.launch()
     exec.synchronize()
 
-Arrays of other libraries (CuPy, PyTorch, Numba: anything with ``__cuda_array_interface__``;
-JAX and other array-API libraries: anything with ``__dlpack__`` on a CUDA device) are accepted
+Arrays of other libraries (CuPy, PyTorch, Numba, JAX: anything with ``__cuda_array_interface__``;
+array-API libraries: anything with ``__dlpack__`` on a CUDA device) are accepted
 wherever a device buffer is, and kept alive while a DAG or Exec may use them;
 ``Exec.launch`` takes their streams (``__cuda_stream__``, CuPy's ``.ptr``, PyTorch's
 ``.cuda_stream``). The reference is to the array object, not its memory: a producer that

@@ -724,7 +724,7 @@ pub(crate) fn foreign_buffer(
     }
 }
 
-/// [`foreign_buffer`] for an array with only DLPack (JAX, array-API libraries): the tensor is
+/// [`foreign_buffer`] for an array with only DLPack (an array-API library's): the tensor is
 /// taken from its capsule, checked as the interface is, and owned by the buffer. On a GPU the
 /// producer is asked to order its pending work before a stream made for it on the node's
 /// device, which is then synchronised, as the interface's stream is; a recording backend asks

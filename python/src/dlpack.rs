@@ -4,8 +4,8 @@
 //! of the buffer (its allocation's reference count), so the memory outlives the buffer while a
 //! consumer (CuPy, PyTorch, JAX) uses it.
 //!
-//! Import ([`import`]): an array that has `__dlpack__` but no `__cuda_array_interface__` (JAX,
-//! and any array-API library) is taken as DLPack's consumer takes it: its capsule is checked,
+//! Import ([`import`]): an array that has `__dlpack__` but no `__cuda_array_interface__` (an
+//! array-API library's) is taken as DLPack's consumer takes it: its capsule is checked,
 //! renamed `used_…`, and the managed tensor is owned by the buffer made over its memory, its
 //! deleter called once the crate's GPU work using the memory is done.
 

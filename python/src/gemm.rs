@@ -123,17 +123,59 @@ impl Shape {
     }
 }
 
-/// Adds the product for the operands' element type: float32, float64, complex64 or complex128.
+/// `alpha` and `beta` as the operands' element type.
+enum Scalars {
+    F32(f32, f32),
+    F64(f64, f64),
+    C32(Complex32, Complex32),
+    C64(Complex64, Complex64),
+}
+
+impl Scalars {
+    /// Reads `alpha` and `beta` for `dtype` (float32, float64, complex64 or complex128).
+    fn read(dtype: Dtype, alpha: &Bound<'_, PyAny>, beta: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let real = |v: &Bound<'_, PyAny>, what: &str| -> PyResult<f64> {
+            v.extract::<f64>()
+                .map_err(|_| invalid(format!("{what} must be a real number for {}", dtype.name())))
+        };
+        let complex = |v: &Bound<'_, PyAny>, what: &str| -> PyResult<Complex64> {
+            let z =
+                v.py().get_type::<PyComplex>().call1((v,)).map_err(|_| {
+                    invalid(format!("{what} must be a number for {}", dtype.name()))
+                })?;
+            let z = z.downcast::<PyComplex>()?;
+            Ok(Complex64::new(z.real(), z.imag()))
+        };
+        let narrow = |z: Complex64| Complex32::new(z.re as f32, z.im as f32);
+        Ok(match (dtype.kind, dtype.size) {
+            ('f', 4) => Scalars::F32(real(alpha, "alpha")? as f32, real(beta, "beta")? as f32),
+            ('f', 8) => Scalars::F64(real(alpha, "alpha")?, real(beta, "beta")?),
+            ('c', 8) => Scalars::C32(
+                narrow(complex(alpha, "alpha")?),
+                narrow(complex(beta, "beta")?),
+            ),
+            ('c', 16) => Scalars::C64(complex(alpha, "alpha")?, complex(beta, "beta")?),
+            _ => {
+                return Err(invalid(format!(
+                    "GEMM of {}: cuBLAS products here are of float32, float64, complex64 or \
+                     complex128",
+                    dtype.name()
+                )))
+            }
+        })
+    }
+}
+
+/// Adds the product of the operands, as elements of the type `scalars` are of (its workspace is
+/// allocated here: call without the GIL).
 fn add_typed(
     dag: &mut cudagraph::Dag,
     blas: &Blas,
     shape: &Shape,
-    dtype: Dtype,
+    scalars: Scalars,
     [a, b, c]: [&TypedBuffer; 3],
-    alpha: &Bound<'_, PyAny>,
-    beta: &Bound<'_, PyAny>,
-) -> PyResult<cudagraph::NodeId> {
-    /// `buf` as elements of `$t` (the stand-in of the dtype's size, viewed as the real type).
+) -> cudagraph::Result<cudagraph::NodeId> {
+    /// The operands as elements of `$t` (the stand-in of the dtype's size, viewed as `$t`).
     macro_rules! views {
         ($variant:ident, $t:ty) => {{
             let view = |x: &TypedBuffer| -> DeviceBuffer<$t> {
@@ -145,53 +187,24 @@ fn add_typed(
             (view(a), view(b), view(c))
         }};
     }
-    let real = |v: &Bound<'_, PyAny>, what: &str| -> PyResult<f64> {
-        v.extract::<f64>()
-            .map_err(|_| invalid(format!("{what} must be a real number for {}", dtype.name())))
-    };
-    let complex = |v: &Bound<'_, PyAny>, what: &str| -> PyResult<Complex64> {
-        let z = v
-            .py()
-            .get_type::<PyComplex>()
-            .call1((v,))
-            .map_err(|_| invalid(format!("{what} must be a number for {}", dtype.name())))?;
-        let z = z.downcast::<PyComplex>()?;
-        Ok(Complex64::new(z.real(), z.imag()))
-    };
-    let r = match (dtype.kind, dtype.size) {
-        ('f', 4) => {
+    match scalars {
+        Scalars::F32(alpha, beta) => {
             let (a, b, c) = views!(B4, f32);
-            let g = shape.gemm(real(alpha, "alpha")? as f32, real(beta, "beta")? as f32);
-            dag.add_gemm(blas, &g, &a, &b, &c)
+            dag.add_gemm(blas, &shape.gemm(alpha, beta), &a, &b, &c)
         }
-        ('f', 8) => {
+        Scalars::F64(alpha, beta) => {
             let (a, b, c) = views!(B8, f64);
-            let g = shape.gemm(real(alpha, "alpha")?, real(beta, "beta")?);
-            dag.add_gemm(blas, &g, &a, &b, &c)
+            dag.add_gemm(blas, &shape.gemm(alpha, beta), &a, &b, &c)
         }
-        ('c', 8) => {
+        Scalars::C32(alpha, beta) => {
             let (a, b, c) = views!(B8, Complex32);
-            let (al, be) = (complex(alpha, "alpha")?, complex(beta, "beta")?);
-            let g = shape.gemm(
-                Complex32::new(al.re as f32, al.im as f32),
-                Complex32::new(be.re as f32, be.im as f32),
-            );
-            dag.add_gemm(blas, &g, &a, &b, &c)
+            dag.add_gemm(blas, &shape.gemm(alpha, beta), &a, &b, &c)
         }
-        ('c', 16) => {
+        Scalars::C64(alpha, beta) => {
             let (a, b, c) = views!(B16, Complex64);
-            let g = shape.gemm(complex(alpha, "alpha")?, complex(beta, "beta")?);
-            dag.add_gemm(blas, &g, &a, &b, &c)
+            dag.add_gemm(blas, &shape.gemm(alpha, beta), &a, &b, &c)
         }
-        _ => {
-            return Err(invalid(format!(
-                "GEMM of {}: cuBLAS products here are of float32, float64, complex64 or \
-                 complex128",
-                dtype.name()
-            )))
-        }
-    };
-    r.py_err()
+    }
 }
 
 #[pymethods]
@@ -242,10 +255,12 @@ impl PyDag {
         workspace_bytes: Option<usize>,
         name: Option<String>,
     ) -> PyResult<PyNode> {
-        let origin = match &self.backend {
-            Some(o) => o.clone(),
-            None => blas.origin.clone(),
-        };
+        // The node's device is the handle's: foreign operands are wrapped for it.
+        let origin = blas.origin.clone();
+        if matches!(origin, Origin::Gpu(_)) {
+            // Its workspace is allocated and zeroed now (CUDA calls, a wait).
+            refuse_in_host_callable("Dag.add_gemm()")?;
+        }
         let (ta, da) = device_operand(a, &origin, "GEMM a", false)?;
         let (tb, db) = device_operand(b, &origin, "GEMM b", false)?;
         let (tc, dc) = device_operand(c, &origin, "GEMM c", true)?;
@@ -276,15 +291,14 @@ impl PyDag {
         };
         let one = 1i32.into_pyobject(py)?.into_any();
         let zero = 0i32.into_pyobject(py)?.into_any();
-        let id = add_typed(
-            self.dag_mut(),
-            blas.blas(),
-            &shape,
-            da,
-            [&ta, &tb, &tc],
-            alpha.unwrap_or(&one),
-            beta.unwrap_or(&zero),
-        )?;
+        let scalars = Scalars::read(da, alpha.unwrap_or(&one), beta.unwrap_or(&zero))?;
+        let blas = blas.blas();
+        let dag = self.dag_mut();
+        // Without the GIL: the workspace's allocation waits for the device, whose queued host
+        // nodes may need the GIL.
+        let id = py
+            .allow_threads(|| add_typed(dag, blas, &shape, scalars, [&ta, &tb, &tc]))
+            .py_err()?;
         Ok(self.named(id, name))
     }
 }

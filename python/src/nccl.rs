@@ -120,6 +120,9 @@ impl PyCommunicators {
 
     /// Instantiates ``dags`` (one per rank, after ``check_ranks``), each on its rank's device,
     /// all at once (NCCL captures every rank's collectives together): one ``Exec`` per rank.
+    /// Each rank is lowered on a thread of its own: an exception raised by a captured node's
+    /// callable there is named in the error's message, but is not its ``__cause__`` (as it is
+    /// for ``Dag.instantiate``).
     fn instantiate(&self, py: Python<'_>, dags: Vec<PyRef<'_, PyDag>>) -> PyResult<Vec<PyExec>> {
         refuse_in_host_callable("Communicators.instantiate()")?;
         let refs = dags_of(&dags);
@@ -225,10 +228,8 @@ impl PyDag {
         comm: &PyComm,
         ops: &[(&Bound<'_, PyAny>, &str, bool)],
     ) -> PyResult<(Vec<TypedBuffer>, Dtype)> {
-        let origin = match &self.backend {
-            Some(o) => o.clone(),
-            None => comm.origin.clone(),
-        };
+        // The node's device is its rank's: foreign operands are wrapped for it.
+        let origin = comm.origin.clone();
         let mut bufs = Vec::with_capacity(ops.len());
         let mut dtype = None;
         for &(obj, what, writes) in ops {
@@ -359,7 +360,7 @@ impl PyDag {
         peer: usize,
         name: Option<String>,
     ) -> PyResult<PyNode> {
-        let (b, d) = self.collective_operands(&comm, &[(buf, "send", false)])?;
+        let (b, d) = self.collective_operands(&comm, &[(buf, "buf", false)])?;
         let c = comm.comm();
         let dag = self.dag_mut();
         let id = nccl_typed!(d, [&b[0]], |T, s| Ok::<_, PyErr>(
@@ -377,7 +378,7 @@ impl PyDag {
         peer: usize,
         name: Option<String>,
     ) -> PyResult<PyNode> {
-        let (b, d) = self.collective_operands(&comm, &[(buf, "recv", true)])?;
+        let (b, d) = self.collective_operands(&comm, &[(buf, "buf", true)])?;
         let c = comm.comm();
         let dag = self.dag_mut();
         let id = nccl_typed!(d, [&b[0]], |T, r| Ok::<_, PyErr>(

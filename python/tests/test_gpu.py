@@ -403,13 +403,16 @@ def test_dlpack_only_arrays_of_torch_and_cupy_as_operands(device, module, torch,
         dag.add_memset(DlpackOnly(torch.zeros(4)), np.float32(0))
 
 
-def test_jax_arrays_through_dlpack(device, module, jax, cupy):
-    """JAX arrays have DLPack only (no __cuda_array_interface__): read in place by a graph."""
+def test_jax_arrays_read_in_place_through_either_protocol(device, module, jax, cupy):
+    """A JAX array as a copy source, through its __cuda_array_interface__ and through DLPack
+    alone (the protocol an array-API library may be limited to)."""
     x = jax.device_put(jax.numpy.arange(N, dtype=jax.numpy.float32), jax.devices("gpu")[0])
-    assert not hasattr(x, "__cuda_array_interface__")
+    x.block_until_ready()
     y = cupy.zeros(N, dtype=cupy.float32)
+    z = cupy.zeros(N, dtype=cupy.float32)
     dag = cg.Dag(backend=device)
     c = dag.add_copy(y, x)
+    d = dag.add_copy(z, DlpackOnly(x))
     k = dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [y, np.float32(3.0), N])
     dag.add_dependency(c, k)
     exec = dag.instantiate(device)
@@ -418,6 +421,8 @@ def test_jax_arrays_through_dlpack(device, module, jax, cupy):
     exec.launch()
     exec.synchronize()
     np.testing.assert_array_equal(cupy.asnumpy(y), 3.0 * np.arange(N, dtype=np.float32))
+    np.testing.assert_array_equal(cupy.asnumpy(z), np.arange(N, dtype=np.float32))
+    del dag, d
 
 
 # --- GEMM nodes ---
@@ -465,6 +470,10 @@ def test_gemm_of_cupy_arrays_as_column_major_matrices(device, cupy):
     exec = dag.instantiate(device)
     exec.launch()
     exec.synchronize()
+    # One memory as A and C (the same array wrapped twice) is refused, by address.
+    square = cupy.zeros(16, dtype=cupy.float32)
+    with pytest.raises(cg.ValidationError, match="C overlaps A"):
+        dag.add_gemm(cg.Blas(device), square, cupy.zeros(16, cupy.float32), square, m=4, n=4, k=4)
     A = cupy.asnumpy(a).T  # the column-major m x k matrix a holds
     B = cupy.asnumpy(b).T
     np.testing.assert_allclose(cupy.asnumpy(c).T, A @ B, rtol=1e-6)
@@ -807,6 +816,7 @@ def test_events_recorded_on_torch_and_cupy_streams(device, module, torch, cupy):
     ts = torch.cuda.Stream()
     cs = cupy.cuda.Stream(non_blocking=True)
     start, mid, end = cg.Event(device), cg.Event(device), cg.Event(device)
+    ts.wait_stream(torch.cuda.current_stream())  # x's zero fill, on the default stream
     start.record(ts)
     with torch.cuda.stream(ts):
         x.add_(1.0)

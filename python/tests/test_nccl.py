@@ -135,7 +135,7 @@ def test_foreign_operands_are_kept_alive(two, fake):
     del dag
     gc.collect()
     assert ref() is None
-    with pytest.raises(cg.ValidationError, match="recv: the array is read-only"):
+    with pytest.raises(cg.ValidationError, match="buf: the array is read-only"):
         cg.Dag(backend=recs[0]).add_recv(comms.comm(0), fake(4, data=(0x7F00_0000, True)), 1)
 
 

@@ -219,8 +219,10 @@ fn elems(r: &Option<Region>) -> usize {
     r.as_ref().map_or(0, |r| r.len / r.elem.max(1))
 }
 
-fn same_alloc(a: &Region, b: &Region) -> bool {
-    Arc::ptr_eq(&a.alloc, &b.alloc)
+/// The same memory: one address and length (NCCL's in place), by address so that one memory
+/// wrapped twice counts.
+fn same_memory(a: &Region, b: &Region) -> bool {
+    a.alloc.owner.key() == b.alloc.owner.key() && a.raw_addr() == b.raw_addr() && a.len == b.len
 }
 
 fn device_region<T: NcclType>(b: &DeviceBuffer<T>) -> Region {
@@ -258,9 +260,15 @@ impl Collective {
             Lengths::SendTimesRanks => check_lengths(what, comm.ranks(), recv_side, send_side),
         }?;
         let (s, r) = (device_region(send), device_region(recv));
-        if lengths != Lengths::Same && same_alloc(&s, &r) {
+        if lengths != Lengths::Same && s.overlaps(&r) {
             return Err(format!(
-                "{what}'s send and receive buffers must be distinct"
+                "{what}'s send and receive buffers must not overlap"
+            ));
+        }
+        if lengths == Lengths::Same && s.overlaps(&r) && !same_memory(&s, &r) {
+            return Err(format!(
+                "{what}'s send and receive buffers overlap without being the same memory (in \
+                 place is one buffer for both)"
             ));
         }
         Ok(Self::new::<T>(kind, Some(s), Some(r)))
@@ -293,8 +301,8 @@ impl Collective {
             recv.map(|r| device_region(r.0)),
         );
         if let (Some(s), Some(r)) = (&s, &r) {
-            if same_alloc(s, r) {
-                return Err("a node's send and receive buffers must be distinct".into());
+            if s.overlaps(r) {
+                return Err("a node's send and receive buffers must not overlap".into());
             }
         }
         if to == Some(me) && elems(&s) != elems(&r) {
@@ -319,7 +327,7 @@ impl Collective {
 
     /// Whether the call works in place (send and receive the same memory).
     pub(crate) fn in_place(&self) -> bool {
-        matches!((&self.send, &self.recv), (Some(s), Some(r)) if same_alloc(s, r))
+        matches!((&self.send, &self.recv), (Some(s), Some(r)) if same_memory(s, r))
     }
 
     pub(crate) fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {

@@ -213,11 +213,14 @@ impl Dag {
                 ));
             }
         }
-        for (which, buf) in [("A", a), ("B", b)] {
-            if std::sync::Arc::ptr_eq(&buf.alloc, &c.alloc) {
+        // By address, not allocation: one memory wrapped twice (another library's array
+        // given as two buffers) is caught too.
+        let c_region = c.region(..c_span);
+        for (which, region) in [("A", a.region(..a_span)), ("B", b.region(..b_span))] {
+            if region.overlaps(&c_region) {
                 return Err(gemm_error(
                     node,
-                    format!("C is the buffer of {which}: cuBLAS reads {which} while it writes C"),
+                    format!("C overlaps {which}: cuBLAS reads {which} while it writes C"),
                 ));
             }
         }

@@ -360,6 +360,18 @@ mod tests {
         assert!(p.contains("1024") && p.contains("1000"), "{p}");
         dag.add_send_recv(&c0, &a, 0, &g, 0).unwrap_err();
         dag.add_all_reduce(&c0, &a, &a, ReduceOp::Sum).unwrap(); // in place
+                                                                 // In place through another handle of the same memory; a send and a receive of one
+                                                                 // memory refused.
+        let in_place = dag.to_dot().matches("in place").count();
+        dag.add_all_reduce(&c0, &a, &a.view_as::<f32>(), ReduceOp::Sum)
+            .unwrap();
+        assert_eq!(dag.to_dot().matches("in place").count(), in_place + 1);
+        let half = recs[0].device_buffer::<f32>(1024);
+        let (_, p) = problem(
+            dag.add_send_recv(&c0, &half, 1, &half.view_as::<f32>(), 1)
+                .unwrap_err(),
+        );
+        assert!(p.contains("must not overlap"), "{p}");
 
         // A buffer of rank 1's backend, given to rank 0.
         let other = recs[1].device_buffer::<f32>(1024);
