@@ -1,6 +1,6 @@
 //! NCCL collectives as nodes: `Communicators`, `Comm`, `Dag.add_all_reduce` and the others.
 
-use cudagraph::{Comm, Communicators, Dag, DeviceBuffer, NodeId, ReduceOp};
+use cudagraph::{Comm, Communicators, Dag, DeviceBuffer, ReduceOp};
 use pyo3::prelude::*;
 
 use crate::buffers::device_operand;
@@ -183,35 +183,38 @@ fn reduce_op(op: &str) -> PyResult<ReduceOp> {
     })
 }
 
-/// `$body` with `$t` the element type `$ty` and each `$v` its buffer viewed as `$ty` (the
-/// binding's stand-in variant `$variant` of that size).
+/// `$body` with `$t` the element type `$ty` and the `$v`s the buffers of `$bufs` viewed as
+/// `$ty` (the binding's stand-in variant `$variant` of that size).
 macro_rules! nccl_view {
-    ($variant:ident, $ty:ty, [$($buf:expr),+], |$t:ident, $($v:ident),+| $body:expr) => {{
+    ($variant:ident, $ty:ty, $bufs:expr, |$t:ident, $($v:ident),+| $body:expr) => {{
         type $t = $ty;
-        let view = |x: &TypedBuffer| -> DeviceBuffer<$ty> {
-            match x {
+        let views: Vec<DeviceBuffer<$ty>> = $bufs
+            .iter()
+            .map(|x| match x {
                 TypedBuffer::$variant(d) => d.view_as::<$ty>(),
                 _ => unreachable!("operands of one dtype are one variant"),
-            }
+            })
+            .collect();
+        let [$($v),+] = &views[..] else {
+            unreachable!("one view per operand")
         };
-        let ($($v,)+) = ($(view($buf),)+);
-        $body
+        Ok::<_, PyErr>($body)
     }};
 }
 
 /// `$body` with the buffers seen as the NCCL type of `$dtype` (int8, uint8, int32, uint32,
 /// int64, uint64, float32, float64), or a `ValidationError` for another dtype.
 macro_rules! nccl_typed {
-    ($dtype:expr, [$($buf:expr),+], |$t:ident, $($v:ident),+| $body:expr) => {
+    ($dtype:expr, $bufs:expr, |$t:ident, $($v:ident),+| $body:expr) => {
         match ($dtype.kind, $dtype.size) {
-            ('i', 1) => nccl_view!(B1, i8, [$($buf),+], |$t, $($v),+| $body),
-            ('u', 1) => nccl_view!(B1, u8, [$($buf),+], |$t, $($v),+| $body),
-            ('i', 4) => nccl_view!(B4, i32, [$($buf),+], |$t, $($v),+| $body),
-            ('u', 4) => nccl_view!(B4, u32, [$($buf),+], |$t, $($v),+| $body),
-            ('i', 8) => nccl_view!(B8, i64, [$($buf),+], |$t, $($v),+| $body),
-            ('u', 8) => nccl_view!(B8, u64, [$($buf),+], |$t, $($v),+| $body),
-            ('f', 4) => nccl_view!(B4, f32, [$($buf),+], |$t, $($v),+| $body),
-            ('f', 8) => nccl_view!(B8, f64, [$($buf),+], |$t, $($v),+| $body),
+            ('i', 1) => nccl_view!(B1, i8, $bufs, |$t, $($v),+| $body),
+            ('u', 1) => nccl_view!(B1, u8, $bufs, |$t, $($v),+| $body),
+            ('i', 4) => nccl_view!(B4, i32, $bufs, |$t, $($v),+| $body),
+            ('u', 4) => nccl_view!(B4, u32, $bufs, |$t, $($v),+| $body),
+            ('i', 8) => nccl_view!(B8, i64, $bufs, |$t, $($v),+| $body),
+            ('u', 8) => nccl_view!(B8, u64, $bufs, |$t, $($v),+| $body),
+            ('f', 4) => nccl_view!(B4, f32, $bufs, |$t, $($v),+| $body),
+            ('f', 8) => nccl_view!(B8, f64, $bufs, |$t, $($v),+| $body),
             _ => Err(invalid(format!(
                 "a collective of {}: NCCL nodes here are of int8, uint8, int32, uint32, int64, \
                  uint64, float32 or float64",
@@ -219,6 +222,21 @@ macro_rules! nccl_typed {
             ))),
         }
     };
+}
+
+/// A collective builder's body: the operands (`(object, name, written)`) checked and wrapped
+/// for `$comm`'s device, `$call` (the crate's builder, given the DAG as `$dag`, the
+/// communicator as `$c`, the element type as `$t` and the buffers as the `$v`s) run, the node
+/// named `$name`.
+macro_rules! collective {
+    ($self:ident, $comm:ident, $name:ident, [$($op:expr),+],
+     |$dag:ident, $c:ident, $t:ident, $($v:ident),+| $call:expr) => {{
+        let (bufs, dtype) = $self.collective_operands(&$comm, &[$($op),+])?;
+        let $c = $comm.comm();
+        let $dag = $self.dag_mut();
+        let id = nccl_typed!(dtype, bufs, |$t, $($v),+| $call)?.py_err()?;
+        Ok($self.named(id, $name))
+    }};
 }
 
 impl PyDag {
@@ -249,15 +267,6 @@ impl PyDag {
         }
         Ok((bufs, dtype.expect("at least one operand")))
     }
-
-    fn add_collective_node(
-        &mut self,
-        id: cudagraph::Result<NodeId>,
-        name: Option<String>,
-    ) -> PyResult<PyNode> {
-        let id = id.py_err()?;
-        Ok(self.named(id, name))
-    }
 }
 
 #[pymethods]
@@ -277,14 +286,13 @@ impl PyDag {
         name: Option<String>,
     ) -> PyResult<PyNode> {
         let op = reduce_op(op)?;
-        let (b, d) =
-            self.collective_operands(&comm, &[(send, "send", false), (recv, "recv", true)])?;
-        let c = comm.comm();
-        let dag = self.dag_mut();
-        let id = nccl_typed!(d, [&b[0], &b[1]], |T, s, r| Ok::<_, PyErr>(
-            dag.add_all_reduce::<T>(c, &s, &r, op)
-        ))?;
-        self.add_collective_node(id, name)
+        collective!(
+            self,
+            comm,
+            name,
+            [(send, "send", false), (recv, "recv", true)],
+            |dag, c, T, s, r| dag.add_all_reduce::<T>(c, s, r, op)
+        )
     }
 
     /// Adds an all-gather (``ncclAllGather``): ``recv`` (ranks × ``len(send)`` elements) gets
@@ -297,14 +305,13 @@ impl PyDag {
         recv: &Bound<'_, PyAny>,
         name: Option<String>,
     ) -> PyResult<PyNode> {
-        let (b, d) =
-            self.collective_operands(&comm, &[(send, "send", false), (recv, "recv", true)])?;
-        let c = comm.comm();
-        let dag = self.dag_mut();
-        let id = nccl_typed!(d, [&b[0], &b[1]], |T, s, r| Ok::<_, PyErr>(
-            dag.add_all_gather::<T>(c, &s, &r)
-        ))?;
-        self.add_collective_node(id, name)
+        collective!(
+            self,
+            comm,
+            name,
+            [(send, "send", false), (recv, "recv", true)],
+            |dag, c, T, s, r| dag.add_all_gather::<T>(c, s, r)
+        )
     }
 
     /// Adds a reduce-scatter (``ncclReduceScatter``): ``recv`` (``len(send)`` / ranks
@@ -319,14 +326,13 @@ impl PyDag {
         name: Option<String>,
     ) -> PyResult<PyNode> {
         let op = reduce_op(op)?;
-        let (b, d) =
-            self.collective_operands(&comm, &[(send, "send", false), (recv, "recv", true)])?;
-        let c = comm.comm();
-        let dag = self.dag_mut();
-        let id = nccl_typed!(d, [&b[0], &b[1]], |T, s, r| Ok::<_, PyErr>(
-            dag.add_reduce_scatter::<T>(c, &s, &r, op)
-        ))?;
-        self.add_collective_node(id, name)
+        collective!(
+            self,
+            comm,
+            name,
+            [(send, "send", false), (recv, "recv", true)],
+            |dag, c, T, s, r| dag.add_reduce_scatter::<T>(c, s, r, op)
+        )
     }
 
     /// Adds a broadcast (``ncclBroadcast``): every rank's ``recv`` gets rank ``root``'s
@@ -340,14 +346,13 @@ impl PyDag {
         root: usize,
         name: Option<String>,
     ) -> PyResult<PyNode> {
-        let (b, d) =
-            self.collective_operands(&comm, &[(send, "send", false), (recv, "recv", true)])?;
-        let c = comm.comm();
-        let dag = self.dag_mut();
-        let id = nccl_typed!(d, [&b[0], &b[1]], |T, s, r| Ok::<_, PyErr>(
-            dag.add_broadcast::<T>(c, &s, &r, root)
-        ))?;
-        self.add_collective_node(id, name)
+        collective!(
+            self,
+            comm,
+            name,
+            [(send, "send", false), (recv, "recv", true)],
+            |dag, c, T, s, r| dag.add_broadcast::<T>(c, s, r, root)
+        )
     }
 
     /// Adds a send of ``buf`` to rank ``peer`` (``ncclSend``), matched by that rank's
@@ -360,13 +365,8 @@ impl PyDag {
         peer: usize,
         name: Option<String>,
     ) -> PyResult<PyNode> {
-        let (b, d) = self.collective_operands(&comm, &[(buf, "buf", false)])?;
-        let c = comm.comm();
-        let dag = self.dag_mut();
-        let id = nccl_typed!(d, [&b[0]], |T, s| Ok::<_, PyErr>(
-            dag.add_send::<T>(c, &s, peer)
-        ))?;
-        self.add_collective_node(id, name)
+        collective!(self, comm, name, [(buf, "buf", false)], |dag, c, T, s| dag
+            .add_send::<T>(c, s, peer))
     }
 
     /// Adds a receive into ``buf`` from rank ``peer`` (``ncclRecv``).
@@ -378,13 +378,8 @@ impl PyDag {
         peer: usize,
         name: Option<String>,
     ) -> PyResult<PyNode> {
-        let (b, d) = self.collective_operands(&comm, &[(buf, "buf", true)])?;
-        let c = comm.comm();
-        let dag = self.dag_mut();
-        let id = nccl_typed!(d, [&b[0]], |T, r| Ok::<_, PyErr>(
-            dag.add_recv::<T>(c, &r, peer)
-        ))?;
-        self.add_collective_node(id, name)
+        collective!(self, comm, name, [(buf, "buf", true)], |dag, c, T, r| dag
+            .add_recv::<T>(c, r, peer))
     }
 
     /// Adds a send of ``send`` to rank ``to`` and a receive into ``recv`` from rank ``from_``
@@ -400,13 +395,12 @@ impl PyDag {
         from_: usize,
         name: Option<String>,
     ) -> PyResult<PyNode> {
-        let (b, d) =
-            self.collective_operands(&comm, &[(send, "send", false), (recv, "recv", true)])?;
-        let c = comm.comm();
-        let dag = self.dag_mut();
-        let id = nccl_typed!(d, [&b[0], &b[1]], |T, s, r| Ok::<_, PyErr>(
-            dag.add_send_recv::<T>(c, &s, to, &r, from_)
-        ))?;
-        self.add_collective_node(id, name)
+        collective!(
+            self,
+            comm,
+            name,
+            [(send, "send", false), (recv, "recv", true)],
+            |dag, c, T, s, r| dag.add_send_recv::<T>(c, s, to, r, from_)
+        )
     }
 }
