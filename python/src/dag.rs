@@ -154,7 +154,7 @@ impl PyDag {
         Ok(node.id)
     }
 
-    fn node(&self, id: NodeId) -> PyNode {
+    pub(crate) fn node(&self, id: NodeId) -> PyNode {
         PyNode { id, dag: self.id }
     }
 

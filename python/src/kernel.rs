@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cudagraph::{Kernel, KernelArg, Region};
+use cudagraph::{Access, In, InOut, Kernel, KernelArg, Out, Region};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt};
 
@@ -340,6 +340,8 @@ pub(crate) struct KernelInfo {
 /// A converted argument: a buffer's region (holding its allocation) or a value.
 pub(crate) enum Prepared {
     Region(Region),
+    /// A region marked `In`, `Out` or `InOut` (for dependency inference).
+    Marked(Region, Access),
     Value(KernelArg<'static>),
 }
 
@@ -348,6 +350,9 @@ pub(crate) fn as_args(p: &[Prepared]) -> Vec<KernelArg<'_>> {
     p.iter()
         .map(|a| match a {
             Prepared::Region(r) => KernelArg::region(r),
+            Prepared::Marked(r, Access::Read) => KernelArg::from(In(r)),
+            Prepared::Marked(r, Access::Write) => KernelArg::from(Out(r)),
+            Prepared::Marked(r, Access::ReadWrite) => KernelArg::from(InOut(r)),
             Prepared::Value(v) => v.clone(),
         })
         .collect()
@@ -476,6 +481,26 @@ fn prepare_one(
     info: &KernelInfo,
     at: &str,
 ) -> PyResult<Prepared> {
+    if let Some((array, access)) = crate::infer::marked(obj) {
+        if access.writes() && param.is_some_and(|p| p.const_pointee) {
+            return Err(invalid(format!(
+                "{at}: marked as written, but parameter `{}` is a pointer to const",
+                param.map(|p| p.text.as_str()).unwrap_or_default()
+            )));
+        }
+        return match prepare_one(&array, param, info, at)? {
+            Prepared::Region(r) => Ok(Prepared::Marked(r, access)),
+            _ => Err(invalid(format!(
+                "{at}: In, Out and InOut mark a buffer argument (a DeviceBuffer, HostBuffer or \
+                 another library's array), not {}",
+                array
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))),
+        };
+    }
     if let Ok(b) = obj.downcast::<PyDeviceBuffer>() {
         let b = b.get();
         check_pointer(param, b.dtype, at)?;

@@ -19,6 +19,7 @@ mod exec;
 mod fft;
 mod gemm;
 mod graph_nodes;
+mod infer;
 mod kernel;
 mod nccl;
 mod typed;
@@ -63,6 +64,9 @@ fn _cudagraph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<exec::PyExec>()?;
     m.add_class::<fft::PyFftPlan>()?;
     m.add_class::<gemm::PyBlas>()?;
+    m.add_class::<infer::PyIn>()?;
+    m.add_class::<infer::PyOut>()?;
+    m.add_class::<infer::PyInOut>()?;
     m.add_class::<nccl::PyCommunicators>()?;
     m.add_class::<nccl::PyComm>()?;
     m.add_class::<graph_nodes::PyEvent>()?;
