@@ -27,6 +27,7 @@ from ._cudagraph import (
     Node as Node,
     NoGpuError as NoGpuError,
     Out as Out,
+    Profile as Profile,
     RecordingBackend as RecordingBackend,
     Stream as Stream,
     UpdateRefusedError as UpdateRefusedError,

@@ -23,7 +23,7 @@ pub(crate) struct PyExec {
     device: cudagraph::Device,
     /// The DAGs whose nodes are accepted: the one it was made from and those it was updated
     /// from (built the same way, so their nodes are the same indices).
-    dags: Vec<u64>,
+    pub(crate) dags: Vec<u64>,
     kernels: HashMap<usize, KernelInfo>,
     /// The plan of each FFT node (by node index).
     ffts: HashMap<usize, Py<crate::fft::PyFftPlan>>,
@@ -67,7 +67,7 @@ impl PyExec {
         }
     }
 
-    fn exec(&mut self) -> &mut Exec {
+    pub(crate) fn exec(&mut self) -> &mut Exec {
         self.inner.as_mut().expect("taken only by Drop")
     }
 
@@ -82,7 +82,7 @@ impl PyExec {
     }
 
     /// The stream to launch on: ours, a cudagraph `Stream`, or another library's.
-    fn stream(&mut self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<Stream> {
+    pub(crate) fn stream(&mut self, stream: Option<&Bound<'_, PyAny>>) -> PyResult<Stream> {
         let Some(obj) = stream else {
             if self.own_stream.is_none() {
                 self.own_stream = Some(Stream::new(&self.device).py_err()?);

@@ -22,6 +22,7 @@ mod graph_nodes;
 mod infer;
 mod kernel;
 mod nccl;
+mod profile;
 mod typed;
 
 /// Runs `callable` the way a host node does (on another thread, taking the GIL; an exception
@@ -64,6 +65,7 @@ fn _cudagraph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<exec::PyExec>()?;
     m.add_class::<fft::PyFftPlan>()?;
     m.add_class::<gemm::PyBlas>()?;
+    m.add_class::<profile::PyProfile>()?;
     m.add_class::<infer::PyIn>()?;
     m.add_class::<infer::PyOut>()?;
     m.add_class::<infer::PyInOut>()?;

@@ -425,6 +425,30 @@ def test_jax_arrays_read_in_place_through_either_protocol(device, module, jax, c
     del dag, d
 
 
+# --- Profiling ---
+
+
+def test_exec_profile_times_each_node(device, module):
+    x = cg.DeviceBuffer(N, "float32", device)
+    dag = cg.Dag()
+    first = dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [x, 1.0, N], name="first")
+    clear = dag.add_memset(x, np.float32(0), name="clear")
+    dag.add_dependency(first, clear)
+    exec = dag.instantiate(device)
+    p = exec.profile(10)
+    assert p.launches == 10
+    assert {n["name"] for n in p.nodes} == {"first", "clear"}
+    assert {n["kind"] for n in p.nodes} == {"kernel", "memset"}
+    assert next(n["node"] for n in p.nodes if n["name"] == "first") == first
+    assert abs(sum(n["share"] for n in p.nodes) - 1.0) < 1e-6
+    assert all(0 <= n["min"] <= n["mean"] <= n["max"] for n in p.nodes)
+    assert p.total == pytest.approx(sum(n["mean"] for n in p.nodes))
+    assert p.launch_time is not None and p.launch_time >= 0.9 * p.total
+    assert "first" in str(p) and "clear" in p.to_dot()
+    with pytest.raises(cg.CudaGraphError, match="at least one launch"):
+        exec.profile(0)
+
+
 # --- GEMM nodes ---
 
 
