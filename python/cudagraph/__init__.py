@@ -133,5 +133,6 @@ def gpu_available() -> bool:
         return False
 
 
-# Host nodes still queued at exit take the GIL: let them run before the interpreter finalizes.
-_atexit.register(_cudagraph._synchronize_all)
+# Host nodes still queued at exit take the GIL: let them run before the interpreter finalizes;
+# host nodes run later (launched by threads that outlive this hook) skip their callables.
+_atexit.register(_cudagraph._at_exit)

@@ -71,6 +71,13 @@ pub(crate) fn host_closure(callable: Py<PyAny>) -> impl Fn() + Send + Sync + 'st
         // calls that would wait for the GPU raise `ValidationError`: this is CUDA's host
         // function, where CUDA calls are forbidden.
         let _scope = crate::device::HostCallableScope::enter();
+        if crate::device::python_exiting() {
+            // Taking the GIL now may stop this thread inside CUDA's host function.
+            std::panic::resume_unwind(Box::new(
+                "the Python interpreter is shutting down: the host callable was not called"
+                    .to_string(),
+            ));
+        }
         let failed = Python::with_gil(|py| match callable.call0(py) {
             Ok(_) => None,
             Err(err) => {

@@ -1,6 +1,7 @@
 //! `Device`, `Stream`, `RecordingBackend`, and where a buffer's memory comes from (`Origin`).
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use cudagraph::{DeviceLimits, RecordingBackend, Stream};
@@ -38,6 +39,27 @@ pub(crate) fn _synchronize_all(py: Python<'_>) -> PyResult<()> {
         }
         drain_graveyard();
     });
+    Ok(())
+}
+
+/// Set by the `atexit` hook once it has waited for the devices: a host node that runs later
+/// (launched by a thread that outlived the hook) does not call Python, which is finalizing
+/// (a thread taking the GIL then may be stopped in the middle of CUDA's host function).
+static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// Whether the interpreter is exiting (after the `atexit` hook) or finalized.
+pub(crate) fn python_exiting() -> bool {
+    // SAFETY: `Py_IsInitialized` may be called at any time, on any thread.
+    EXITING.load(Ordering::Acquire) || unsafe { pyo3::ffi::Py_IsInitialized() } == 0
+}
+
+/// The `atexit` hook: waits for every device opened (`_synchronize_all`), then marks the
+/// interpreter as exiting, so that host nodes running afterwards skip their callables and
+/// fail instead.
+#[pyfunction]
+pub(crate) fn _at_exit(py: Python<'_>) -> PyResult<()> {
+    _synchronize_all(py)?;
+    EXITING.store(true, Ordering::Release);
     Ok(())
 }
 
@@ -182,6 +204,7 @@ impl PyDevice {
     /// The number of GPUs (``NoGpuError`` when no driver or runtime is usable).
     #[staticmethod]
     fn count() -> PyResult<usize> {
+        refuse_in_host_callable("Device.count()")?;
         cudagraph::Device::count().py_err()
     }
 
@@ -205,6 +228,7 @@ impl PyDevice {
 
     /// ``(free, total)`` device memory in bytes.
     fn memory_info(&self) -> PyResult<(usize, usize)> {
+        refuse_in_host_callable("Device.memory_info()")?;
         self.inner.memory_info().py_err()
     }
 

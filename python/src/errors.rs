@@ -72,9 +72,12 @@ create_exception!(
 static HOST_ERRORS: Mutex<VecDeque<(String, PyErr)>> = Mutex::new(VecDeque::new());
 const HOST_ERRORS_KEPT: usize = 64;
 
-/// Keeps `err`, raised by a host callable, under `message` (the text the crate reports).
+/// Keeps `err`, raised by a host callable, under `message` (the text the crate reports). The
+/// crate keeps a closure's latest failure only, so an earlier exception of the same text is
+/// replaced (it would never be taken, and its traceback holds frames and what they reference).
 pub(crate) fn keep_host_error(message: String, err: PyErr) {
     let mut q = HOST_ERRORS.lock().unwrap_or_else(|p| p.into_inner());
+    q.retain(|(m, _)| *m != message);
     if q.len() == HOST_ERRORS_KEPT {
         q.pop_front();
     }
@@ -83,8 +86,14 @@ pub(crate) fn keep_host_error(message: String, err: PyErr) {
 
 fn take_host_error(message: &str) -> Option<PyErr> {
     let mut q = HOST_ERRORS.lock().unwrap_or_else(|p| p.into_inner());
-    let i = q.iter().position(|(m, _)| m == message)?;
+    let i = q.iter().rposition(|(m, _)| m == message)?;
     q.remove(i).map(|(_, e)| e)
+}
+
+/// The number of host-callable exceptions kept (for tests).
+#[pyfunction]
+pub(crate) fn _host_errors_len() -> usize {
+    HOST_ERRORS.lock().unwrap_or_else(|p| p.into_inner()).len()
 }
 
 /// Whether a library's absence means that there is no GPU to use.

@@ -21,8 +21,9 @@ use crate::kernel::{as_args, prepare_args, KernelInfo};
 pub(crate) struct PyExec {
     inner: Option<Exec>,
     device: cudagraph::Device,
-    /// The DAGs whose nodes are accepted: the one it was made from and those it was updated
-    /// from (built the same way, so their nodes are the same indices).
+    /// The DAGs whose nodes are accepted: the one it was made from and the last one it was
+    /// updated from (built the same way, so their nodes are the same indices). Two at most: a
+    /// pipeline that updates from a new DAG at every block must not grow it.
     pub(crate) dags: Vec<u64>,
     kernels: HashMap<usize, KernelInfo>,
     /// The plan of each FFT node (by node index).
@@ -74,7 +75,8 @@ impl PyExec {
     fn node_id(&self, node: &PyNode) -> PyResult<cudagraph::NodeId> {
         if !self.dags.contains(&node.dag) {
             return Err(invalid(format!(
-                "Node({}) belongs to another DAG than the ones this Exec was made or updated from",
+                "Node({}) belongs to another DAG than the one this Exec was made from or the \
+                 last one it was updated from",
                 node.id.index()
             )));
         }
@@ -282,7 +284,9 @@ impl PyExec {
         py.allow_threads(|| exec.update(d))
             .py_err()
             .map_err(|e| crate::captured::with_capture_cause(py, e))?;
-        if !self.dags.contains(&dag.id) {
+        // The original DAG's and the latest DAG's nodes stay accepted.
+        self.dags.truncate(1);
+        if self.dags[0] != dag.id {
             self.dags.push(dag.id);
         }
         self.kernels = dag.kernels.clone();

@@ -27,15 +27,21 @@ mod typed;
 
 /// Runs `callable` the way a host node does (on another thread, taking the GIL; an exception
 /// kept and reported as the crate reports a failed host closure) and returns the error a
-/// launch would raise then, or `None`. For testing host callables without a GPU.
+/// launch would raise then, or `None`; with `report=False` the failure is left unreported (as
+/// when a later launch fails again before one is reported). For testing host callables
+/// without a GPU.
 #[pyfunction]
-fn _run_as_host_node(py: Python<'_>, callable: Py<PyAny>) -> PyResult<Option<PyErr>> {
+#[pyo3(signature = (callable, report=true))]
+fn _run_as_host_node(py: Python<'_>, callable: Py<PyAny>, report: bool) -> PyResult<Option<PyErr>> {
     let f = dag::host_closure(callable);
     let outcome = py.allow_threads(move || {
         std::thread::spawn(move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
             .join()
             .expect("the closure's panic is caught inside the thread")
     });
+    if !report {
+        return Ok(None);
+    }
     Ok(outcome.err().map(|payload| {
         let message = payload
             .downcast_ref::<String>()
@@ -80,7 +86,9 @@ fn _cudagraph(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("DEVICE_UPDATE_INCLUDE", cudagraph::DEVICE_UPDATE_INCLUDE)?;
     m.add_function(wrap_pyfunction!(_run_as_host_node, m)?)?;
     m.add_function(wrap_pyfunction!(device::_synchronize_all, m)?)?;
+    m.add_function(wrap_pyfunction!(device::_at_exit, m)?)?;
     m.add_function(wrap_pyfunction!(device::_graveyard_len, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::_host_errors_len, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -60,3 +60,21 @@ def test_a_drop_outside_a_host_callable_empties_the_graveyard(rec):
     del other
     assert graveyard_len() == 0
 
+
+
+def test_after_the_exit_hook_host_callables_are_not_called():
+    """A host node that runs after the atexit hook (a thread outliving it) must not take the
+    GIL of a finalizing interpreter: it fails without calling the callable."""
+    import subprocess
+    import sys
+
+    code = (
+        "import cudagraph as cg\n"
+        "cg._cudagraph._at_exit()\n"
+        "err = cg._cudagraph._run_as_host_node(lambda: print('called'))\n"
+        "print(type(err).__name__, err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "called" not in out.stdout.replace("not called", ""), out.stdout
+    assert "HostCallbackError" in out.stdout and "shutting down" in out.stdout, out.stdout

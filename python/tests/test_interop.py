@@ -194,3 +194,20 @@ def test_a_cuda_array_interface_stream_that_is_not_an_int_is_a_validation_error(
     dag = cg.Dag(backend=rec)
     with pytest.raises(cg.ValidationError, match="`stream` is not None or a stream handle"):
         dag.add_memset(fake(4, stream="default"), np.float32(0))
+
+
+def test_a_callable_failing_again_keeps_only_its_latest_exception():
+    raised = []
+
+    def boom():
+        e = ValueError("bad block")
+        raised.append(e)
+        raise e
+
+    before = cg._cudagraph._host_errors_len()
+    for _ in range(3):
+        assert cg._cudagraph._run_as_host_node(boom, report=False) is None
+    assert cg._cudagraph._host_errors_len() == before + 1, "one kept per message"
+    err = cg._cudagraph._run_as_host_node(boom)
+    assert err.__cause__ is raised[-1], "the latest exception is the cause"
+    assert cg._cudagraph._host_errors_len() == before
