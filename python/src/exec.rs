@@ -95,6 +95,9 @@ impl PyExec {
             return Ok(s.get().stream().clone());
         }
         let raw = foreign_stream_handle(obj)?;
+        // The device first, also for a cached handle: PyTorch's default streams are handle 0
+        // on every device.
+        check_stream_device(obj, &self.device, "the Exec")?;
         if let Some((r, s)) = &self.foreign {
             if *r == raw {
                 return Ok(s.clone());
@@ -114,27 +117,26 @@ pub(crate) fn foreign_stream(
     device: &cudagraph::Device,
     of: &str,
 ) -> PyResult<Stream> {
-    if let Some(d) = foreign_stream_device(obj) {
-        if d != device.ordinal() {
-            return Err(invalid(format!(
-                "the stream is on device {d} but {of} is on device {}",
-                device.ordinal()
-            )));
-        }
-    }
+    check_stream_device(obj, device, of)?;
     let owner: cudagraph::ForeignOwner = Box::new(obj.clone().unbind());
     // SAFETY: `raw` is the stream handle the object gives through its protocol
-    // (`__cuda_stream__`, CuPy's `.ptr`, PyTorch's `.cuda_stream`), valid while the object
-    // lives, which `owner` holds; those libraries make their streams in the CUDA runtime's
+    // (`__cuda_stream__`, `.ptr` of a CuPy stream, `.cuda_stream` of a PyTorch stream; their
+    // `ExternalStream`s, which own no stream, were refused by `foreign_stream_handle`), valid
+    // while the object lives, which `owner` holds (an object implementing `__cuda_stream__`
+    // over a handle it does not keep breaks the protocol, the caller's contract in
+    // python/README.md); those libraries make their streams in the CUDA runtime's
     // primary context of the stream's device, and the device the object states was checked
     // against `device` above (a stream of another device that says nothing is refused by CUDA
     // at its first use as a handle of another context: an error, not a use of freed memory).
     unsafe { Stream::from_foreign(device, raw as cudagraph::sys::cudaStream_t, owner) }.py_err()
 }
 
-/// The handle of another library's stream: `__cuda_stream__()` (cuda.core: `(version, handle)`),
-/// `.cuda_stream` (PyTorch), `.ptr` (CuPy). A plain int is refused: nothing would keep the
-/// stream it names alive.
+/// The handle of another library's stream: `__cuda_stream__()` (cuda.core: `(version,
+/// handle)`), `.cuda_stream` of a PyTorch stream, `.ptr` of a CuPy stream. Only objects that
+/// keep their stream alive are taken: a plain int is refused (nothing would keep the stream it
+/// names alive), so are the `ExternalStream`s of CuPy and PyTorch (a handle they do not own)
+/// and `.ptr` / `.cuda_stream` of other objects (a CuPy event or memory pointer has a `.ptr`
+/// too, which is no stream).
 pub(crate) fn foreign_stream_handle(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
     if obj.is_instance_of::<pyo3::types::PyInt>() {
         return Err(invalid(
@@ -143,6 +145,17 @@ pub(crate) fn foreign_stream_handle(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
              or PyTorch stream)",
         ));
     }
+    let ty = obj.get_type();
+    let name = ty.name().map(|n| n.to_string()).unwrap_or_default();
+    let module = ty.module().map(|m| m.to_string()).unwrap_or_default();
+    let library = module.split('.').next().unwrap_or_default();
+    if name == "ExternalStream" && matches!(library, "cupy" | "torch") {
+        return Err(invalid(format!(
+            "a {module}.ExternalStream is not taken as a stream: it wraps a handle it does not \
+             own, which nothing keeps alive while a launch uses it; pass the stream object that \
+             owns it ({library}'s Stream), or a cudagraph.Stream"
+        )));
+    }
     if obj.hasattr("__cuda_stream__")? {
         let (_, raw): (usize, usize) = obj
             .call_method0("__cuda_stream__")?
@@ -150,21 +163,43 @@ pub(crate) fn foreign_stream_handle(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
             .map_err(|_| invalid("__cuda_stream__() must return (version, handle)"))?;
         return Ok(raw);
     }
-    for attr in ["cuda_stream", "ptr"] {
-        if let Ok(v) = obj.getattr(attr) {
-            if let Ok(raw) = v.extract::<usize>() {
-                return Ok(raw);
-            }
+    // A stream class of the library (`cupy.cuda.Stream`, `torch.cuda.Stream`): other objects
+    // of theirs have such attributes too (a CuPy event's or memory pointer's `.ptr`).
+    let attr = match library {
+        "torch" if name.ends_with("Stream") => Some("cuda_stream"),
+        "cupy" if name.ends_with("Stream") => Some("ptr"),
+        _ => None,
+    };
+    if let Some(attr) = attr {
+        if let Ok(raw) = obj.getattr(attr).and_then(|v| v.extract::<usize>()) {
+            return Ok(raw);
         }
     }
+    let what = if module == "builtins" {
+        name
+    } else {
+        format!("{module}.{name}")
+    };
     Err(invalid(format!(
-        "a {} is not a stream: expected a cudagraph.Stream, an object with __cuda_stream__, a \
-         CuPy stream (.ptr) or a PyTorch stream (.cuda_stream)",
-        obj.get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default()
+        "a {what} is not a stream: expected a cudagraph.Stream, an object with \
+         __cuda_stream__, a CuPy stream or a PyTorch stream"
     )))
+}
+
+/// An error when another library's stream says it is on another device than `device` (of
+/// `of`, in the message).
+fn check_stream_device(
+    obj: &Bound<'_, PyAny>,
+    device: &cudagraph::Device,
+    of: &str,
+) -> PyResult<()> {
+    match foreign_stream_device(obj) {
+        Some(d) if d != device.ordinal() => Err(invalid(format!(
+            "the stream is on device {d} but {of} is on device {}",
+            device.ordinal()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The device another library's stream says it is on: PyTorch's `.device_index`, CuPy's

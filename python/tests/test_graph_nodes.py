@@ -84,6 +84,8 @@ def test_placeholder_events_are_not_recorded_on_any_stream(rec):
         cuda_stream = 0x1234
         device_index = 0
 
+    TorchLikeStream.__module__ = "torch.cuda.streams"
+
     ev = rec.event()
     with pytest.raises(cg.ValidationError, match="placeholder"):
         ev.record(TorchLikeStream())
@@ -486,3 +488,28 @@ def test_add_captured_checks_its_arguments(rec):
     with pytest.raises(cg.ValidationError, match="captured work's buffer 0: pageable host memory"):
         dag.add_captured(Work(), [np.zeros(4, np.float32)])
     assert len(dag) == 0
+
+
+def _as_from(module, name, **attrs):
+    """An object whose type claims to be `module.name`, with `attrs`."""
+    ty = type(name, (), attrs)
+    ty.__module__ = module
+    return ty()
+
+
+@pytest.mark.parametrize(
+    "obj, message",
+    [
+        (_as_from("cupy.cuda.stream", "ExternalStream", ptr=0x1234), "does not own"),
+        (_as_from("torch.cuda.streams", "ExternalStream", cuda_stream=0x1234), "does not own"),
+        (_as_from("cupy.cuda.stream", "Event", ptr=0x1234), "not a stream"),
+        (_as_from("cupy.cuda.memory", "MemoryPointer", ptr=0x1234), "not a stream"),
+        (_as_from("mylib", "Stream", ptr=0x1234), "a mylib.Stream is not a stream"),
+        (_as_from("mylib", "Stream", cuda_stream=0x1234), "not a stream"),
+    ],
+)
+def test_only_objects_that_own_their_stream_are_taken(rec, obj, message):
+    """A handle whose owner nothing keeps alive (ExternalStream), or an attribute of an object
+    that is no stream (a CuPy event's or memory pointer's .ptr), is refused before CUDA sees it."""
+    with pytest.raises(cg.ValidationError, match=message):
+        rec.event().record(obj)
