@@ -277,19 +277,23 @@ impl PyExec {
         value: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let id = self.node_id(&node)?;
-        let mut info = self
+        let info = self
             .kernels
             .get(&id.index())
-            .cloned()
             .ok_or_else(|| invalid(format!("Node({}) is not a kernel node", id.index())))?;
-        // Convert the one value as parameter `index`.
-        if let Some(t) = &info.types {
-            let one: Vec<_> = t.get(index).cloned().into_iter().collect();
-            info.types = Some(std::sync::Arc::new(one));
-        }
-        let list = pyo3::types::PyList::new(value.py(), [value])?;
+        let at = format!("kernel `{}` argument {index}", info.name);
+        // Converted as parameter `index` (its C type, when known).
+        let param = match &info.types {
+            Some(t) => Some(t.get(index).ok_or_else(|| {
+                invalid(format!(
+                    "{at}: the kernel has {} parameters (index out of range)",
+                    t.len()
+                ))
+            })?),
+            None => None,
+        };
         refuse_in_host_callable("Exec.set_kernel_arg()")?;
-        let prepared = prepare_args(&info, list.as_any())?;
+        let prepared = [crate::kernel::prepare_one(value, param, info, &at)?];
         drop(node);
         let exec = self.exec();
         // Released, as in `set_kernel_args`.

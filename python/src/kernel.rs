@@ -475,7 +475,7 @@ fn check_pointer(param: Option<&Param>, dtype: Dtype, at: &str) -> PyResult<()> 
     }
 }
 
-fn prepare_one(
+pub(crate) fn prepare_one(
     obj: &Bound<'_, PyAny>,
     param: Option<&Param>,
     info: &KernelInfo,

@@ -94,6 +94,11 @@ def test_set_enabled_and_whole_graph_update(device, module):
     exec.launch()
     exec.synchronize()
     np.testing.assert_array_equal(x.to_numpy(), np.full(N, 3.0, np.float32))
+    # Errors name the argument, and an index past the parameters is refused as such.
+    with pytest.raises(cg.ValidationError, match="argument 2"):
+        exec.set_kernel_arg(k, 2, "many")
+    with pytest.raises(cg.ValidationError, match="argument 3: the kernel has 3 parameters"):
+        exec.set_kernel_arg(k, 3, 1)
     other = cg.Dag()
     other.add_empty()
     with pytest.raises(cg.UpdateRefusedError):
