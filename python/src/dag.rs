@@ -369,7 +369,8 @@ impl PyDag {
     /// (``synchronize``, ``launch``, buffer constructors, ``to_numpy``, ...) raise
     /// ``ValidationError`` there; objects dropped there are freed later, outside it. An
     /// exception it raises is reported by the next ``Exec.launch`` or ``Exec.synchronize`` as
-    /// ``HostCallbackError`` (the exception is its ``__cause__``), never lost. The DAG and its
+    /// ``HostCallbackError`` (the exception is its ``__cause__``), never lost (given to
+    /// ``sys.unraisablehook`` when the ``Exec`` is dropped before reporting it). The DAG and its
     /// ``Exec``s hold ``callable``: a callable referring back to them makes a cycle that is not
     /// collected (break it, or ``del`` the ``Exec``).
     #[pyo3(signature = (callable, name=None))]

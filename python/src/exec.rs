@@ -39,6 +39,19 @@ pub(crate) struct PyExec {
 
 impl Drop for PyExec {
     fn drop(&mut self) {
+        // A host callable's exception from the last launches would go with the `Exec`: its
+        // launches are waited for here (the GIL released) and a failure is written as an
+        // unraisable exception (`sys.unraisablehook`). Not inside a host callable (no waits
+        // there: the graveyard takes the `Exec`), nor once the interpreter is exiting.
+        if let Some(exec) = self.inner.as_mut() {
+            if !crate::device::in_host_callable() && !crate::device::python_exiting() {
+                Python::with_gil(|py| {
+                    if let Err(e) = py.allow_threads(|| exec.synchronize()) {
+                        crate::errors::to_py(e).write_unraisable(py, None);
+                    }
+                });
+            }
+        }
         let (e, s, f) = (
             self.inner.take(),
             self.own_stream.take(),

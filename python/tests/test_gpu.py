@@ -430,6 +430,26 @@ def test_jax_arrays_read_in_place_through_either_protocol(device, module, jax, c
     del dag, d
 
 
+def test_a_host_callable_exception_is_reported_when_the_exec_is_dropped(device):
+    import sys
+
+    seen = []
+    old = sys.unraisablehook
+    sys.unraisablehook = seen.append
+    try:
+        dag = cg.Dag()
+        dag.add_host(lambda: 1 / 0, name="divide")
+        ex = dag.instantiate(device)
+        ex.launch()
+        del ex
+        gc.collect()
+    finally:
+        sys.unraisablehook = old
+    assert len(seen) == 1, seen
+    assert isinstance(seen[0].exc_value, cg.HostCallbackError)
+    assert isinstance(seen[0].exc_value.__cause__, ZeroDivisionError)
+
+
 # --- Profiling ---
 
 
