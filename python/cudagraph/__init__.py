@@ -40,8 +40,9 @@ reallocates under a live object (PyTorch's ``resize_``, ``set_``, ``.data =``) f
 graph still uses, which is the caller's to avoid. An array's ``stream`` is synchronised when the
 node is added or its arguments set, not at each launch.
 
-Host callables must not call CUDA or wait for the GPU (``ValidationError`` there). ``Dag``,
-``Exec`` and ``RecordingBackend`` are used and dropped on the thread that made them; reference
+Host callables must not call CUDA or wait for the GPU (``ValidationError`` there). ``Dag`` and
+``Exec`` may be used from any thread, one call at a time; ``RecordingBackend`` is used and
+dropped on the thread that made it; reference
 cycles through host callables are not collected (break them, or ``del`` the ``Exec``). See
 ``python/README.md``, "The caller's contract".
 """

@@ -111,8 +111,9 @@ pub(crate) fn host_closure(callable: Py<PyAny>) -> impl Fn() + Send + Sync + 'st
 /// ``.data =``) frees memory the graph uses, and is the caller's to avoid. Its CAI ``stream``
 /// is synchronised when the node is added, not at each launch.
 ///
-/// Unsendable: use and drop it on the thread that made it.
-#[pyclass(module = "cudagraph._cudagraph", name = "Dag", unsendable)]
+/// It may be built and used from any thread (one call at a time: a second thread's call while
+/// one runs raises ``RuntimeError``, already borrowed).
+#[pyclass(module = "cudagraph._cudagraph", name = "Dag")]
 pub(crate) struct PyDag {
     pub(crate) inner: Option<Dag>,
     pub(crate) id: u64,

@@ -1,6 +1,7 @@
 //! `Exec`: an instantiated graph, and the streams it launches on.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use cudagraph::{Exec, Stream};
 use pyo3::prelude::*;
@@ -15,11 +16,15 @@ use crate::kernel::{as_args, prepare_args, KernelInfo};
 ///
 /// ``launch``, ``synchronize`` and the ``set_*`` updates release the GIL while they wait, so
 /// host nodes (which take it) can run. Dropping an ``Exec`` waits for its queued launches.
-/// Unsendable: use and drop it on the thread that made it. A foreign array's CAI ``stream``
+/// It may be used from any thread (one call at a time: a second thread's call while one runs
+/// raises ``RuntimeError``, already borrowed). A foreign array's CAI ``stream``
 /// given to ``set_kernel_arg(s)`` / ``set_fft_params`` is synchronised then, not at launch.
-#[pyclass(module = "cudagraph._cudagraph", name = "Exec", unsendable)]
+#[pyclass(module = "cudagraph._cudagraph", name = "Exec")]
 pub(crate) struct PyExec {
-    inner: Option<Exec>,
+    /// The `Exec` (`None` once dropped). In a `Mutex` because a class used from any thread
+    /// must be `Sync` and an `Exec` is not; methods reach it through `&mut self` (PyO3's
+    /// exclusive borrow) with `get_mut`, which takes no lock.
+    inner: Mutex<Option<Exec>>,
     device: cudagraph::Device,
     /// The DAGs whose nodes are accepted: the one it was made from and the last one it was
     /// updated from (built the same way, so their nodes are the same indices). Two at most: a
@@ -43,7 +48,7 @@ impl Drop for PyExec {
         // launches are waited for here (the GIL released) and a failure is written as an
         // unraisable exception (`sys.unraisablehook`). Not inside a host callable (no waits
         // there: the graveyard takes the `Exec`), nor once the interpreter is exiting.
-        if let Some(exec) = self.inner.as_mut() {
+        if let Some(exec) = self.inner.get_mut().unwrap_or_else(|p| p.into_inner()) {
             if !crate::device::in_host_callable() && !crate::device::python_exiting() {
                 Python::with_gil(|py| {
                     if let Err(e) = py.allow_threads(|| exec.synchronize()) {
@@ -53,7 +58,10 @@ impl Drop for PyExec {
             }
         }
         let (e, s, f) = (
-            self.inner.take(),
+            self.inner
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
             self.own_stream.take(),
             self.foreign.take(),
         );
@@ -65,7 +73,7 @@ impl PyExec {
     pub(crate) fn new(exec: Exec, device: cudagraph::Device, dag: &PyDag) -> Self {
         let wrap = PyDag::for_device(&device);
         PyExec {
-            inner: Some(exec),
+            inner: Mutex::new(Some(exec)),
             device,
             dags: vec![dag.id],
             kernels: dag.kernels.clone(),
@@ -82,7 +90,11 @@ impl PyExec {
     }
 
     pub(crate) fn exec(&mut self) -> &mut Exec {
-        self.inner.as_mut().expect("taken only by Drop")
+        self.inner
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            .expect("taken only by Drop")
     }
 
     fn node_id(&self, node: &PyNode) -> PyResult<cudagraph::NodeId> {
@@ -415,6 +427,12 @@ impl PyExec {
 
     /// The graph this ``Exec`` runs (its DAG, as updated) in Graphviz DOT.
     fn to_dot(&self) -> String {
-        self.inner.as_ref().expect("taken only by Drop").to_dot()
+        // Uncontended: PyO3's borrow of this object excludes the `&mut self` methods.
+        self.inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .expect("taken only by Drop")
+            .to_dot()
     }
 }

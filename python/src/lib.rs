@@ -1,8 +1,9 @@
 //! The `cudagraph._cudagraph` extension module: Python bindings of the cudagraph crate.
 //!
 //! The Python package (`python/cudagraph/__init__.py`) re-exports everything here. Objects that
-//! hold GPU work (`Dag`, `Exec`, `RecordingBackend`) are `unsendable` (used from the thread
-//! that made them); buffers, devices, streams, kernels and nodes are immutable (`frozen`) and
+//! hold GPU work (`Dag`, `Exec`) may be used from any thread, one call at a time (PyO3's
+//! borrow of the object; the `Exec` sits in a `Mutex` to be `Sync`); `RecordingBackend` is
+//! `unsendable`; buffers, devices, streams, kernels and nodes are immutable (`frozen`) and
 //! shareable. Every call that may wait for the GPU releases the GIL, and so does dropping an
 //! object that may wait (a host node queued before it may need the GIL to finish).
 

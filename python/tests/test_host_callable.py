@@ -78,3 +78,25 @@ def test_after_the_exit_hook_host_callables_are_not_called():
     assert out.returncode == 0, out.stderr
     assert "called" not in out.stdout.replace("not called", ""), out.stdout
     assert "HostCallbackError" in out.stdout and "shutting down" in out.stdout, out.stdout
+
+
+def test_a_dag_is_usable_from_another_thread_and_from_a_host_callable():
+    """Built in one thread, extended and drawn in another, and in a host callable (where
+    building is allowed: it calls no CUDA); dropped in a host callable, it waits in the
+    graveyard."""
+    import threading
+
+    dag = cg.Dag()
+    dag.add_empty(name="main")
+    t = threading.Thread(target=lambda: dag.add_empty(name="worker"))
+    t.start()
+    t.join()
+    assert len(dag) == 2
+    assert run(lambda: dag.add_empty(name="host")) is None
+    assert len(dag) == 3 and "worker" in dag.to_dot()
+    box = [cg.Dag()]
+    before = graveyard_len()
+    assert run(box.clear) is None
+    assert graveyard_len() == before + 1, "a Dag dropped in a host callable waits"
+    cg._cudagraph._synchronize_all()
+    assert graveyard_len() == 0
