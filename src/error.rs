@@ -384,6 +384,18 @@ pub enum Error {
         /// Why it cannot run there, and what to do instead.
         reason: &'static str,
     },
+    /// Called inside the closure of a synchronous helper (`HostBuffer::read_with` /
+    /// `write_with`), which holds the use lists of the memory it touches and the launch gates
+    /// of the graphs using it: another helper or stream operation there could wait for the
+    /// helper itself.
+    #[error(
+        "{what} was called inside the closure of a synchronous helper (HostBuffer::read_with or \
+         write_with), where it could wait for that helper; do it after the closure returns"
+    )]
+    InsideHelper {
+        /// The call.
+        what: String,
+    },
     /// A recording backend's placeholder (kernel, event, communicators) was used where real
     /// CUDA objects are needed.
     #[error("{what} is a recording backend's placeholder: {problem}")]

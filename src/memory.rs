@@ -635,7 +635,7 @@ unsafe fn queue_copy(
     stream: &Stream,
 ) -> Result<()> {
     // Locked before queuing, marked before unlocking: ordered with the synchronous helpers.
-    let mut uses = track::lock_all([&dst.uses, &src.uses]);
+    let mut uses = track::lock_all("an asynchronous copy", [&dst.uses, &src.uses])?;
     let tail = stream.queue()?;
     // SAFETY: the caller's contract; the markers below keep both alive until the copy ran.
     unsafe {
@@ -785,8 +785,9 @@ impl<T: DeviceRepr> HostBuffer<T> {
     /// Runs `f` on the contents, after the queued GPU work that uses the buffer has completed,
     /// with the buffer's use list locked: no graph that refers to the buffer can be launched,
     /// and no stream operation on it noted, until `f` returns. For reading in place (e.g. in
-    /// parallel) without a copy. `f` must not launch GPU work that uses this buffer from the
-    /// same thread (the launch would wait for the lock).
+    /// parallel) without a copy. Inside `f`, on this thread, the crate's synchronous helpers,
+    /// stream operations and graph launches are refused ([`Error::InsideHelper`]): they could
+    /// wait for this very call.
     pub fn read_with<R>(&self, f: impl FnOnce(&[T]) -> R) -> Result<R> {
         let (ptr, n) = (self.alloc.ptr as *const T, self.len);
         self.with_gpu_idle("HostBuffer::read_with", || {

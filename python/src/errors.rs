@@ -125,7 +125,8 @@ pub(crate) fn to_py(e: Error) -> PyErr {
         | Error::Placeholder { .. }
         | Error::FftPlan { .. }
         | Error::BadOptions { .. }
-        | Error::InHostNode { .. } => ValidationError::new_err(msg),
+        | Error::InHostNode { .. }
+        | Error::InsideHelper { .. } => ValidationError::new_err(msg),
         Error::UpdateRefused { .. } => UpdateRefusedError::new_err(msg),
         Error::Compile { .. } => CompileError::new_err(msg),
         Error::Cuda { .. }

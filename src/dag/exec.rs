@@ -242,6 +242,8 @@ impl Exec {
         self.check_host_panics()?;
         stream.check_device(&self.device, "the graph")?;
         crate::stream::check_not_in_host_node()?;
+        // A helper's closure on this thread holds gates and use lists the launch would take.
+        crate::stream::track::check_not_in_helper("Exec::launch")?;
         if self.upload_before_launch {
             // A graph with device-updatable nodes (see `nodes/device_update.rs`).
             self.upload(stream)?;

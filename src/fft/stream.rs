@@ -115,8 +115,10 @@ impl StreamFft {
         }
         stream.check_device(&self.device, "the StreamFft")?;
         // Locked before queuing, marked before unlocking: ordered with the synchronous helpers.
-        let mut uses =
-            track::lock_all(super::transform_regions(input, output, params).map(|r| &r.alloc.uses));
+        let mut uses = track::lock_all(
+            "StreamFft::exec",
+            super::transform_regions(input, output, params).map(|r| &r.alloc.uses),
+        )?;
         let tail = stream.queue()?;
         if self.bound.as_ref().map(Stream::raw) != Some(stream.raw()) {
             // Work queued on the previous stream may still use the work area and parameters.

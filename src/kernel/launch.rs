@@ -507,7 +507,10 @@ impl Kernel {
         let buffers = args
             .iter()
             .filter_map(|a| a.buffer.as_ref().map(|b| &b.uses));
-        let mut uses = track::lock_all(std::iter::once(&module.uses).chain(buffers));
+        let mut uses = track::lock_all(
+            "Kernel::launch",
+            std::iter::once(&module.uses).chain(buffers),
+        )?;
         let tail = stream.queue()?;
         // SAFETY: arguments and shape were just checked against the kernel's layout and the
         // device; the kernel is live (its module is held); the buffers and the module are kept

@@ -385,7 +385,10 @@ impl Communicators {
         for p in parts {
             p.for_each_allocation(&mut |a| allocs.push(a.clone()));
         }
-        let mut uses = track::lock_all(c.uses.iter().chain(allocs.iter().map(|a| &a.uses)));
+        let mut uses = track::lock_all(
+            "a stream collective",
+            c.uses.iter().chain(allocs.iter().map(|a| &a.uses)),
+        )?;
         // The streams' tails, in rank order (distinct: one device per rank).
         let mut tails = Vec::with_capacity(streams.len());
         for s in streams {

@@ -106,19 +106,29 @@ impl GpuUses {
 pub(crate) struct Locked<'a>(SmallVec<[(usize, MutexGuard<'a, Vec<User>>); 4]>);
 
 /// Locks the use lists `lists`, each once, in address order (the lock order among use lists),
-/// allocating nothing for up to eight. Queuing a stream operation with them locked, then noting
+/// allocating nothing for up to four. Queuing a stream operation with them locked, then noting
 /// its marker ([`Locked::add_marker`]) before they are unlocked, orders the operation with the
 /// synchronous helpers ([`with_gpu_idle`]).
-pub(crate) fn lock_all<'a>(lists: impl IntoIterator<Item = &'a GpuUses>) -> Locked<'a> {
+///
+/// Refused (`what` names the caller) from a host node ([`Error::InHostNode`]: a helper on
+/// another thread may hold a list while it waits for that very graph) and inside a helper's
+/// closure ([`Error::InsideHelper`]: the helper holds the lists and gates, and the locks are
+/// not reentrant).
+pub(crate) fn lock_all<'a>(
+    what: &str,
+    lists: impl IntoIterator<Item = &'a GpuUses>,
+) -> Result<Locked<'a>> {
+    check_not_in_host_node(what)?;
+    check_not_in_helper(what)?;
     let mut lists: SmallVec<[&GpuUses; 8]> = lists.into_iter().collect();
     lists.sort_unstable_by_key(|u| *u as *const GpuUses as usize);
     lists.dedup_by_key(|u| *u as *const GpuUses as usize);
-    Locked(
+    Ok(Locked(
         lists
             .into_iter()
             .map(|u| (u as *const GpuUses as usize, u.lock()))
             .collect(),
-    )
+    ))
 }
 
 impl Locked<'_> {
@@ -147,14 +157,15 @@ impl Locked<'_> {
 /// stream operation on them can be queued, [`lock_all`]) and so are the gates of the graphs
 /// that refer to them now (none can be launched; one that starts referring to them, by an
 /// update, needs a list's lock first). Not from a host node, where the work waited for may
-/// include the host node itself (`what` names the caller in that error).
+/// include the host node itself, nor inside another helper's `f` (`what` names the caller in
+/// those errors); inside `f`, other helpers and stream operations are refused
+/// ([`Error::InsideHelper`]).
 pub(crate) fn with_gpu_idle<'a, R>(
     what: &str,
     lists: impl IntoIterator<Item = &'a GpuUses>,
     f: impl FnOnce() -> R,
 ) -> Result<R> {
-    check_not_in_host_node(what)?;
-    let mut locked = lock_all(lists);
+    let mut locked = lock_all(what, lists)?;
     let mut logs: SmallVec<[Arc<ExecLaunches>; 4]> = SmallVec::new();
     for (_, list) in &locked.0 {
         for u in list.iter() {
@@ -170,6 +181,14 @@ pub(crate) fn with_gpu_idle<'a, R>(
     for (_, list) in &mut locked.0 {
         wait_locked(list)?;
     }
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            IN_HELPER.with(|c| c.set(false));
+        }
+    }
+    IN_HELPER.with(|c| c.set(true));
+    let _reset = Reset;
     Ok(f())
 }
 
@@ -212,6 +231,19 @@ fn wait_locked(list: &mut Vec<User>) -> Result<()> {
 
 thread_local! {
     static IN_HOST_NODE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Set while a synchronous helper's closure runs on this thread ([`with_gpu_idle`]).
+    static IN_HELPER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// An error inside a synchronous helper's closure, which holds use lists and launch gates that
+/// another helper or stream operation would take again.
+pub(crate) fn check_not_in_helper(what: &str) -> Result<()> {
+    if IN_HELPER.try_with(|c| c.get()).unwrap_or(false) {
+        return Err(Error::InsideHelper {
+            what: what.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// An error when called from a host node (CUDA's callback thread must not wait for GPU work).
@@ -309,9 +341,37 @@ mod tests {
     }
 
     #[test]
+    fn helpers_and_stream_operations_are_refused_inside_a_helpers_closure() {
+        let (a, b) = (GpuUses::default(), GpuUses::default());
+        let (nested, queued) = with_gpu_idle("outer", [&a], || {
+            (
+                with_gpu_idle("inner", [&a], || ()).map(|_| ()),
+                lock_all("a stream operation", [&b]).map(|_| ()),
+            )
+        })
+        .unwrap();
+        // Without the refusal the nested helper would lock `a` again and never return.
+        assert!(
+            matches!(&nested, Err(Error::InsideHelper { what }) if what == "inner"),
+            "{nested:?}"
+        );
+        assert!(
+            matches!(&queued, Err(Error::InsideHelper { what }) if what == "a stream operation"),
+            "{queued:?}"
+        );
+        // A panicking closure leaves the thread free again.
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            with_gpu_idle("panics", [&a], || panic!("in the closure"))
+        }));
+        assert!(caught.is_err());
+        with_gpu_idle("after", [&a, &b], || ()).unwrap();
+        assert!(lock_all("after", [&b]).is_ok());
+    }
+
+    #[test]
     fn lists_are_locked_once_each_in_address_order() {
         let lists = [GpuUses::default(), GpuUses::default(), GpuUses::default()];
-        let locked = lock_all([&lists[2], &lists[0], &lists[2], &lists[1]]);
+        let locked = lock_all("a test", [&lists[2], &lists[0], &lists[2], &lists[1]]).unwrap();
         let at: Vec<usize> = locked.0.iter().map(|(a, _)| *a).collect();
         let mut expected: Vec<usize> = lists.iter().map(|l| l as *const GpuUses as usize).collect();
         expected.sort_unstable();
