@@ -796,6 +796,27 @@ mod tests {
         assert!(held.is_empty());
     }
 
+    #[cfg(feature = "cudarc")]
+    #[test]
+    fn lent_allocations_leave_the_pinned_list_with_their_last_reference() {
+        let mut r = RecordingBackend::new(DeviceLimits::hopper());
+        let lent = r.foreign_device_buffer::<f32>(64, Box::new(crate::memory::LentMemory));
+        assert!(lent.alloc.is_lent());
+        let log = ExecLaunches::new();
+        let (mut held, mut pinned) = (HashMap::default(), Vec::new());
+        hold_in(&mut held, &mut pinned, &log, &lent.alloc);
+        assert_eq!(pinned.len(), 1);
+        assert!(release_in(&mut held, &mut pinned, &lent.alloc));
+        assert!(
+            pinned.is_empty(),
+            "an Exec updated away from it no longer lists it"
+        );
+        // Held again (updated back): listed once, not twice (a second entry would be locked
+        // twice around a launch).
+        hold_in(&mut held, &mut pinned, &log, &lent.alloc);
+        assert_eq!(pinned.len(), 1);
+    }
+
     #[test]
     fn a_refused_instantiation_names_the_node_cuda_blames() {
         let mut dag = Dag::new();

@@ -4,6 +4,12 @@
 
 use super::*;
 
+/// Whether `a` is kept in an `Exec`'s pinned list (its use list locked around each launch):
+/// pinned host memory, and memory lent by cudarc. One test for `hold_in` and `release_in`.
+fn listed(a: &Allocation) -> bool {
+    a.space == MemorySpace::PinnedHost || a.is_lent()
+}
+
 /// Notes one more reference to `a` in an `Exec`'s reference counts (`held`), its pinned list
 /// and the allocation's use list (the first reference only).
 pub(super) fn hold_in(
@@ -16,7 +22,7 @@ pub(super) fn hold_in(
     *n += 1;
     if *n == 1 {
         a.uses.add_graph(log);
-        if a.space == MemorySpace::PinnedHost || a.is_lent() {
+        if listed(a) {
             let at = pinned.partition_point(|p| Arc::as_ptr(p) < Arc::as_ptr(a));
             pinned.insert(at, a.clone());
         }
@@ -39,7 +45,7 @@ pub(super) fn release_in(
     // No entry stays behind for an allocation the DAG no longer refers to: a long run of
     // updates that swap buffers would otherwise grow the map without bound.
     held.remove(&key);
-    if a.space == MemorySpace::PinnedHost {
+    if listed(a) {
         pinned.retain(|p| !Arc::ptr_eq(p, a));
     }
     true
