@@ -114,14 +114,10 @@ impl StreamFft {
             });
         }
         stream.check_device(&self.device, "the StreamFft")?;
-        // Locked before queuing, marked before unlocking: ordered with the synchronous helpers.
-        let mut uses = track::lock_all(
-            "StreamFft::exec",
-            super::transform_regions(input, output, params).map(|r| &r.alloc.uses),
-        )?;
-        let tail = stream.queue()?;
         if self.bound.as_ref().map(Stream::raw) != Some(stream.raw()) {
-            // Work queued on the previous stream may still use the work area and parameters.
+            // Work queued on the previous stream may still use the work area and parameters:
+            // waited for before any lock is taken (no lock is held across this wait).
+            crate::stream::track::check_not_in_helper("StreamFft::exec")?;
             if let Some(prev) = &self.bound {
                 prev.synchronize()?;
             }
@@ -129,52 +125,65 @@ impl StreamFft {
             unsafe { cf::set_stream(self.handle.raw(), stream.raw())? };
             self.bound = Some(stream.clone());
         }
-        // The setter first: a custom load callback's conversion reads the parameter buffer.
-        if let (Some(packed), Some(k)) = (&mut self.setter, &self.setter_kernel) {
-            packed.set_bytes(1, &self.plan.setter_blob(self.decision.form, params));
-            // SAFETY: the setter's arguments match its layout (checked at construction); the
-            // parameter buffer is owned by `self`.
-            unsafe { launch_packed(k, LaunchConfig::new(1, 32), packed, tail.raw())? };
-        }
-        if let Some((u, args)) = &mut self.convert {
-            args.set_bytes(1, &input.raw_addr().to_ne_bytes());
-            if !u.custom {
-                args.set_bytes(2, &FftPlan::load_param_bytes(params));
+        // Locked before queuing, marked before unlocking: ordered with the synchronous helpers.
+        let mut uses = track::lock_all(
+            "StreamFft::exec",
+            super::transform_regions(input, output, params).map(|r| &r.alloc.uses),
+        )?;
+        let tail = stream.queue()?;
+        // The setter, the conversion and the transform, in order; an error after one of them
+        // was queued still marks what was (it runs, and uses the regions).
+        let queued = (|| -> Result<()> {
+            // The setter first: a custom load callback's conversion reads the parameter buffer.
+            if let (Some(packed), Some(k)) = (&mut self.setter, &self.setter_kernel) {
+                packed.set_bytes(1, &self.plan.setter_blob(self.decision.form, params));
+                // SAFETY: the setter's arguments match its layout (checked at construction);
+                // the parameter buffer is owned by `self`.
+                unsafe { launch_packed(k, LaunchConfig::new(1, 32), packed, tail.raw())? };
             }
-            // SAFETY: arguments checked at construction, sizes kept; scratch (and parameter)
-            // buffers are `self`'s (Drop waits for the stream), sized for the plan; the input
-            // and override regions were checked against the plan and get the marker below.
-            unsafe { launch_packed(&u.kernel, u.config(), args, tail.raw())? };
-        }
-        let fft_input = self
-            .convert
-            .as_ref()
-            .map_or(input.raw_addr(), |(u, _)| u.scratch.ptr);
-        // Unfused, the transform reads the scratch buffer the conversion just queued wrote.
-        // SAFETY: regions checked against the plan; the handle is bound to `stream`; the marker
-        // noted below keeps the regions alive, and host access waiting, until it has run.
-        unsafe {
-            cf::exec(
-                self.handle.raw(),
-                self.plan.inner.desc.kind.raw(),
-                fft_input as *mut c_void,
-                output.raw_addr() as *mut c_void,
-                direction.raw(),
-            )?
-        };
+            if let Some((u, args)) = &mut self.convert {
+                args.set_bytes(1, &input.raw_addr().to_ne_bytes());
+                if !u.custom {
+                    args.set_bytes(2, &FftPlan::load_param_bytes(params));
+                }
+                // SAFETY: arguments checked at construction, sizes kept; scratch (and
+                // parameter) buffers are `self`'s (Drop waits for the stream), sized for the
+                // plan; the input and override regions were checked against the plan and get
+                // the marker below.
+                unsafe { launch_packed(&u.kernel, u.config(), args, tail.raw())? };
+            }
+            let fft_input = self
+                .convert
+                .as_ref()
+                .map_or(input.raw_addr(), |(u, _)| u.scratch.ptr);
+            // Unfused, the transform reads the scratch buffer the conversion just queued
+            // wrote.
+            // SAFETY: regions checked against the plan; the handle is bound to `stream`; the
+            // marker noted below keeps the regions alive, and host access waiting, until it
+            // has run.
+            unsafe {
+                cf::exec(
+                    self.handle.raw(),
+                    self.plan.inner.desc.kind.raw(),
+                    fft_input as *mut c_void,
+                    output.raw_addr() as *mut c_void,
+                    direction.raw(),
+                )
+            }
+        })();
         match tail.mark_queued() {
             Queued::Marked(m) => {
                 uses.add_marker(&m);
-                Ok(())
+                queued
             }
-            // The transform has run: nothing to note.
-            Queued::Ran(e) => Err(e),
+            // What was queued has run: nothing to note.
+            Queued::Ran(e) => queued.and(Err(e)),
             Queued::Unknown(e) => {
-                // The transform may still run: what it uses may never be freed.
+                // What was queued may still run: what it uses may never be freed.
                 std::mem::forget(Arc::clone(&input.alloc));
                 std::mem::forget(Arc::clone(&output.alloc));
                 params.for_each_allocation(&mut |a| std::mem::forget(Arc::clone(a)));
-                Err(e)
+                queued.and(Err(e))
             }
         }
     }
