@@ -505,8 +505,24 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         self.check_len(src.len, "copy_from_device")?;
         self.alloc.real_device()?.bind()?;
         src.alloc.real_device()?;
-        if Arc::ptr_eq(&self.alloc, &src.alloc) {
-            return Ok(());
+        // By address, not allocation: one memory wrapped twice (`from_foreign` of one array)
+        // is two allocations. The same memory is a copy onto itself; any other overlap is
+        // refused (CUDA copies need distinct memory).
+        let (d, s) = (self.region(..), src.region(..));
+        if d.overlaps(&s) {
+            if d.raw_addr() == s.raw_addr() {
+                return Ok(());
+            }
+            return Err(Error::OutOfBounds {
+                node: None,
+                problem: format!(
+                    "copy_from_device: the source ({:#x}, {} bytes) and the destination ({:#x}) \
+                     overlap; CUDA copies need distinct memory",
+                    s.raw_addr(),
+                    s.len,
+                    d.raw_addr()
+                ),
+            });
         }
         let bytes = self.size_bytes();
         let allocs = [&*self.alloc, &*src.alloc];
@@ -514,8 +530,8 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             if bytes == 0 {
                 return Ok(());
             }
-            // SAFETY: both device ranges are `bytes` long, live and distinct allocations; no
-            // GPU work uses either now (`sync_helper`).
+            // SAFETY: both device ranges are `bytes` long, live and disjoint (checked by
+            // address above); no GPU work uses either now (`sync_helper`).
             unsafe {
                 rt::memcpy(
                     self.alloc.ptr as *mut c_void,

@@ -375,6 +375,46 @@ fn device_helpers_wait(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "soundness::a_device_copy_between_two_wrappers_of_one_memory" => copy_between_wrappers);
+/// Two foreign buffers over one memory (another library's array wrapped twice) are told apart
+/// by address: a copy of the memory onto itself does nothing, a copy between overlapping
+/// parts is refused (CUDA copies need distinct memory), a copy between disjoint parts runs.
+fn copy_between_wrappers(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let n = 1024usize;
+    let base = Arc::new(DeviceBuffer::from_slice(
+        d,
+        &(0..n as u32).collect::<Vec<u32>>(),
+    )?);
+    // SAFETY: test only: the address is `base`'s, read once here, and `base` is kept alive by
+    // each wrapper's owner.
+    let ptr = unsafe { base.region(..).addr() };
+    let wrap = |offset: usize, len: usize| -> cudagraph::Result<DeviceBuffer<u32>> {
+        // SAFETY: `offset + len <= n` elements of `base`'s allocation, which the owner (a
+        // clone of the `Arc`) keeps allocated while the wrapper lives.
+        unsafe {
+            DeviceBuffer::from_foreign(d, ptr + 4 * offset as u64, len, Box::new(base.clone()))
+        }
+    };
+    let (a, b) = (wrap(0, n)?, wrap(0, n)?);
+    a.copy_from_device(&b)?; // the same memory: nothing to do
+    let (head, shifted) = (wrap(0, 512)?, wrap(256, 512)?);
+    match head.copy_from_device(&shifted) {
+        Err(Error::OutOfBounds { problem, .. }) => {
+            ensure!(problem.contains("overlap"), "{problem}")
+        }
+        other => anyhow::bail!("an overlapping copy was not refused: {other:?}"),
+    }
+    let tail = wrap(512, 512)?;
+    head.copy_from_device(&tail)?;
+    let v = base.to_vec()?;
+    ensure!(
+        (0..512).all(|i| v[i] == (512 + i) as u32) && (512..n).all(|i| v[i] == i as u32),
+        "the disjoint copy did not land"
+    );
+    Ok(())
+}
+
 register!(gpu "soundness::refused_update_changes_nothing" => refused_update_changes_nothing);
 /// An update CUDA refuses (a zero-byte copy, which CUDA does not support) leaves the node as
 /// it was: the DAG still shows the old ends, the old buffers are still held (the user's
