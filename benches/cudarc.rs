@@ -100,7 +100,8 @@ fn main() -> anyhow::Result<()> {
     let image = ptx.as_bytes().map(<[u8]>::to_vec).unwrap_or_default();
     let f = ctx.load_module(ptx)?.load_function("bump")?;
     let device = Device::from_cudarc(&ctx)?;
-    let kernel = Kernel::from_cudarc_image(&ctx, &f, &image)?;
+    // SAFETY: `image` is the PTX `f`'s module was loaded from.
+    let kernel = unsafe { Kernel::from_cudarc_image(&ctx, &f, &image)? };
     let stream = Stream::from_cudarc(&cs)?;
     let mut x: CudaSlice<f32> = cs.alloc_zeros(LEN)?;
     let lent = Lent::new(&x)?;

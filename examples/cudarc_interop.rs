@@ -90,8 +90,9 @@ fn main() -> anyhow::Result<()> {
     // The same program as a DAG: cudarc's functions as kernels, its slices lent (they stay
     // cudarc's), one launch per step with the bias updated on the executable graph.
     let device = Device::from_cudarc(&ctx)?;
+    // SAFETY: `image` is the PTX the functions' module was loaded from.
     let [axpy, shift, clamp] =
-        [&axpy, &shift, &clamp].map(|f| Kernel::from_cudarc_image(&ctx, f, &image));
+        [&axpy, &shift, &clamp].map(|f| unsafe { Kernel::from_cudarc_image(&ctx, f, &image) });
     let (axpy, shift, clamp) = (axpy?, shift?, clamp?);
     let mut xs: CudaSlice<f32> = cs.clone_htod(&x0)?;
     let mut ys: CudaSlice<f32> = cs.clone_htod(&y0)?;

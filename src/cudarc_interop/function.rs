@@ -58,7 +58,15 @@ impl Kernel {
     /// Refused, besides [`Kernel::from_cudarc`]'s errors: an image that does not declare the
     /// function, or whose declaration the reader does not understand ([`Error::Cudarc`]); a
     /// layout the driver does not confirm ([`Error::ParamLayoutMismatch`]).
-    pub fn from_cudarc_image(
+    ///
+    /// # Safety
+    /// `image` is the image `function`'s module was loaded from (or declares the function with
+    /// exactly its parameters). Each parameter the image declares is confirmed, but the
+    /// driver cannot be asked whether one follows the last without a refused call: an image
+    /// declaring fewer parameters than the function has (a stale PTX of an older version)
+    /// would make the crate launch the kernel with its last parameters unset, which it may
+    /// read as pointers. [`Kernel::from_cudarc`] has no such condition.
+    pub unsafe fn from_cudarc_image(
         ctx: &Arc<CudaContext>,
         function: &CudaFunction,
         image: &[u8],

@@ -18,7 +18,9 @@
 /// The `(offset, size)` of each parameter of the entry `symbol` in `ptx`, or `None` when the
 /// text declares no such entry or its list is not understood.
 pub(crate) fn entry_params(ptx: &str, symbol: &str) -> Option<Vec<(usize, usize)>> {
-    let list = entry_list(ptx, symbol)?;
+    // Comments out first: one may hold an older declaration (`// .entry axpy(...)`).
+    let ptx = without_comments(ptx);
+    let list = entry_list(&ptx, symbol)?;
     let mut params = Vec::new();
     let mut end = 0usize;
     for decl in list.split(',').map(str::trim) {
@@ -35,6 +37,34 @@ pub(crate) fn entry_params(ptx: &str, symbol: &str) -> Option<Vec<(usize, usize)
         end = offset + size;
     }
     Some(params)
+}
+
+/// `ptx` without its `//` line comments and `/* … */` block comments (PTX has no string
+/// literals in which those could occur, but for file names in `.file`, which hold no entry).
+fn without_comments(ptx: &str) -> String {
+    let mut out = String::with_capacity(ptx.len());
+    let mut rest = ptx;
+    loop {
+        // The first comment to start: where, and whether it is a line comment.
+        let (at, line) = match (rest.find("//"), rest.find("/*")) {
+            (None, None) => {
+                out.push_str(rest);
+                return out;
+            }
+            (Some(l), Some(b)) => (l.min(b), l < b),
+            (Some(l), None) => (l, true),
+            (None, Some(b)) => (b, false),
+        };
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        rest = if line {
+            // To the end of the line (the newline kept).
+            after.find('\n').map_or("", |nl| &after[nl..])
+        } else {
+            out.push(' ');
+            after.find("*/").map_or("", |end| &after[end + 2..])
+        };
+    }
 }
 
 /// The text between the parentheses of `.entry symbol ( … )`.
@@ -174,5 +204,21 @@ mod tests {
         assert_eq!(entry_params(bad, "k"), None);
         let align = ".entry k(.param .align 3 .b8 k_param_0[3])";
         assert_eq!(entry_params(align, "k"), None, "not a power of two");
+    }
+
+    #[test]
+    fn declarations_in_comments_are_not_read() {
+        let ptx = "// .entry k(.param .u32 k_param_0)\n\
+                   /* .entry k(.param .u64 k_param_0) */\n\
+                   .visible .entry k( // the real one\n\
+                   .param .u64 k_param_0, /* a pointer */ .param .f32 k_param_1\n)";
+        assert_eq!(entry_params(ptx, "k"), Some(vec![(0, 8), (8, 4)]));
+        assert_eq!(
+            entry_params("// .entry gone(.param .u32 p)\n", "gone"),
+            None,
+            "declared only in a comment"
+        );
+        assert_eq!(without_comments("a /* unclosed"), "a  ");
+        assert_eq!(without_comments("a // to the end"), "a ");
     }
 }

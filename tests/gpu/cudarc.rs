@@ -226,7 +226,8 @@ fn cudarc_kernels(ctx: &Arc<CudaContext>) -> anyhow::Result<([Kernel; 4], [CudaF
     let functions = [a?, b?, c?, d?];
     let [a, b, c, d] = functions
         .each_ref()
-        .map(|f| Kernel::from_cudarc_image(ctx, f, &image));
+        // SAFETY: `image` is the PTX the functions' module was loaded from.
+        .map(|f| unsafe { Kernel::from_cudarc_image(ctx, f, &image) });
     Ok(([a?, b?, c?, d?], functions))
 }
 
@@ -260,7 +261,8 @@ fn probed_equals_declared(gpu: &Gpu) -> anyhow::Result<()> {
     ] {
         let f = module.load_function(name)?;
         let probed = Kernel::from_cudarc(&ctx, &f)?;
-        let declared = Kernel::from_cudarc_image(&ctx, &f, &image)?;
+        // SAFETY: `image` is the PTX `module` was loaded from.
+        let declared = unsafe { Kernel::from_cudarc_image(&ctx, &f, &image)? };
         let (cubin, ptx_kernel) = (from_cubin.kernel(name)?, from_ptx.kernel(name)?);
         ensure!(probed.param_source() == ParamSource::Probed);
         ensure!(declared.param_source() == ParamSource::Ptx);
@@ -277,7 +279,9 @@ fn probed_equals_declared(gpu: &Gpu) -> anyhow::Result<()> {
     }
     let other = compile_ptx("extern \"C\" __global__ void other(int* p) { p[0] = 1; }")?;
     let other = other.as_bytes().context("an image")?.to_vec();
-    match Kernel::from_cudarc_image(&ctx, &module.load_function("axpy")?, &other) {
+    // SAFETY: not `axpy`'s image, but it does not declare `axpy` at all: refused before any
+    // layout is read from it.
+    match unsafe { Kernel::from_cudarc_image(&ctx, &module.load_function("axpy")?, &other) } {
         Err(Error::Cudarc { problem, .. }) if problem.contains("axpy") => Ok(()),
         r => anyhow::bail!(
             "an image without the function: {:?}",
