@@ -25,8 +25,11 @@
 //! shorter, than the launch).
 //!
 //! Lock order: an allocation's use list, then a launch log's gate, then a queue's tail, then a
-//! launch log's state. Only a synchronous helper (`crate::stream::track::with_gpu_idle`) holds
-//! locks while waiting for the GPU: use lists and gates, never a tail or a log's state.
+//! launch log's state. Locks held while waiting for the GPU: a synchronous helper's
+//! (`crate::stream::track::with_gpu_idle`) use lists and gates; and, only where recording a
+//! marker fails (`mark_queued`'s fallback: the stream is synchronised instead), a stream
+//! operation's use lists and tail (with, for a collective, its communicators' locks and the
+//! later ranks' tails). That wait is for work already queued, which takes none of them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
