@@ -238,14 +238,18 @@ impl Region {
         self.raw_addr()
     }
 
-    /// Whether the two regions share a byte: on one device (or recording backend), with
-    /// overlapping address ranges. Unlike comparing allocations, this sees one memory wrapped
-    /// twice (another library's array given as two foreign buffers) and views of one buffer.
+    /// Whether the two regions share a byte: overlapping address ranges, in one address space
+    /// (real memory: CUDA's unified addresses are unique in the process, whatever device, so
+    /// managed memory wrapped for two devices is seen too; placeholders: one recording
+    /// backend's). Unlike comparing allocations, this sees one memory wrapped twice (another
+    /// library's array given as two foreign buffers) and views of one buffer.
     pub(crate) fn overlaps(&self, other: &Region) -> bool {
+        let one_space = match (&self.alloc.owner, &other.alloc.owner) {
+            (Owner::Cuda(_), Owner::Cuda(_)) => true,
+            (x, y) => x.key() == y.key(),
+        };
         let (a, b) = (self.raw_addr(), other.raw_addr());
-        self.alloc.owner.key() == other.alloc.owner.key()
-            && a < b.saturating_add(other.len as u64)
-            && b < a.saturating_add(self.len as u64)
+        one_space && a < b.saturating_add(other.len as u64) && b < a.saturating_add(self.len as u64)
     }
 
     /// The address, for the crate's own use (which keeps the allocation alive). A region may
