@@ -181,15 +181,23 @@ pub(crate) fn with_gpu_idle<'a, R>(
     for (_, list) in &mut locked.0 {
         wait_locked(list)?;
     }
-    struct Reset;
+    Ok(flagged(&IN_HELPER, f))
+}
+
+/// Runs `f` with this thread's `flag` set, cleared again when `f` returns or unwinds.
+fn flagged<R>(
+    flag: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Reset(&'static std::thread::LocalKey<std::cell::Cell<bool>>);
     impl Drop for Reset {
         fn drop(&mut self) {
-            IN_HELPER.with(|c| c.set(false));
+            self.0.with(|c| c.set(false));
         }
     }
-    IN_HELPER.with(|c| c.set(true));
-    let _reset = Reset;
-    Ok(f())
+    flag.with(|c| c.set(true));
+    let _reset = Reset(flag);
+    f()
 }
 
 fn add_marker_locked<M: Mark>(list: &mut Vec<User<M>>, marker: &M) {
@@ -262,15 +270,7 @@ fn check_not_in_host_node(what: &str) -> Result<()> {
 /// Runs `f` marked as running inside a host node (CUDA's callback thread), where waiting for
 /// GPU work would deadlock.
 pub(crate) fn as_host_node(f: impl FnOnce()) {
-    struct Reset;
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            IN_HOST_NODE.with(|c| c.set(false));
-        }
-    }
-    IN_HOST_NODE.with(|c| c.set(true));
-    let _reset = Reset;
-    f();
+    flagged(&IN_HOST_NODE, f)
 }
 
 /// Whether the calling thread is running a host node.
