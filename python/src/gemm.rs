@@ -226,7 +226,7 @@ impl PyDag {
     ///
     /// Errors (``ValidationError`` naming the node): a size of zero, a leading dimension below
     /// the stored row count, a buffer shorter than the matrix it holds, buffers of another
-    /// device than ``blas``'s, ``c`` the buffer of ``a`` or ``b``, mixed dtypes.
+    /// device than ``blas``'s, ``c`` overlapping ``a`` or ``b`` (by address), mixed dtypes.
     ///
     /// The node holds ``blas``, the buffers and its workspace. ``alpha``, ``beta`` and the
     /// buffers are recorded at capture: change them by building the DAG again and
