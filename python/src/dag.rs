@@ -13,7 +13,7 @@ use pyo3::types::{PyBool, PyInt};
 use crate::buffers::{foreign_buffer, is_foreign_device_array, PyDeviceBuffer, PyHostBuffer};
 use crate::device::{drop_detached, refuse_in_host_callable, Origin, PyDevice, PyRecordingBackend};
 use crate::dtype::Dtype;
-use crate::errors::{invalid, keep_host_error, IntoPy};
+use crate::errors::{invalid, IntoPy};
 use crate::exec::PyExec;
 use crate::graph_nodes::{
     each_graph_buf, GraphBuf, PyConditional, PyDeviceNode, PyEvent, PyGraphBuffer,
@@ -58,40 +58,6 @@ fn dim3(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<(u32, u32, u32)> {
         [x, y] => Ok((*x, *y, 1)),
         [x, y, z] => Ok((*x, *y, *z)),
         _ => Err(invalid(format!("{what} must have 1 to 3 dimensions"))),
-    }
-}
-
-/// A Python callable as a host node's closure: called with the GIL taken, inside a
-/// `HostCallableScope`; an exception is kept for the `HostCallbackError` and reported to the
-/// crate as the closure's failure.
-pub(crate) fn host_closure(callable: Py<PyAny>) -> impl Fn() + Send + Sync + 'static {
-    move || {
-        // Everything dropped on this thread meanwhile (by the callable, the garbage collector,
-        // PyO3's deferred reference drops, an evicted host error) goes to the graveyard, and
-        // calls that would wait for the GPU raise `ValidationError`: this is CUDA's host
-        // function, where CUDA calls are forbidden.
-        let _scope = crate::device::HostCallableScope::enter();
-        if crate::device::python_exiting() {
-            // Taking the GIL now may stop this thread inside CUDA's host function.
-            std::panic::resume_unwind(Box::new(
-                "the Python interpreter is shutting down: the host callable was not called"
-                    .to_string(),
-            ));
-        }
-        let failed = Python::with_gil(|py| match callable.call0(py) {
-            Ok(_) => None,
-            Err(err) => {
-                let message = err.to_string();
-                keep_host_error(message.clone(), err);
-                Some(message)
-            }
-        });
-        if let Some(message) = failed {
-            // Caught by the crate's host node (it must not unwind into CUDA) and reported,
-            // with the node's name, by the next launch or synchronize. `resume_unwind` runs
-            // no panic hook: nothing is printed.
-            std::panic::resume_unwind(Box::new(message));
-        }
     }
 }
 
@@ -383,7 +349,7 @@ impl PyDag {
         }
         let id = self
             .dag_mut()
-            .add_host(host_closure(callable.clone().unbind()));
+            .add_host(crate::device::host_closure(callable.clone().unbind()));
         Ok(self.named(id, name))
     }
 

@@ -64,7 +64,7 @@ pub(crate) fn _at_exit(py: Python<'_>) -> PyResult<()> {
 }
 
 thread_local! {
-    /// Set while this thread runs a host node's Python callable (`dag::host_closure`): CUDA
+    /// Set while this thread runs a host node's Python callable (`host_closure`): CUDA
     /// calls are forbidden there, and a wait for the GPU would wait for this very host node.
     static IN_HOST_CALLABLE: Cell<bool> = const { Cell::new(false) };
 }
@@ -133,6 +133,40 @@ extern "C" {
     /// earlier answer 1 once their thread-state key is gone): `drop_detached` asks
     /// `Py_IsInitialized` first.
     fn PyGILState_Check() -> std::os::raw::c_int;
+}
+
+/// A Python callable as a host node's closure: called with the GIL taken, inside a
+/// `HostCallableScope`; an exception is kept for the `HostCallbackError` and reported to the
+/// crate as the closure's failure.
+pub(crate) fn host_closure(callable: Py<PyAny>) -> impl Fn() + Send + Sync + 'static {
+    move || {
+        // Everything dropped on this thread meanwhile (by the callable, the garbage collector,
+        // PyO3's deferred reference drops, an evicted host error) goes to the graveyard, and
+        // calls that would wait for the GPU raise `ValidationError`: this is CUDA's host
+        // function, where CUDA calls are forbidden.
+        let _scope = HostCallableScope::enter();
+        if python_exiting() {
+            // Taking the GIL now may stop this thread inside CUDA's host function.
+            std::panic::resume_unwind(Box::new(
+                "the Python interpreter is shutting down: the host callable was not called"
+                    .to_string(),
+            ));
+        }
+        let failed = Python::with_gil(|py| match callable.call0(py) {
+            Ok(_) => None,
+            Err(err) => {
+                let message = err.to_string();
+                crate::errors::keep_host_error(message.clone(), err);
+                Some(message)
+            }
+        });
+        if let Some(message) = failed {
+            // Caught by the crate's host node (it must not unwind into CUDA) and reported,
+            // with the node's name, by the next launch or synchronize. `resume_unwind` runs
+            // no panic hook: nothing is printed.
+            std::panic::resume_unwind(Box::new(message));
+        }
+    }
 }
 
 /// Drops `value` with the GIL released: dropping a buffer, DAG or `Exec` may wait for the GPU

@@ -34,7 +34,7 @@ mod typed;
 #[pyfunction]
 #[pyo3(signature = (callable, report=true))]
 fn _run_as_host_node(py: Python<'_>, callable: Py<PyAny>, report: bool) -> PyResult<Option<PyErr>> {
-    let f = dag::host_closure(callable);
+    let f = device::host_closure(callable);
     let outcome = py.allow_threads(move || {
         std::thread::spawn(move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
             .join()
