@@ -436,10 +436,10 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         // is two allocations. The same memory is a copy onto itself; any other overlap is
         // refused (CUDA copies need distinct memory).
         let (d, s) = (self.region(..), src.region(..));
+        if d.same_memory(&s) {
+            return Ok(());
+        }
         if d.overlaps(&s) {
-            if d.raw_addr() == s.raw_addr() {
-                return Ok(());
-            }
             return Err(Error::OutOfBounds {
                 node: None,
                 problem: format!(

@@ -58,12 +58,25 @@ impl Region {
     /// backend's). Unlike comparing allocations, this sees one memory wrapped twice (another
     /// library's array given as two foreign buffers) and views of one buffer.
     pub(crate) fn overlaps(&self, other: &Region) -> bool {
-        let one_space = match (&self.alloc.owner, &other.alloc.owner) {
+        let (a, b) = (self.raw_addr(), other.raw_addr());
+        self.one_space(other)
+            && a < b.saturating_add(other.len as u64)
+            && b < a.saturating_add(self.len as u64)
+    }
+
+    /// Whether the two regions are the same memory: one address and length in one address
+    /// space (as for [`Region::overlaps`]), whatever allocations they were made from.
+    pub(crate) fn same_memory(&self, other: &Region) -> bool {
+        self.one_space(other) && self.raw_addr() == other.raw_addr() && self.len == other.len
+    }
+
+    /// Whether the addresses of the two regions can be compared: real memory (unified
+    /// addresses, whatever device), or placeholders of one recording backend.
+    fn one_space(&self, other: &Region) -> bool {
+        match (&self.alloc.owner, &other.alloc.owner) {
             (Owner::Cuda(_), Owner::Cuda(_)) => true,
             (x, y) => x.key() == y.key(),
-        };
-        let (a, b) = (self.raw_addr(), other.raw_addr());
-        one_space && a < b.saturating_add(other.len as u64) && b < a.saturating_add(self.len as u64)
+        }
     }
 
     /// The address, for the crate's own use (which keeps the allocation alive). A region may

@@ -219,12 +219,6 @@ fn elems(r: &Option<Region>) -> usize {
     r.as_ref().map_or(0, |r| r.len / r.elem.max(1))
 }
 
-/// The same memory: one address and length (NCCL's in place), by address so that one memory
-/// wrapped twice counts.
-fn same_memory(a: &Region, b: &Region) -> bool {
-    a.alloc.owner.key() == b.alloc.owner.key() && a.raw_addr() == b.raw_addr() && a.len == b.len
-}
-
 fn device_region<T: NcclType>(b: &DeviceBuffer<T>) -> Region {
     b.into()
 }
@@ -265,7 +259,7 @@ impl Collective {
                 "{what}'s send and receive buffers must not overlap"
             ));
         }
-        if lengths == Lengths::Same && s.overlaps(&r) && !same_memory(&s, &r) {
+        if lengths == Lengths::Same && s.overlaps(&r) && !s.same_memory(&r) {
             return Err(format!(
                 "{what}'s send and receive buffers overlap without being the same memory (in \
                  place is one buffer for both)"
@@ -327,7 +321,7 @@ impl Collective {
 
     /// Whether the call works in place (send and receive the same memory).
     pub(crate) fn in_place(&self) -> bool {
-        matches!((&self.send, &self.recv), (Some(s), Some(r)) if same_memory(s, r))
+        matches!((&self.send, &self.recv), (Some(s), Some(r)) if s.same_memory(r))
     }
 
     pub(crate) fn for_each_allocation(&self, f: &mut dyn FnMut(&Arc<Allocation>)) {
