@@ -742,10 +742,10 @@ fn dlpack_buffer(
         stream: None,
         readonly: d.readonly,
     };
+    // The producer may call CUDA to give the capsule (forbidden in a host function).
+    refuse_in_host_callable(&format!("{what}: taking a DLPack array"))?;
     match origin {
         Origin::Recording(rec) => {
-            // The producer may call CUDA to give the capsule (forbidden in a host function).
-            refuse_in_host_callable(&format!("{what}: taking a DLPack array"))?;
             let (d, owner) = crate::dlpack::import(obj, -1, what)?;
             let buf = TypedBuffer::recording(
                 &mut rec.borrow_mut(py).inner,
@@ -764,7 +764,6 @@ fn dlpack_buffer(
                     )));
                 }
             }
-            refuse_in_host_callable(&format!("{what}: taking a DLPack array"))?;
             // The stream the producer orders its pending work before: one of the node's device
             // (the legacy default stream, DLPack's 1, is the current device's, which may be
             // another).
