@@ -143,6 +143,17 @@ pub(crate) fn to_py(e: Error) -> PyErr {
             }
             err
         }
+        // The crate's advice names its Rust call; Python's way is the environment at start.
+        Error::BadEnv {
+            variable: "NCCL_NVLS_ENABLE",
+            value: None,
+            ..
+        } => CudaGraphError::new_err(
+            "NCCL_NVLS_ENABLE is unset: it must be set before NCCL is loaded (NVLink multicast \
+             must be off: 0). Start Python with NCCL_NVLS_ENABLE=0 in its environment, or set \
+             os.environ[\"NCCL_NVLS_ENABLE\"] = \"0\" at the top of the program, before CUDA \
+             or any thread is started",
+        ),
         _ => CudaGraphError::new_err(msg),
     }
 }

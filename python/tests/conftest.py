@@ -9,9 +9,14 @@ Tests needing CuPy or PyTorch are skipped when those are not installed, also und
 
 import os
 
-import pytest
+# NVLink multicast off for the collective tests, set the way a Python program sets it: at the
+# top, before CUDA or NCCL is loaded or any thread started (cudagraph refuses to load NCCL with
+# the variable unset).
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 
-import cudagraph as cg
+import pytest  # noqa: E402
+
+import cudagraph as cg  # noqa: E402
 
 
 def _gpu_required() -> bool:

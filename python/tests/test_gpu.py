@@ -3,6 +3,9 @@ PyTorch tensors as operands. Skipped with the reason without a GPU (failed under
 CUDAGRAPH_REQUIRE_GPU=1); the CuPy and PyTorch ones skipped when those are not installed."""
 
 import gc
+import os
+import subprocess
+import sys
 import weakref
 
 import numpy as np
@@ -256,8 +259,6 @@ def test_a_foreign_view_of_device_memory_is_used_and_host_memory_refused(device,
 
 
 def test_exiting_with_a_host_node_queued_runs_it_and_exits_cleanly(device):
-    import subprocess
-    import sys
 
     code = (
         "import time, cudagraph as cg\n"
@@ -431,7 +432,6 @@ def test_jax_arrays_read_in_place_through_either_protocol(device, module, jax, c
 
 
 def test_a_host_callable_exception_is_reported_when_the_exec_is_dropped(device):
-    import sys
 
     seen = []
     old = sys.unraisablehook
@@ -556,6 +556,20 @@ def test_collectives_of_one_rank_against_numpy(device, module):
     np.testing.assert_array_equal(z.to_numpy(), 2.0 * expected)
 
 
+def test_communicators_with_nvls_unset_say_the_python_way(device):
+    # A fresh interpreter without the variable: NCCL is not loaded, and the error tells a
+    # Python user what to set (not the Rust call the crate's own message names).
+    env = {k: v for k, v in os.environ.items() if k != "NCCL_NVLS_ENABLE"}
+    code = "import cudagraph as cg; cg.Communicators([cg.Device(0)])"
+    run = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode != 0
+    assert "NCCL_NVLS_ENABLE is unset" in run.stderr, run.stderr
+    assert 'os.environ["NCCL_NVLS_ENABLE"] = "0"' in run.stderr, run.stderr
+    assert "set_nccl_nvls_off" not in run.stderr, run.stderr
+
+
 # --- FFT nodes ---
 
 
@@ -624,8 +638,6 @@ def slow():
 
 
 def _run_script(body, timeout=120):
-    import subprocess
-    import sys
 
     code = _PRELUDE + body + "\nprint('OK', flush=True)\n"
     try:
