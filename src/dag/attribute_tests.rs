@@ -174,6 +174,21 @@ fn attributes_that_do_not_fit_the_shape_are_refused_when_set() {
         .unwrap_err(),
     );
     assert!(problem.contains("more than the portable 8"), "{problem}");
+    // A cluster as large as the grid's largest: its block count (2^96) is over u64 and was a
+    // multiply overflow (found by fuzzing); it saturates and is refused the same way.
+    let max = (u32::MAX, u32::MAX, u32::MAX);
+    let c = dag.add_kernel(&k, LaunchConfig::new(max, 64), &[]).unwrap();
+    let (_, problem) = shape_error(
+        dag.set_launch_attributes(
+            c,
+            LaunchAttributes {
+                cluster: Some(Dim3::from(max)),
+                ..Default::default()
+            },
+        )
+        .unwrap_err(),
+    );
+    assert!(problem.contains("more than the portable 8"), "{problem}");
 }
 
 #[test]

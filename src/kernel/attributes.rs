@@ -129,7 +129,7 @@ impl LaunchAttributes {
                     ));
                 }
             }
-            let blocks = cd.iter().map(|&d| d as u64).product::<u64>();
+            let blocks = c.count();
             if blocks > MAX_PORTABLE_CLUSTER as u64 {
                 return Some(format!(
                     "cluster {c} has {blocks} blocks, more than the portable {MAX_PORTABLE_CLUSTER}"

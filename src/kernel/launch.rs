@@ -447,7 +447,7 @@ impl Kernel {
                 ));
             }
         }
-        let threads = bd.iter().map(|&d| d as u64).product::<u64>();
+        let threads = cfg.block.count();
         let max = limits
             .max_threads_per_block
             .min(self.inner.max_threads_per_block.max(1)) as u64;
@@ -626,6 +626,13 @@ pub struct Dim3 {
     pub y: u32,
     /// z
     pub z: u32,
+}
+
+impl Dim3 {
+    /// `x · y · z`, saturating at `u64::MAX` (three `u32`s can need 96 bits).
+    pub(crate) fn count(self) -> u64 {
+        (self.x as u64 * self.y as u64).saturating_mul(self.z as u64)
+    }
 }
 
 impl From<u32> for Dim3 {

@@ -141,7 +141,7 @@ impl KernelNode {
                 .max_active_blocks_per_multiprocessor(threads, config.shared_mem_bytes as usize)?;
             if let Some(per_sm) = per_sm {
                 let fit = per_sm as u64 * limits.multiprocessors as u64;
-                let blocks = g.x as u64 * g.y as u64 * g.z as u64;
+                let blocks = g.count();
                 if blocks > fit {
                     return Ok(Some(format!(
                         "a cooperative launch of {blocks} blocks does not fit at once: {per_sm} \
