@@ -259,7 +259,6 @@ def test_a_foreign_view_of_device_memory_is_used_and_host_memory_refused(device,
 
 
 def test_exiting_with_a_host_node_queued_runs_it_and_exits_cleanly(device):
-
     code = (
         "import time, cudagraph as cg\n"
         "dag = cg.Dag()\n"
@@ -432,7 +431,6 @@ def test_jax_arrays_read_in_place_through_either_protocol(device, module, jax, c
 
 
 def test_a_host_callable_exception_is_reported_when_the_exec_is_dropped(device):
-
     seen = []
     old = sys.unraisablehook
     sys.unraisablehook = seen.append
@@ -638,7 +636,6 @@ def slow():
 
 
 def _run_script(body, timeout=120):
-
     code = _PRELUDE + body + "\nprint('OK', flush=True)\n"
     try:
         r = subprocess.run(
