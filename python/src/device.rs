@@ -110,13 +110,22 @@ pub(crate) fn refuse_in_host_callable(what: &str) -> PyResult<()> {
 /// function must not make (`cudaFree` would wait for the host function itself).
 static GRAVEYARD: Mutex<Vec<Box<dyn Send>>> = Mutex::new(Vec::new());
 
+/// Whether `GRAVEYARD` may hold something: written only with its lock held, read without it so
+/// that `drain_graveyard`, called on every launch, takes no lock when nothing is buried (the
+/// common case). A stale `false` delays a drop to the next drain; it never loses one.
+static BURIED: AtomicBool = AtomicBool::new(false);
+
 /// Drops what `drop_detached` kept from host callables. Call it without the GIL held (the
 /// drops may wait for the GPU) and outside host callables (it does nothing inside one).
 pub(crate) fn drain_graveyard() {
-    if in_host_callable() {
+    if !BURIED.load(Ordering::Acquire) || in_host_callable() {
         return;
     }
-    let dead = std::mem::take(&mut *GRAVEYARD.lock().unwrap_or_else(|p| p.into_inner()));
+    let dead = {
+        let mut grave = GRAVEYARD.lock().unwrap_or_else(|p| p.into_inner());
+        BURIED.store(false, Ordering::Release);
+        std::mem::take(&mut *grave)
+    };
     drop(dead);
 }
 
@@ -179,10 +188,9 @@ pub(crate) fn host_closure(callable: Py<PyAny>) -> impl Fn() + Send + Sync + 'st
 /// dropped with no call into Python at all), and the GIL is never taken just to release it.
 pub(crate) fn drop_detached<T: Send + 'static>(value: T) {
     if in_host_callable() {
-        GRAVEYARD
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Box::new(value));
+        let mut grave = GRAVEYARD.lock().unwrap_or_else(|p| p.into_inner());
+        grave.push(Box::new(value));
+        BURIED.store(true, Ordering::Release);
         return;
     }
     let drop_all = move || {
