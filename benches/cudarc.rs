@@ -12,7 +12,8 @@
 //!   `Exec::launch_lent`;
 //! - and, to show where the launch time goes, the same executable graph launched by the
 //!   runtime's `cudaGraphLaunch` and the driver's `cuGraphLaunch` alone, and the same DAG over a
-//!   buffer of the crate's launched with `Exec::launch`.
+//!   buffer of the crate's launched with `Exec::launch`, and that graph launched with
+//!   `Exec::launch_lent` and no slice to bind (`lent, 0`: the cost of its checks alone).
 //!
 //! Per node: CPU µs to queue (wall time of the launching calls, in batches of at most 1,000
 //! queued nodes started on an idle stream, so that no launch waits for room in the queue), GPU
@@ -139,6 +140,7 @@ fn main() -> anyhow::Result<()> {
             ("  runtime", vec![]),
             ("  driver", vec![]),
             ("  own buf", vec![]),
+            ("  lent, 0", vec![]),
         ];
         let (mut split, mut cap_split) = (Vec::new(), Vec::new());
         for _ in 0..TRIALS {
@@ -260,6 +262,15 @@ fn main() -> anyhow::Result<()> {
                     &mut || Ok(own_exec.launch(&stream)?),
                 )?;
             rows[5].1.push(Row {
+                cpu_us,
+                gpu_us,
+                build_ms: None,
+            });
+            // `launch_lent` with nothing to bind, on the same graph: its checks alone.
+            let (cpu_us, gpu_us, _) = time(&ctx, &cs, reps, chain, &mut || {
+                Ok(own_exec.launch_lent(&stream, &mut [])?)
+            })?;
+            rows[6].1.push(Row {
                 cpu_us,
                 gpu_us,
                 build_ms: None,

@@ -2,7 +2,8 @@
 
 For a chain of N kernels (N = 1, 10, 100), each `x[i] *= a` over 4,096 floats:
 
-- cudagraph: `Exec.launch()` of a Dag of N kernel nodes (on a cudagraph Stream);
+- cudagraph: `Exec.launch()` of a Dag of N kernel nodes on a cudagraph Stream, and beside it on
+  the Exec's own stream (no argument) and on a CuPy stream (the foreign-stream path);
 - CuPy: `cupy.cuda.Graph.launch()` of the same kernel (a RawKernel) captured N times;
 - PyTorch: `CUDAGraph.replay()` of N `x.mul_(a)` captured (PyTorch's own elementwise kernel);
 - cuda.core: `Graph.launch()` of the same kernel (compiled by cuda.core's `Program`) launched N
@@ -51,14 +52,23 @@ def per_launch_us(launch, sync):
     return statistics.median(samples)
 
 
-def bench_cudagraph(device, n):
+def bench_cudagraph(device, n, on="stream"):
+    """``on``: "stream" (a cg.Stream), "own" (no argument: the Exec's own stream) or "cupy"
+    (a CuPy stream, the foreign-stream path)."""
     kernel = cg.Module.from_source(SOURCE, device).kernel("scale")
     x = cg.DeviceBuffer(ELEMS, "float32", device)
     dag = cg.Dag()
     nodes = [dag.add_kernel(kernel, ELEMS // 256, 256, [x, 1.0, ELEMS]) for _ in range(n)]
     dag.chain(nodes)
     exec = dag.instantiate(device)
-    stream = cg.Stream(device)
+    if on == "own":
+        return per_launch_us(exec.launch, exec.synchronize)
+    if on == "cupy":
+        import cupy as cp
+
+        stream = cp.cuda.Stream(non_blocking=True)
+    else:
+        stream = cg.Stream(device)
     return per_launch_us(lambda: exec.launch(stream), exec.synchronize)
 
 
@@ -191,10 +201,19 @@ def main():
         print(f"needs a GPU: {e}")
         return 0
     print(f"{device.name}; CPU µs per launch from Python (median of {REPEATS} x {LAUNCHES})")
-    print(f"{'N':>4} | {'cudagraph':>9} | {'CuPy':>8} | {'PyTorch':>8} | cuda.core")
+    print(
+        "cudagraph: Exec.launch(s) on a cg.Stream; (own): Exec.launch() on the Exec's own "
+        "stream; (CuPy s.): on a CuPy stream"
+    )
+    print(
+        f"{'N':>4} | {'cudagraph':>9} | {'(own)':>8} | {'(CuPy s.)':>9} | {'CuPy':>8} | "
+        f"{'PyTorch':>8} | cuda.core"
+    )
     for n in CHAINS:
         print(
-            f"{n:>4} | {guarded(bench_cudagraph, device, n):>9} | {guarded(bench_cupy, n)} | "
+            f"{n:>4} | {guarded(bench_cudagraph, device, n):>9} | "
+            f"{guarded(bench_cudagraph, device, n, 'own')} | "
+            f"{guarded(bench_cudagraph, device, n, 'cupy'):>9} | {guarded(bench_cupy, n)} | "
             f"{guarded(bench_torch, n)} | {guarded(bench_cuda_core, n)}"
         )
     build_ms, inst_ms = build_1000(device)

@@ -37,9 +37,11 @@ pub(crate) struct PyExec {
     wrap: PyDag,
     /// The stream `launch()` uses when given none (made at the first such launch).
     own_stream: Option<Stream>,
-    /// The last foreign stream launched on, by handle: wrapped once (holding the Python
-    /// stream object, so its handle cannot be reused while kept).
-    foreign: Option<(usize, Stream)>,
+    /// The last foreign stream launched on: the object's address, its handle, and the stream
+    /// wrapped once (holding the Python object, so neither the address nor the handle can be
+    /// reused while kept). The same object again is recognised by its address alone, without
+    /// the protocol's attribute lookups (about a microsecond a launch).
+    foreign: Option<(usize, usize, Stream)>,
 }
 
 impl Drop for PyExec {
@@ -119,17 +121,28 @@ impl PyExec {
         if let Ok(s) = obj.downcast::<PyStream>() {
             return Ok(s.get().stream().clone());
         }
+        let addr = obj.as_ptr() as usize;
+        if let Some((a, _, s)) = &self.foreign {
+            // The object the cached stream holds (alive, so no other object has its
+            // address): its handle and device were read and checked when it was cached.
+            if *a == addr {
+                return Ok(s.clone());
+            }
+        }
         let raw = foreign_stream_handle(obj)?;
         // The device first, also for a cached handle: PyTorch's default streams are handle 0
         // on every device.
         check_stream_device(obj, &self.device, "the Exec")?;
-        if let Some((r, s)) = &self.foreign {
+        if let Some((_, r, s)) = &self.foreign {
+            // Another object of the same stream (PyTorch makes a new `Stream` object for each
+            // `current_stream()`). Not remembered by its address: the cached stream holds the
+            // first object, not this one, whose address may be reused once it is gone.
             if *r == raw {
                 return Ok(s.clone());
             }
         }
         let s = foreign_stream(obj, raw, &self.device, "the Exec")?;
-        self.foreign = Some((raw, s.clone()));
+        self.foreign = Some((addr, raw, s.clone()));
         Ok(s)
     }
 }

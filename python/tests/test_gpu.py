@@ -233,6 +233,34 @@ def test_launch_on_a_stream_given_by_the_cuda_stream_protocol(device, module):
     np.testing.assert_array_equal(x.to_numpy(), np.full(N, 8.0, np.float32))
 
 
+def test_a_foreign_stream_object_is_read_once_and_another_object_again(device, module):
+    ours = cg.Stream(device)
+
+    class CountingStream:
+        calls = 0
+
+        def __cuda_stream__(self):
+            CountingStream.calls += 1
+            return (0, ours.ptr)
+
+    x = cg.DeviceBuffer.from_numpy(np.ones(N, np.float32), device)
+    dag = cg.Dag()
+    dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [x, 2.0, N])
+    exec = dag.instantiate(device)
+    first = CountingStream()
+    for _ in range(3):
+        exec.launch(first)
+    assert CountingStream.calls == 1, "the same object: its handle is read at its first launch"
+    second = CountingStream()
+    exec.launch(second)
+    exec.launch(second)
+    assert CountingStream.calls == 3, "another object (same handle): read at each launch"
+    exec.launch(first)
+    assert CountingStream.calls == 3, "the cached object is still recognised"
+    exec.synchronize()
+    np.testing.assert_array_equal(x.to_numpy(), np.full(N, 64.0, np.float32))
+
+
 class CaiView:
     """Only ``__cuda_array_interface__``, over another object's memory (kept by ``owner``)."""
 
