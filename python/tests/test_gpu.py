@@ -214,6 +214,14 @@ def test_dlpack_consumed_by_torch_or_cupy_outlives_the_buffer(device):
     gc.collect()
 
 
+def _doubling_exec(device, module):
+    """A buffer of N ones and an ``Exec`` whose launch doubles it."""
+    x = cg.DeviceBuffer.from_numpy(np.ones(N, np.float32), device)
+    dag = cg.Dag()
+    dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [x, 2.0, N])
+    return x, dag.instantiate(device)
+
+
 def test_launch_on_a_stream_given_by_the_cuda_stream_protocol(device, module):
     ours = cg.Stream(device)
 
@@ -221,10 +229,7 @@ def test_launch_on_a_stream_given_by_the_cuda_stream_protocol(device, module):
         def __cuda_stream__(self):
             return (0, ours.ptr)
 
-    x = cg.DeviceBuffer.from_numpy(np.ones(N, np.float32), device)
-    dag = cg.Dag()
-    dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [x, 2.0, N])
-    exec = dag.instantiate(device)
+    x, exec = _doubling_exec(device, module)
     s = ProtocolStream()
     exec.launch(s)
     exec.launch(s)
@@ -243,10 +248,7 @@ def test_a_foreign_stream_object_is_read_once_and_another_object_again(device, m
             CountingStream.calls += 1
             return (0, ours.ptr)
 
-    x = cg.DeviceBuffer.from_numpy(np.ones(N, np.float32), device)
-    dag = cg.Dag()
-    dag.add_kernel(module.kernel("scale"), GRID, BLOCK, [x, 2.0, N])
-    exec = dag.instantiate(device)
+    x, exec = _doubling_exec(device, module)
     first = CountingStream()
     for _ in range(3):
         exec.launch(first)
