@@ -2,12 +2,19 @@
 //! RSS printed from start to end (issue 26's soak; `CUDAGRAPH_SOAK_LAUNCHES` changes the count).
 //!
 //! The graph: `axpy` (y = a·x + y, `a` updated before every launch with
-//! `Exec::set_kernel_arg`), a copy of `y` into pinned memory, a memset of a scratch buffer, a
-//! host node that counts launches, and a `tally` kernel that counts on the device, enabled for
-//! one launch in 1,000 (`Exec::set_enabled` twice). Every 10⁵ launches a whole-graph update
-//! (`Exec::update`) swaps in the other of two DAGs (the same shape over different buffers).
+//! `Exec::set_kernel_arg`), a copy of `y` into pinned memory, a memset of a scratch buffer and
+//! a `tally` kernel that counts on the device, enabled for one launch in 1,000
+//! (`Exec::set_enabled` twice). Every 10⁵ launches a whole-graph update (`Exec::update`) swaps
+//! in the other of two DAGs (the same shape over different buffers).
+//!
+//! Host nodes are soaked in a second graph on the same stream, launched once every 100
+//! launches: a host node that counts, whose closure a whole-graph update replaces every 10 of
+//! its launches (the old closure kept alive until the launches queued with it have run). It is
+//! not in the first graph because a host node makes every launch wait for the host (about
+//! 50 µs a launch instead of a few), which would make 10⁷ launches take most of a device call.
+//!
 //! At each tenth of the run it synchronises, checks the results against the host's arithmetic
-//! (the sum of the `a`s so far; the host node's and the tally's counts) and prints device
+//! (the sum of the `a`s so far; the host nodes' and the tally's counts) and prints device
 //! memory in use (`cudaMemGetInfo`) and the process's RSS.
 //!
 //! Fails (exit 1) when a result is wrong, or when from the first checkpoint (after a warm-up)
@@ -29,6 +36,10 @@ use cudagraph::{
 const N: usize = 4096;
 const WHOLE_UPDATE_EVERY: u64 = 100_000;
 const TALLY_EVERY: u64 = 1_000;
+/// The host-node graph is launched once every this many launches of the first graph…
+const HOST_EVERY: u64 = 100;
+/// …and its closure replaced by a whole-graph update every this many of its own launches.
+const HOST_SWAP_EVERY: u64 = 10;
 
 const KERNELS: &str = r#"
 extern "C" __global__ void axpy(float* y, float a, const float* x, int n) {
@@ -54,7 +65,6 @@ fn side(
     x: &DeviceBuffer<f32>,
     out: &HostBuffer<f32>,
     d: &Device,
-    count: &Arc<AtomicU64>,
 ) -> Result<Side> {
     let y = DeviceBuffer::<f32>::zeros(d, N)?;
     let scratch = DeviceBuffer::<u32>::zeros(d, N)?;
@@ -66,12 +76,8 @@ fn side(
     )?;
     let copy = dag.add_copy(dst(out), src(&y))?;
     let memset = dag.add_memset(&scratch, 7u32)?;
-    let c = count.clone();
-    let host = dag.add_host(move || {
-        c.fetch_add(1, Ordering::Relaxed);
-    });
     let tally = dag.add_kernel(tally_kernel, LaunchConfig::new(1, 1), &args![tallies])?;
-    dag.chain(&[k, copy, memset, host, tally])?;
+    dag.chain(&[k, copy, memset, tally])?;
     Ok(Side {
         y,
         scratch,
@@ -101,13 +107,25 @@ fn run(d: &Device, launches: u64) -> Result<()> {
     let tallies = DeviceBuffer::<u64>::zeros(d, 1)?;
     let x = DeviceBuffer::from_slice(d, &(0..N).map(|i| (i % 7) as f32).collect::<Vec<_>>())?;
     let out = HostBuffer::<f32>::zeros(d, N)?;
-    let count = Arc::new(AtomicU64::new(0));
     let sides = [
-        side(&tally, &tallies, &axpy, &x, &out, d, &count)?,
-        side(&tally, &tallies, &axpy, &x, &out, d, &count)?,
+        side(&tally, &tallies, &axpy, &x, &out, d)?,
+        side(&tally, &tallies, &axpy, &x, &out, d)?,
     ];
     let mut exec: Exec = sides[0].dag.instantiate(d)?;
     exec.set_enabled(sides[0].tally, false)?;
+    // The host-node graph: two DAGs of one host node, each closure counting in its own counter.
+    let counts = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+    let host_dags = counts.each_ref().map(|c| {
+        let c = c.clone();
+        let mut dag = Dag::new();
+        dag.add_host(move || {
+            c.fetch_add(1, Ordering::Relaxed);
+        });
+        dag
+    });
+    let mut host_exec: Exec = host_dags[0].instantiate(d)?;
+    let mut host_current = 0usize;
+    let mut host_launches = [0u64; 2];
     // The sum of the `a`s each side's `y` has had added, as the host adds them (exact: small
     // integers in f32 and f64).
     let mut sums = [0f64; 2];
@@ -138,6 +156,15 @@ fn run(d: &Device, launches: u64) -> Result<()> {
             exec.set_enabled(s.tally, true)?;
         }
         exec.launch(&stream)?;
+        if i % HOST_EVERY == 0 {
+            let n = i / HOST_EVERY;
+            if n.is_multiple_of(HOST_SWAP_EVERY) {
+                host_current ^= 1;
+                host_exec.update(&host_dags[host_current])?;
+            }
+            host_exec.launch(&stream)?;
+            host_launches[host_current] += 1;
+        }
         if tally_on {
             exec.set_enabled(s.tally, false)?;
             tally_runs += 1;
@@ -145,9 +172,9 @@ fn run(d: &Device, launches: u64) -> Result<()> {
         sums[current] += a as f64;
         if next < checkpoints.len() && i == checkpoints[next] {
             next += 1;
-            exec.synchronize()?;
-            // A side not launched yet still holds its zeros (the first whole-graph update
-            // comes at launch WHOLE_UPDATE_EVERY).
+            stream.synchronize()?; // both graphs were launched on it
+                                   // A side not launched yet still holds its zeros (the first whole-graph update
+                                   // comes at launch WHOLE_UPDATE_EVERY).
             let launched = if i >= WHOLE_UPDATE_EVERY { 2 } else { 1 };
             for (k, side) in sides.iter().enumerate().take(launched) {
                 let y = side.y.to_vec()?;
@@ -171,11 +198,14 @@ fn run(d: &Device, launches: u64) -> Result<()> {
                 host[6],
                 sums[current] * 6.0
             );
-            ensure!(
-                count.load(Ordering::Relaxed) == i,
-                "launch {i}: the host node ran {} times",
-                count.load(Ordering::Relaxed)
-            );
+            for (k, count) in counts.iter().enumerate() {
+                let ran = count.load(Ordering::Relaxed);
+                ensure!(
+                    ran == host_launches[k],
+                    "launch {i}: host closure {k} ran {ran} times, not {} (launched with it)",
+                    host_launches[k]
+                );
+            }
             let tallied = tallies.to_vec()?[0];
             ensure!(
                 tallied == tally_runs,
@@ -192,7 +222,7 @@ fn run(d: &Device, launches: u64) -> Result<()> {
         }
     }
     let secs = t0.elapsed().as_secs_f64();
-    println!("soak: {launches} launches in {secs:.1} s ({:.2} µs a launch, with one kernel-argument update each), {} whole-graph updates, host node run every launch, the tally kernel enabled for {tally_runs}", secs * 1e6 / launches as f64, launches / WHOLE_UPDATE_EVERY);
+    println!("soak: {launches} launches in {secs:.1} s ({:.2} µs a launch, with one kernel-argument update each), {} whole-graph updates, the tally kernel enabled for {tally_runs}; the host-node graph launched {} times with {} closure-replacing updates", secs * 1e6 / launches as f64, launches / WHOLE_UPDATE_EVERY, launches / HOST_EVERY, launches / HOST_EVERY / HOST_SWAP_EVERY);
     let (first, last) = (samples[0], samples[samples.len() - 1]);
     let (ddev, drss) = (
         last.2 as i64 - first.2 as i64,
