@@ -13,7 +13,9 @@
 //! - and, to show where the launch time goes, the same executable graph launched by the
 //!   runtime's `cudaGraphLaunch` and the driver's `cuGraphLaunch` alone, and the same DAG over a
 //!   buffer of the crate's launched with `Exec::launch`, and that graph launched with
-//!   `Exec::launch_lent` and no slice to bind (`lent, 0`: the cost of its checks alone).
+//!   `Exec::launch_lent` and no slice to bind (`lent, 0`: the cost of its checks alone), and
+//!   the first graph launched in batches by `Exec::with_lent`, the slice bound once a batch
+//!   (`with_lent`).
 //!
 //! Per node: CPU µs to queue (wall time of the launching calls, in batches of at most 1,000
 //! queued nodes started on an idle stream, so that no launch waits for room in the queue), GPU
@@ -63,15 +65,30 @@ fn time(
     nodes: usize,
     launch: &mut dyn FnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<(f64, f64, usize)> {
+    time_runs(ctx, cs, reps, nodes, &mut |k| {
+        for _ in 0..k {
+            launch()?;
+        }
+        Ok(())
+    })
+}
+
+/// [`time`] for a `run` that makes its given number of launches in one call (`with_lent`,
+/// which binds once around them).
+fn time_runs(
+    ctx: &std::sync::Arc<CudaContext>,
+    cs: &std::sync::Arc<CudaStream>,
+    reps: usize,
+    nodes: usize,
+    run: &mut dyn FnMut(usize) -> anyhow::Result<()>,
+) -> anyhow::Result<(f64, f64, usize)> {
     let batch = (1000 / nodes).max(1);
     let mut cpu = Duration::ZERO;
     let mut calls = 0;
     for _ in 0..BATCHES {
         cs.synchronize()?;
         let t = Instant::now();
-        for _ in 0..batch {
-            launch()?;
-        }
+        run(batch)?;
         cpu += t.elapsed();
         calls += batch;
     }
@@ -79,9 +96,7 @@ fn time(
     let e1 = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
     cs.synchronize()?;
     e0.record(cs)?;
-    for _ in 0..reps {
-        launch()?;
-    }
+    run(reps)?;
     e1.record(cs)?;
     cs.synchronize()?;
     let gpu_ms = e0.elapsed_ms(&e1)? as f64;
@@ -141,6 +156,7 @@ fn main() -> anyhow::Result<()> {
             ("  driver", vec![]),
             ("  own buf", vec![]),
             ("  lent, 0", vec![]),
+            ("  with_lent", vec![]),
         ];
         let (mut split, mut cap_split) = (Vec::new(), Vec::new());
         for _ in 0..TRIALS {
@@ -206,6 +222,18 @@ fn main() -> anyhow::Result<()> {
                 cpu_us,
                 gpu_us,
                 build_ms: Some(ms(build)),
+            });
+            // The same graph, the slice bound once around each timed batch of launches.
+            let (cpu_us, gpu_us, calls) = time_runs(&ctx, &cs, reps, chain, &mut |k| {
+                Ok(exec.with_lent(&stream, &mut [Lend::new(&mut x)], |l| {
+                    (0..k).try_for_each(|_| l.launch())
+                })?)
+            })?;
+            check(&x, calls * chain, "with_lent")?;
+            rows[7].1.push(Row {
+                cpu_us,
+                gpu_us,
+                build_ms: None,
             });
 
             // Where the launch time goes, on the same executable graph: the runtime's and the

@@ -165,7 +165,7 @@ pub use bytemuck;
 #[cfg(feature = "cudarc")]
 pub use cudarc;
 #[cfg(feature = "cudarc")]
-pub use cudarc_interop::{Lend, Lent};
+pub use cudarc_interop::{Lend, Lent, LentLaunches};
 pub use dag::{
     dst, src, Backend, CaptureStream, Copy2d, CudaBackend, Dag, Dst, Exec, FftNode, FftSpec,
     Hazard, HazardKind, InferredEdge, InstantiateFlags, Memset2d, MemsetValue, NodeId, NodeKind,

@@ -185,6 +185,9 @@ impl Exec {
     /// no events (its context made no stream besides the default one, or tracking was turned
     /// off), each slice must belong to `stream`, whose order does the same.
     ///
+    /// To launch many times with the slices bound once (the waits and the record paid once,
+    /// not per launch), use [`Exec::with_lent`].
+    ///
     /// Refused, launching nothing ([`Error::Cudarc`]): a stream the crate did not take from
     /// cudarc; lent memory of the graph that no lend contains (naming its address and size);
     /// a slice of another context than the graph's device's, of another `CudaContext` object
@@ -192,11 +195,56 @@ impl Exec {
     /// `Arc`), or of another stream while cudarc tracks no events; more than 64 lends. A
     /// failure cudarc kept from its waits is [`Error::CudarcCall`].
     pub fn launch_lent(&mut self, stream: &Stream, lends: &mut [Lend<'_>]) -> Result<()> {
-        const WHAT: &str = "Exec::launch_lent";
-        let problem = |problem: String| Error::Cudarc {
-            what: WHAT,
-            problem,
-        };
+        self.bind_lent("Exec::launch_lent", stream, lends, |l| l.launch())
+    }
+
+    /// Binds `lends` once, as [`Exec::launch_lent`] does for one launch, and runs `f`, which
+    /// may launch the graph any number of times on `stream` with them bound
+    /// ([`LentLaunches::launch`]) and change the `Exec` between launches
+    /// ([`LentLaunches::exec`]: kernel arguments, enabled nodes, updates).
+    ///
+    /// The stream waits for cudarc's recorded reads and writes of each slice before `f` runs;
+    /// one write is recorded on each after it returns (or unwinds), after every launch it
+    /// made. That is sound for any number of launches because the slices stay borrowed by
+    /// `&mut` for the whole call: cudarc's safe API can neither use nor free them meanwhile.
+    /// Each launch checks again that the lends contain the lent memory the graph uses (an
+    /// update may have changed it), without calling the driver; the checks of the stream and
+    /// of each slice's context are made once, here. A loop of launches then costs what
+    /// [`Exec::launch`] costs, where `launch_lent` adds, per launch and slice, cudarc's two
+    /// event waits and one event record (when it tracks events).
+    ///
+    /// ```ignore
+    /// exec.with_lent(&stream, &mut [Lend::new(&mut x), Lend::new(&mut y)], |l| {
+    ///     for step in 0..1000 {
+    ///         l.exec().set_kernel_arg(node, 1, step as f32)?;
+    ///         l.launch()?;
+    ///     }
+    ///     Ok(())
+    /// })?;
+    /// ```
+    ///
+    /// Refused before `f` runs, as [`Exec::launch_lent`] is; an error of `f` (or of a launch in
+    /// it) is returned after the writes are recorded. A failure cudarc kept from its waits or
+    /// records is [`Error::CudarcCall`] (the stream is synchronised first, so no slice is
+    /// left in use without a record).
+    pub fn with_lent<R>(
+        &mut self,
+        stream: &Stream,
+        lends: &mut [Lend<'_>],
+        f: impl FnOnce(&mut LentLaunches<'_>) -> Result<R>,
+    ) -> Result<R> {
+        self.bind_lent("Exec::with_lent", stream, lends, f)
+    }
+
+    /// [`Exec::with_lent`], its errors naming `what`.
+    fn bind_lent<R>(
+        &mut self,
+        what: &'static str,
+        stream: &Stream,
+        lends: &mut [Lend<'_>],
+        f: impl FnOnce(&mut LentLaunches<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let problem = |problem: String| Error::Cudarc { what, problem };
         let cs = stream
             .inner
             .owner()
@@ -229,26 +277,62 @@ impl Exec {
                 return Err(problem(p.into()));
             }
         }
-        bind(lends, cs, None, &mut |bound| {
-            for a in self.lent() {
-                if !covered(a.ptr, a.bytes, bound) {
-                    return Err(problem(format!(
-                        "the graph uses lent memory at {:#x} ({} bytes) that no Lend contains",
-                        a.ptr, a.bytes
-                    )));
-                }
-            }
+        let mut f = Some(f);
+        let mut out = None;
+        let r = bind(lends, cs, None, &mut |bound| {
             ctx.check_err()
                 .map_err(cudarc_call("CudaContext::check_err"))?;
-            self.launch_bound(stream)
-        })?;
+            let f = f.take().expect("bind runs its closure once");
+            let mut launches = LentLaunches {
+                exec: &mut *self,
+                stream,
+                what,
+                bound,
+            };
+            out = Some(f(&mut launches)?);
+            Ok(())
+        });
         if let Err(e) = ctx.check_err() {
-            // A write event may not have been recorded: cudarc could then use a slice the
-            // launch still writes. Wait for the launch before reporting.
+            // A write event may not have been recorded: cudarc could then use a slice a
+            // launch still writes. Wait for the launches before reporting.
             let _ = cs.synchronize();
             return Err(cudarc_call("CudaContext::check_err")(e));
         }
-        Ok(())
+        r.map(|()| out.expect("set when the closure succeeded"))
+    }
+}
+
+/// Launches of an [`Exec`] with cudarc slices bound ([`Exec::with_lent`]).
+pub struct LentLaunches<'a> {
+    exec: &'a mut Exec,
+    stream: &'a Stream,
+    what: &'static str,
+    bound: Option<&'a Bound<'a>>,
+}
+
+impl LentLaunches<'_> {
+    /// Launches the graph on the bound stream. Refused, launching nothing
+    /// ([`Error::Cudarc`]), when the graph uses lent memory that none of the bound slices
+    /// contains (after an update that brought in another `Lent`); otherwise as
+    /// [`Exec::launch`]. Allocates nothing and calls the driver only to launch.
+    pub fn launch(&mut self) -> Result<()> {
+        for a in self.exec.lent() {
+            if !covered(a.ptr, a.bytes, self.bound) {
+                return Err(Error::Cudarc {
+                    what: self.what,
+                    problem: format!(
+                        "the graph uses lent memory at {:#x} ({} bytes) that no Lend contains",
+                        a.ptr, a.bytes
+                    ),
+                });
+            }
+        }
+        self.exec.launch_bound(self.stream)
+    }
+
+    /// The `Exec`, to change between launches (kernel arguments, enabled nodes, updates).
+    pub fn exec(&mut self) -> &mut Exec {
+        self.exec
     }
 }
 

@@ -28,7 +28,7 @@
 pub(crate) mod function;
 pub(crate) mod lent;
 
-pub use lent::{Lend, Lent};
+pub use lent::{Lend, Lent, LentLaunches};
 
 use std::any::Any;
 use std::sync::Arc;

@@ -412,6 +412,76 @@ fn lent_slices(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "cudarc::slices_bound_once_by_with_lent_serve_many_launches" => with_lent);
+/// `Exec::with_lent`: the slices bound once, `STEPS` launches in the closure with a kernel
+/// argument set before each (through `LentLaunches::exec`); after an update to a DAG over a
+/// slice that is not bound, a launch is refused and launches nothing (the result would show
+/// one step too many); back on the first DAG, the closure returns a value. A read through
+/// cudarc on another stream with no synchronise sees the result of exactly `STEPS` steps,
+/// equal to cudarc's own launches (queued behind a long spin, so an unordered read would see
+/// the old values).
+fn with_lent(gpu: &Gpu) -> anyhow::Result<()> {
+    let ctx = CudaContext::new(0)?;
+    let (cs, reader) = (ctx.new_stream()?, ctx.new_stream()?);
+    ensure!(
+        ctx.is_managing_stream_synchronization(),
+        "two streams: cudarc tracks events"
+    );
+    let (a, b) = (0.5f32, 0.75f32);
+    let want = cudarc_version(&ctx, &cs, a, b)?;
+    let ([axpy, scale, spin, _], _functions) = cudarc_kernels(&ctx)?;
+    let (x0, y0) = inputs();
+    let mut xs: CudaSlice<f32> = cs.clone_htod(&x0)?;
+    let mut ys: CudaSlice<f32> = cs.clone_htod(&y0)?;
+    let zs: CudaSlice<f32> = cs.clone_htod(&x0)?;
+    let (x, y, z) = (Lent::new(&xs)?, Lent::new(&ys)?, Lent::new(&zs)?);
+    let cfg = LaunchConfig::for_elements(N as u32, 256);
+    let dag_over = |x: &Lent<f32>| -> anyhow::Result<(Dag, cudagraph::NodeId)> {
+        let mut dag = Dag::new();
+        let s = dag.add_kernel(&spin, LaunchConfig::new(1, 1), &args![SPIN])?;
+        let k1 = dag.add_kernel(&axpy, cfg, &args![InOut(&y), a, x, N as i32])?;
+        let k2 = dag.add_kernel(&scale, cfg, &args![InOut(&y), b, N as i32])?;
+        dag.chain(&[s, k1, k2])?;
+        Ok((dag, k1))
+    };
+    let ((dag, k1), (over_z, _)) = (dag_over(&x)?, dag_over(&z)?);
+    let mut exec = dag.instantiate(&gpu.device)?;
+    let stream = Stream::from_cudarc(&cs)?;
+    let mut unbound = None;
+    let launched = exec.with_lent(
+        &stream,
+        &mut [Lend::new(&mut xs), Lend::new(&mut ys)],
+        |l| {
+            for _ in 0..STEPS {
+                l.exec().set_kernel_arg(k1, 1, a)?;
+                l.launch()?;
+            }
+            l.exec().update(&over_z)?;
+            unbound = Some(l.launch());
+            l.exec().update(&dag)?;
+            Ok(STEPS)
+        },
+    )?;
+    ensure!(launched == STEPS, "the closure's value comes back");
+    match unbound {
+        Some(Err(Error::Cudarc { problem, .. })) if problem.contains("no Lend contains") => {}
+        other => {
+            anyhow::bail!("a launch over an unbound slice: expected Error::Cudarc, got {other:?}")
+        }
+    }
+    // No synchronise: cudarc's read on another stream waits for the write event recorded
+    // once, after the closure.
+    let got = reader.clone_dtoh(&ys)?;
+    ensure!(
+        got == want,
+        "cudarc's read after with_lent: {:?} vs {:?}",
+        &got[..4],
+        &want[..4]
+    );
+    drop(zs);
+    Ok(())
+}
+
 register!(gpu "cudarc::a_lent_slice_dropped_while_a_launch_is_queued_is_freed_after_it" => lent_dropped);
 /// A graph writes a lent slice behind a long spin and copies it to a buffer of the crate's;
 /// the slice is dropped right after `launch_lent` (cudarc frees it on its stream after the
