@@ -346,6 +346,75 @@ fn functions_as_nodes(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the lent-slice tests share: a context that tracks events (two streams), the
+/// launch stream `cs` and a `reader`, the kernels and cudarc's own result of `STEPS` steps
+/// of `y = b * (y + a * x)`, and the slices `x` and `y` on `cs`.
+struct Tracked {
+    ctx: Arc<CudaContext>,
+    cs: Arc<CudaStream>,
+    reader: Arc<CudaStream>,
+    want: Vec<f32>,
+    kernels: [Kernel; 4],
+    _functions: [CudaFunction; 4],
+    xs: CudaSlice<f32>,
+    ys: CudaSlice<f32>,
+}
+
+const A: f32 = 0.5;
+const B: f32 = 0.75;
+
+impl Tracked {
+    fn new() -> anyhow::Result<Tracked> {
+        let ctx = CudaContext::new(0)?;
+        let (cs, reader) = (ctx.new_stream()?, ctx.new_stream()?);
+        ensure!(
+            ctx.is_managing_stream_synchronization(),
+            "two streams: cudarc tracks events"
+        );
+        let want = cudarc_version(&ctx, &cs, A, B)?;
+        let (kernels, _functions) = cudarc_kernels(&ctx)?;
+        let (x0, y0) = inputs();
+        let xs = cs.clone_htod(&x0)?;
+        let ys = cs.clone_htod(&y0)?;
+        Ok(Tracked {
+            ctx,
+            cs,
+            reader,
+            want,
+            kernels,
+            _functions,
+            xs,
+            ys,
+        })
+    }
+
+    /// One step over lent `x` and `y` behind a long spin (so that an unordered read would see
+    /// the old values): spin → axpy → scale; the axpy node too.
+    fn step(&self, x: &Lent<f32>, y: &Lent<f32>) -> anyhow::Result<(Dag, cudagraph::NodeId)> {
+        let [axpy, scale, spin, _] = &self.kernels;
+        let cfg = LaunchConfig::for_elements(N as u32, 256);
+        let mut dag = Dag::new();
+        let s = dag.add_kernel(spin, LaunchConfig::new(1, 1), &args![SPIN])?;
+        let k1 = dag.add_kernel(axpy, cfg, &args![InOut(y), A, x, N as i32])?;
+        let k2 = dag.add_kernel(scale, cfg, &args![InOut(y), B, N as i32])?;
+        dag.chain(&[s, k1, k2])?;
+        Ok((dag, k1))
+    }
+
+    /// `ys` read through cudarc on `reader`, with no synchronise (cudarc's events order it),
+    /// against cudarc's own result.
+    fn check(&self, what: &str) -> anyhow::Result<()> {
+        let got = self.reader.clone_dtoh(&self.ys)?;
+        ensure!(
+            got == self.want,
+            "cudarc's read after {what}: {:?} vs {:?}",
+            &got[..4],
+            &self.want[..4]
+        );
+        Ok(())
+    }
+}
+
 register!(gpu "cudarc::lent_cudarc_slices_in_a_graph_are_ordered_by_cudarc_events" => lent_slices);
 /// Slices that stay cudarc's, lent to a DAG: `Exec::launch` refuses the graph; a launch
 /// without the slice bound, or on a stream that is not cudarc's, is refused;
@@ -353,29 +422,13 @@ register!(gpu "cudarc::lent_cudarc_slices_in_a_graph_are_ordered_by_cudarc_event
 /// synchronise, sees the graph's writes (queued behind a long spin, so an unordered read
 /// would see the old values); the result equals cudarc's own launches.
 fn lent_slices(gpu: &Gpu) -> anyhow::Result<()> {
-    let ctx = CudaContext::new(0)?;
-    let (cs, reader) = (ctx.new_stream()?, ctx.new_stream()?);
-    ensure!(
-        ctx.is_managing_stream_synchronization(),
-        "two streams: cudarc tracks events"
-    );
-    let (a, b) = (0.5f32, 0.75f32);
-    let want = cudarc_version(&ctx, &cs, a, b)?;
-    let ([axpy, scale, spin, _], _functions) = cudarc_kernels(&ctx)?;
-    let (x0, y0) = inputs();
-    let mut xs: CudaSlice<f32> = cs.clone_htod(&x0)?;
-    let mut ys: CudaSlice<f32> = cs.clone_htod(&y0)?;
-    let (x, y) = (Lent::new(&xs)?, Lent::new(&ys)?);
-    let cfg = LaunchConfig::for_elements(N as u32, 256);
-    let mut dag = Dag::new();
-    let s = dag.add_kernel(&spin, LaunchConfig::new(1, 1), &args![SPIN])?;
-    let k1 = dag.add_kernel(&axpy, cfg, &args![InOut(&y), a, &x, N as i32])?;
-    let k2 = dag.add_kernel(&scale, cfg, &args![InOut(&y), b, N as i32])?;
-    dag.chain(&[s, k1, k2])?;
-    let device = Device::from_cudarc(&ctx)?;
+    let mut t = Tracked::new()?;
+    let (x, y) = (Lent::new(&t.xs)?, Lent::new(&t.ys)?);
+    let (dag, _) = t.step(&x, &y)?;
+    let device = Device::from_cudarc(&t.ctx)?;
     ensure!(device == gpu.device, "one device for ordinal 0");
     let mut exec = dag.instantiate(&device)?;
-    let stream = Stream::from_cudarc(&cs)?;
+    let stream = Stream::from_cudarc(&t.cs)?;
     let refused = |r: cudagraph::Result<()>, what: &str| -> anyhow::Result<()> {
         match r {
             Err(Error::Cudarc { .. }) => Ok(()),
@@ -387,29 +440,21 @@ fn lent_slices(gpu: &Gpu) -> anyhow::Result<()> {
         "Exec::launch of a graph with lent memory",
     )?;
     refused(
-        exec.launch_lent(&stream, &mut [Lend::new(&mut ys)]),
+        exec.launch_lent(&stream, &mut [Lend::new(&mut t.ys)]),
         "x not bound",
     )?;
     refused(
         exec.launch_lent(
             &Stream::new(&device)?,
-            &mut [Lend::new(&mut xs), Lend::new(&mut ys)],
+            &mut [Lend::new(&mut t.xs), Lend::new(&mut t.ys)],
         ),
         "a stream of the crate's own",
     )?;
     for _ in 0..STEPS {
-        exec.launch_lent(&stream, &mut [Lend::new(&mut xs), Lend::new(&mut ys)])?;
+        exec.launch_lent(&stream, &mut [Lend::new(&mut t.xs), Lend::new(&mut t.ys)])?;
     }
-    // No synchronise: cudarc's read on another stream waits for the write event recorded
-    // after the last launch.
-    let got = reader.clone_dtoh(&ys)?;
-    ensure!(
-        got == want,
-        "cudarc's read after launch_lent: {:?} vs {:?}",
-        &got[..4],
-        &want[..4]
-    );
-    Ok(())
+    // No synchronise: the read waits for the write event recorded after the last launch.
+    t.check("launch_lent")
 }
 
 register!(gpu "cudarc::slices_bound_once_by_with_lent_serve_many_launches" => with_lent);
@@ -418,42 +463,21 @@ register!(gpu "cudarc::slices_bound_once_by_with_lent_serve_many_launches" => wi
 /// slice that is not bound, a launch is refused and launches nothing (the result would show
 /// one step too many); back on the first DAG, the closure returns a value. A read through
 /// cudarc on another stream with no synchronise sees the result of exactly `STEPS` steps,
-/// equal to cudarc's own launches (queued behind a long spin, so an unordered read would see
-/// the old values).
+/// equal to cudarc's own launches.
 fn with_lent(gpu: &Gpu) -> anyhow::Result<()> {
-    let ctx = CudaContext::new(0)?;
-    let (cs, reader) = (ctx.new_stream()?, ctx.new_stream()?);
-    ensure!(
-        ctx.is_managing_stream_synchronization(),
-        "two streams: cudarc tracks events"
-    );
-    let (a, b) = (0.5f32, 0.75f32);
-    let want = cudarc_version(&ctx, &cs, a, b)?;
-    let ([axpy, scale, spin, _], _functions) = cudarc_kernels(&ctx)?;
-    let (x0, y0) = inputs();
-    let mut xs: CudaSlice<f32> = cs.clone_htod(&x0)?;
-    let mut ys: CudaSlice<f32> = cs.clone_htod(&y0)?;
-    let zs: CudaSlice<f32> = cs.clone_htod(&x0)?;
-    let (x, y, z) = (Lent::new(&xs)?, Lent::new(&ys)?, Lent::new(&zs)?);
-    let cfg = LaunchConfig::for_elements(N as u32, 256);
-    let dag_over = |x: &Lent<f32>| -> anyhow::Result<(Dag, cudagraph::NodeId)> {
-        let mut dag = Dag::new();
-        let s = dag.add_kernel(&spin, LaunchConfig::new(1, 1), &args![SPIN])?;
-        let k1 = dag.add_kernel(&axpy, cfg, &args![InOut(&y), a, x, N as i32])?;
-        let k2 = dag.add_kernel(&scale, cfg, &args![InOut(&y), b, N as i32])?;
-        dag.chain(&[s, k1, k2])?;
-        Ok((dag, k1))
-    };
-    let ((dag, k1), (over_z, _)) = (dag_over(&x)?, dag_over(&z)?);
+    let mut t = Tracked::new()?;
+    let zs: CudaSlice<f32> = t.cs.clone_htod(&inputs().0)?;
+    let (x, y, z) = (Lent::new(&t.xs)?, Lent::new(&t.ys)?, Lent::new(&zs)?);
+    let ((dag, k1), (over_z, _)) = (t.step(&x, &y)?, t.step(&z, &y)?);
     let mut exec = dag.instantiate(&gpu.device)?;
-    let stream = Stream::from_cudarc(&cs)?;
+    let stream = Stream::from_cudarc(&t.cs)?;
     let mut unbound = None;
     let launched = exec.with_lent(
         &stream,
-        &mut [Lend::new(&mut xs), Lend::new(&mut ys)],
+        &mut [Lend::new(&mut t.xs), Lend::new(&mut t.ys)],
         |l| {
             for _ in 0..STEPS {
-                l.exec().set_kernel_arg(k1, 1, a)?;
+                l.exec().set_kernel_arg(k1, 1, A)?;
                 l.launch()?;
             }
             l.exec().update(&over_z)?;
@@ -469,17 +493,8 @@ fn with_lent(gpu: &Gpu) -> anyhow::Result<()> {
             anyhow::bail!("a launch over an unbound slice: expected Error::Cudarc, got {other:?}")
         }
     }
-    // No synchronise: cudarc's read on another stream waits for the write event recorded
-    // once, after the closure.
-    let got = reader.clone_dtoh(&ys)?;
-    ensure!(
-        got == want,
-        "cudarc's read after with_lent: {:?} vs {:?}",
-        &got[..4],
-        &want[..4]
-    );
-    drop(zs);
-    Ok(())
+    // No synchronise: the read waits for the write event recorded once, after the closure.
+    t.check("with_lent")
 }
 
 register!(gpu "cudarc::a_lent_slice_dropped_while_a_launch_is_queued_is_freed_after_it" => lent_dropped);
