@@ -15,15 +15,18 @@
 //!   buffer of the crate's launched with `Exec::launch`, and that graph launched with
 //!   `Exec::launch_lent` and no slice to bind (`lent, 0`: the cost of its checks alone), and
 //!   the first graph launched in batches by `Exec::with_lent`, the slice bound once a batch
-//!   (`with_lent`).
+//!   (`with_lent`); and both again on a second `CudaContext` object with cudarc's event
+//!   tracking on (`tracked: lent`, `tracked: with`), where cudarc waits and records per
+//!   bound slice.
 //!
 //! Per node: CPU µs to queue (wall time of the launching calls, in batches of at most 1,000
 //! queued nodes started on an idle stream, so that no launch waits for room in the queue), GPU
 //! µs (events around back-to-back launches), and for the graphs the build time (capture +
-//! `end_capture`, which instantiates; adding the nodes + `Dag::into_exec`), split in two. Each figure is the median of 5 trials. The slice's value is checked after
-//! every trial. cudarc's event tracking is turned off (one stream, as cudarc's own capture
-//! requires: a capture may not wait on events recorded outside it), so no variant pays for
-//! events.
+//! `end_capture`, which instantiates; adding the nodes + `Dag::into_exec`), split in two.
+//! Each figure is the median of 5 trials. The slice's value is checked after every trial.
+//! cudarc's event tracking is turned off on the first context object (one stream, as cudarc's
+//! own capture requires: a capture may not wait on events recorded outside it), so no variant
+//! but the two `tracked` rows pays for events.
 
 use std::time::{Duration, Instant};
 
@@ -128,6 +131,29 @@ fn main() -> anyhow::Result<()> {
         shared_mem_bytes: 0,
     };
     let cfg = LaunchConfig::new(1, LEN as u32);
+    // A second `CudaContext` object of the same (primary) context, with cudarc's event
+    // tracking on (two streams), for `launch_lent` and `with_lent` as a multi-stream cudarc
+    // program pays them: cudarc's waits and record per bound slice.
+    let tctx = CudaContext::new(0)?;
+    let (tcs, _second) = (tctx.new_stream()?, tctx.new_stream()?);
+    ensure!(
+        tctx.is_managing_stream_synchronization(),
+        "two streams: cudarc tracks events"
+    );
+    let tstream = Stream::from_cudarc(&tcs)?;
+    let mut tx: CudaSlice<f32> = tcs.alloc_zeros(LEN)?;
+    let tlent = Lent::new(&tx)?;
+    let mut texpected = 0.0f64;
+    let mut tcheck = |x: &CudaSlice<f32>, added: usize, what: &str| -> anyhow::Result<()> {
+        texpected += added as f64;
+        let v = tcs.clone_dtoh(x)?;
+        ensure!(
+            v.iter().all(|&e| e as f64 == texpected),
+            "{what}: x = {} after the launches, expected {texpected}",
+            v[0]
+        );
+        Ok(())
+    };
     let mut expected = 0.0f64;
     let mut check = |x: &CudaSlice<f32>, added: usize, what: &str| -> anyhow::Result<()> {
         expected += added as f64;
@@ -142,7 +168,7 @@ fn main() -> anyhow::Result<()> {
 
     println!("cudarc interop: a chain of N launches of one cudarc function over one cudarc slice");
     println!(
-        "{:>5}  {:<10} {:>12} {:>12} {:>12}",
+        "{:>5}  {:<13} {:>12} {:>12} {:>12}",
         "N", "how", "CPU µs/node", "GPU µs/node", "build ms"
     );
     let mut verdicts = Vec::new();
@@ -157,6 +183,8 @@ fn main() -> anyhow::Result<()> {
             ("  own buf", vec![]),
             ("  lent, 0", vec![]),
             ("  with_lent", vec![]),
+            ("tracked: lent", vec![]),
+            ("tracked: with", vec![]),
         ];
         let (mut split, mut cap_split) = (Vec::new(), Vec::new());
         for _ in 0..TRIALS {
@@ -303,6 +331,39 @@ fn main() -> anyhow::Result<()> {
                 gpu_us,
                 build_ms: None,
             });
+            // The same DAG over the tracked context's slice: `launch_lent` (cudarc's two
+            // waits and one record per launch) and `with_lent` (once per batch).
+            let mut dag = Dag::new();
+            let mut prev = None;
+            for _ in 0..chain {
+                let k = dag.add_kernel(&kernel, cfg, &args![&tlent, n])?;
+                if let Some(p) = prev {
+                    dag.add_dependency(p, k)?;
+                }
+                prev = Some(k);
+            }
+            let mut texec = dag.into_exec(&device)?;
+            texec.upload(&tstream)?;
+            let (cpu_us, gpu_us, calls) = time(&tctx, &tcs, reps, chain, &mut || {
+                Ok(texec.launch_lent(&tstream, &mut [Lend::new(&mut tx)])?)
+            })?;
+            tcheck(&tx, calls * chain, "tracked launch_lent")?;
+            rows[8].1.push(Row {
+                cpu_us,
+                gpu_us,
+                build_ms: None,
+            });
+            let (cpu_us, gpu_us, calls) = time_runs(&tctx, &tcs, reps, chain, &mut |k| {
+                Ok(texec.with_lent(&tstream, &mut [Lend::new(&mut tx)], |l| {
+                    (0..k).try_for_each(|_| l.launch())
+                })?)
+            })?;
+            tcheck(&tx, calls * chain, "tracked with_lent")?;
+            rows[9].1.push(Row {
+                cpu_us,
+                gpu_us,
+                build_ms: None,
+            });
         }
         let med: Vec<(&str, f64, f64, Option<f64>)> = rows
             .iter()
@@ -318,7 +379,7 @@ fn main() -> anyhow::Result<()> {
             .collect();
         for (how, cpu, gpu, build) in &med {
             let build = build.map_or("-".to_string(), |b| format!("{b:.3}"));
-            println!("{chain:>5}  {how:<10} {cpu:>12.3} {gpu:>12.3} {build:>12}");
+            println!("{chain:>5}  {how:<13} {cpu:>12.3} {gpu:>12.3} {build:>12}");
         }
         let m = |v: &[(f64, f64)], i: usize| {
             median(v.iter().map(|p| if i == 0 { p.0 } else { p.1 }).collect())
