@@ -242,8 +242,8 @@ fn main() -> anyhow::Result<()> {
          callbacks and cuFFT's linking of them, which later runs of the process find cached, \
          whichever mode they use; that first run's set-up is listed after the table):"
     );
-    println!("| configuration | mode | blocks | whole run GB/s | blocks only GB/s | set-up s | real-time factor | device used MiB | device buffers MiB | host peak RSS MiB | engine phases (s) |");
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
+    println!("| configuration | mode | blocks | whole run GB/s | every run's whole GB/s | blocks only GB/s | set-up s | real-time factor | device used MiB | device buffers MiB | host peak RSS MiB | engine phases (s) |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     let mut rows = Vec::new();
     let mut cold = Vec::new();
     for c in &configs {
@@ -263,10 +263,16 @@ fn main() -> anyhow::Result<()> {
         }
         for mut of_mode in runs {
             of_mode.sort_by(|a, b| a.0.whole.total_cmp(&b.0.whole));
+            // The spread, to tell a difference between the modes from run-to-run noise.
+            let every = of_mode
+                .iter()
+                .map(|(r, _)| format!("{:.2}", r.whole / 1e9))
+                .collect::<Vec<_>>()
+                .join(" ");
             let (row, r) = of_mode.swap_remove(of_mode.len() / 2);
             let mode = row.mode;
             println!(
-                "| {} | {mode:?} | {} | {:.2} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} |",
+                "| {} | {mode:?} | {} | {:.2} | {every} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} |",
                 c.label,
                 r.data_blocks + r.gap_blocks,
                 row.whole / 1e9,
