@@ -36,7 +36,7 @@ use cudagraph::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, LaunchConfig as CuConfig, PushKernelArg,
 };
 use cudagraph::cudarc::nvrtc::compile_ptx;
-use cudagraph::{args, Dag, Device, Kernel, LaunchConfig, Lend, Lent, Stream};
+use cudagraph::{args, Dag, Device, Kernel, KernelArg, LaunchConfig, Lend, Lent, Stream};
 
 const SOURCE: &str = r#"extern "C" __global__ void bump(float* x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1.0f;
@@ -228,15 +228,7 @@ fn main() -> anyhow::Result<()> {
 
             // cudagraph, an explicit DAG of the same function over the same slice.
             let t = Instant::now();
-            let mut dag = Dag::new();
-            let mut prev = None;
-            for _ in 0..chain {
-                let k = dag.add_kernel(&kernel, cfg, &args![&lent, n])?;
-                if let Some(p) = prev {
-                    dag.add_dependency(p, k)?;
-                }
-                prev = Some(k);
-            }
+            let dag = chain_dag(&kernel, cfg, chain, &args![&lent, n])?;
             let added = t.elapsed();
             let mut exec = dag.into_exec(&device)?;
             let build = t.elapsed();
@@ -298,15 +290,7 @@ fn main() -> anyhow::Result<()> {
             });
             // The same DAG over a buffer of the crate's, launched with `Exec::launch`.
             let own = cudagraph::DeviceBuffer::<f32>::zeros(&device, LEN)?;
-            let mut dag = Dag::new();
-            let mut prev = None;
-            for _ in 0..chain {
-                let k = dag.add_kernel(&kernel, cfg, &args![&own, n])?;
-                if let Some(p) = prev {
-                    dag.add_dependency(p, k)?;
-                }
-                prev = Some(k);
-            }
+            let dag = chain_dag(&kernel, cfg, chain, &args![&own, n])?;
             let mut own_exec = dag.into_exec(&device)?;
             own_exec.upload(&stream)?;
             let (cpu_us, gpu_us, _) =
@@ -333,15 +317,7 @@ fn main() -> anyhow::Result<()> {
             });
             // The same DAG over the tracked context's slice: `launch_lent` (cudarc's two
             // waits and one record per launch) and `with_lent` (once per batch).
-            let mut dag = Dag::new();
-            let mut prev = None;
-            for _ in 0..chain {
-                let k = dag.add_kernel(&kernel, cfg, &args![&tlent, n])?;
-                if let Some(p) = prev {
-                    dag.add_dependency(p, k)?;
-                }
-                prev = Some(k);
-            }
+            let dag = chain_dag(&kernel, cfg, chain, &args![&tlent, n])?;
             let mut texec = dag.into_exec(&device)?;
             texec.upload(&tstream)?;
             let (cpu_us, gpu_us, calls) = time(&tctx, &tcs, reps, chain, &mut || {
@@ -402,6 +378,25 @@ fn main() -> anyhow::Result<()> {
         println!("  {v}");
     }
     Ok(())
+}
+
+/// A DAG of `chain` launches of `kernel` with `args`, each after the one before.
+fn chain_dag(
+    kernel: &Kernel,
+    cfg: LaunchConfig,
+    chain: usize,
+    args: &[KernelArg],
+) -> cudagraph::Result<Dag> {
+    let mut dag = Dag::new();
+    let mut prev = None;
+    for _ in 0..chain {
+        let k = dag.add_kernel(kernel, cfg, args)?;
+        if let Some(p) = prev {
+            dag.add_dependency(p, k)?;
+        }
+        prev = Some(k);
+    }
+    Ok(dag)
 }
 
 fn ms(d: Duration) -> f64 {
