@@ -143,28 +143,8 @@ fn main() -> anyhow::Result<()> {
     let tstream = Stream::from_cudarc(&tcs)?;
     let mut tx: CudaSlice<f32> = tcs.alloc_zeros(LEN)?;
     let tlent = Lent::new(&tx)?;
-    let mut texpected = 0.0f64;
-    let mut tcheck = |x: &CudaSlice<f32>, added: usize, what: &str| -> anyhow::Result<()> {
-        texpected += added as f64;
-        let v = tcs.clone_dtoh(x)?;
-        ensure!(
-            v.iter().all(|&e| e as f64 == texpected),
-            "{what}: x = {} after the launches, expected {texpected}",
-            v[0]
-        );
-        Ok(())
-    };
-    let mut expected = 0.0f64;
-    let mut check = |x: &CudaSlice<f32>, added: usize, what: &str| -> anyhow::Result<()> {
-        expected += added as f64;
-        let v = cs.clone_dtoh(x)?;
-        ensure!(
-            v.iter().all(|&e| e as f64 == expected),
-            "{what}: x = {} after the launches, expected {expected}",
-            v[0]
-        );
-        Ok(())
-    };
+    let mut tcheck = checker(&tcs);
+    let mut check = checker(&cs);
 
     println!("cudarc interop: a chain of N launches of one cudarc function over one cudarc slice");
     println!(
@@ -378,6 +358,24 @@ fn main() -> anyhow::Result<()> {
         println!("  {v}");
     }
     Ok(())
+}
+
+/// A check of a slice read on `stream` against the launches made so far: each adds 1 to
+/// every element.
+fn checker(
+    stream: &std::sync::Arc<CudaStream>,
+) -> impl FnMut(&CudaSlice<f32>, usize, &str) -> anyhow::Result<()> + '_ {
+    let mut expected = 0.0f64;
+    move |x, added, what| {
+        expected += added as f64;
+        let v = stream.clone_dtoh(x)?;
+        ensure!(
+            v.iter().all(|&e| e as f64 == expected),
+            "{what}: x = {} after the launches, expected {expected}",
+            v[0]
+        );
+        Ok(())
+    }
 }
 
 /// A DAG of `chain` launches of `kernel` with `args`, each after the one before.
