@@ -13,7 +13,11 @@ and the build + instantiate time of a 1,000-node chain: a cudagraph DAG against 
 explicit `GraphDefinition` where the installed cuda.core has it (its API is pre-1.0 and moves: a
 failure is printed as such, not hidden). CPU time per launch is the
 time of a loop of LAUNCHES launches without synchronisation (the GPU runs behind), divided by
-LAUNCHES; the median of REPEATS such loops is printed, in microseconds.
+LAUNCHES, each loop started on an idle GPU; the median of REPEATS such loops is printed, in
+microseconds. For each N every method's graph is made first and run through one untimed loop;
+then the methods' loops are interleaved, round by round, each round in a rotated order, so
+that drift of the machine (clocks, other tenants) and the order of measurement weigh on every
+method alike.
 
     python python/benches/launch_overhead.py
 """
@@ -34,22 +38,37 @@ extern "C" __global__ void scale(float* x, float a, int n) {
 """
 ELEMS = 4096
 LAUNCHES = 1000
-REPEATS = 7
+REPEATS = 9
 CHAINS = (1, 10, 100)
 
 
-def per_launch_us(launch, sync):
-    launch()
+def loop_us(launch, sync):
+    """CPU µs per launch of one loop of LAUNCHES launches, started and ended on an idle GPU."""
     sync()
-    samples = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        for _ in range(LAUNCHES):
-            launch()
-        t1 = time.perf_counter()
-        sync()
-        samples.append((t1 - t0) / LAUNCHES * 1e6)
-    return statistics.median(samples)
+    t0 = time.perf_counter()
+    for _ in range(LAUNCHES):
+        launch()
+    t1 = time.perf_counter()
+    sync()
+    return (t1 - t0) / LAUNCHES * 1e6
+
+
+def interleaved_us(setups):
+    """{name: median µs per launch} of the (launch, sync) pairs in ``setups`` ({name: pair or
+    an error string}), measured round by round in rotated order after one untimed loop each.
+    Error strings are passed through."""
+    ready = [(name, pair) for name, pair in setups.items() if not isinstance(pair, str)]
+    for _, (launch, sync) in ready:
+        loop_us(launch, sync)
+    samples = {name: [] for name, _ in ready}
+    for r in range(REPEATS):
+        for i in range(len(ready)):
+            name, (launch, sync) = ready[(i + r) % len(ready)]
+            samples[name].append(loop_us(launch, sync))
+    return {
+        name: (pair if isinstance(pair, str) else statistics.median(samples[name]))
+        for name, pair in setups.items()
+    }
 
 
 def bench_cudagraph(device, n, on="stream"):
@@ -62,14 +81,14 @@ def bench_cudagraph(device, n, on="stream"):
     dag.chain(nodes)
     exec = dag.instantiate(device)
     if on == "own":
-        return per_launch_us(exec.launch, exec.synchronize)
+        return exec.launch, exec.synchronize
     if on == "cupy":
         import cupy as cp
 
         stream = cp.cuda.Stream(non_blocking=True)
     else:
         stream = cg.Stream(device)
-    return per_launch_us(lambda: exec.launch(stream), exec.synchronize)
+    return (lambda: exec.launch(stream)), exec.synchronize
 
 
 def bench_cupy(n):
@@ -84,7 +103,7 @@ def bench_cupy(n):
             kernel((ELEMS // 256,), (256,), (x, np.float32(1.0), np.int32(ELEMS)))
         graph = stream.end_capture()
     graph.upload(stream)
-    return per_launch_us(lambda: graph.launch(stream), stream.synchronize)
+    return (lambda: graph.launch(stream)), stream.synchronize
 
 
 def bench_torch(n):
@@ -101,7 +120,7 @@ def bench_torch(n):
     with torch.cuda.graph(graph):
         for _ in range(n):
             x.mul_(1.0)
-    return per_launch_us(graph.replay, torch.cuda.synchronize)
+    return graph.replay, torch.cuda.synchronize
 
 
 def _cuda_core():
@@ -145,7 +164,7 @@ def bench_cuda_core(n):
         cc.launch(builder, config, kernel, *_cuda_core_args(x))
     graph = builder.end_building().complete()
     graph.upload(stream)
-    return per_launch_us(lambda: graph.launch(stream), stream.sync)
+    return (lambda: graph.launch(stream)), stream.sync
 
 
 def build_1000_cuda_core():
@@ -186,12 +205,17 @@ def build_1000(device):
 
 
 def guarded(f, *args):
+    """``f(*args)`` (a method's (launch, sync) pair), or why it is not there, as a string."""
     try:
-        return f"{f(*args):8.2f}"
+        return f(*args)
     except ImportError as e:
         return f"{'n/a':>8} ({e.name} not installed)"
     except Exception as e:  # report and go on: one library's failure is not the others'
         return f"{'error':>8} ({type(e).__name__}: {e})"
+
+
+def cell(v):
+    return v if isinstance(v, str) else f"{v:8.2f}"
 
 
 def main():
@@ -210,11 +234,20 @@ def main():
         f"{'PyTorch':>8} | cuda.core"
     )
     for n in CHAINS:
+        us = interleaved_us(
+            {
+                "cudagraph": guarded(bench_cudagraph, device, n),
+                "own": guarded(bench_cudagraph, device, n, "own"),
+                "cupy stream": guarded(bench_cudagraph, device, n, "cupy"),
+                "CuPy": guarded(bench_cupy, n),
+                "PyTorch": guarded(bench_torch, n),
+                "cuda.core": guarded(bench_cuda_core, n),
+            }
+        )
         print(
-            f"{n:>4} | {guarded(bench_cudagraph, device, n):>9} | "
-            f"{guarded(bench_cudagraph, device, n, 'own')} | "
-            f"{guarded(bench_cudagraph, device, n, 'cupy'):>9} | {guarded(bench_cupy, n)} | "
-            f"{guarded(bench_torch, n)} | {guarded(bench_cuda_core, n)}"
+            f"{n:>4} | {cell(us['cudagraph']):>9} | {cell(us['own'])} | "
+            f"{cell(us['cupy stream']):>9} | {cell(us['CuPy'])} | {cell(us['PyTorch'])} | "
+            f"{cell(us['cuda.core'])}"
         )
     build_ms, inst_ms = build_1000(device)
     print(f"1,000-node DAG: built in {build_ms:.1f} ms, instantiated in {inst_ms:.1f} ms")
