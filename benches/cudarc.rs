@@ -36,7 +36,7 @@ use cudagraph::cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, LaunchConfig as CuConfig, PushKernelArg,
 };
 use cudagraph::cudarc::nvrtc::compile_ptx;
-use cudagraph::{args, Dag, Device, Kernel, KernelArg, LaunchConfig, Lend, Lent, Stream};
+use cudagraph::{args, Dag, Device, Exec, Kernel, KernelArg, LaunchConfig, Lend, Lent, Stream};
 
 const SOURCE: &str = r#"extern "C" __global__ void bump(float* x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1.0f;
@@ -55,6 +55,17 @@ struct Row {
     cpu_us: f64,
     gpu_us: f64,
     build_ms: Option<f64>,
+}
+
+impl Row {
+    /// A row of launch times only (no build).
+    fn launch(cpu_us: f64, gpu_us: f64) -> Row {
+        Row {
+            cpu_us,
+            gpu_us,
+            build_ms: None,
+        }
+    }
 }
 
 /// Times `launch` (queueing `nodes` nodes per call): CPU µs per node to queue, measured in
@@ -178,11 +189,7 @@ fn main() -> anyhow::Result<()> {
             };
             let (cpu_us, gpu_us, calls) = time(&ctx, &cs, reps, chain, &mut round)?;
             check(&x, calls * chain, "stream")?;
-            rows[0].1.push(Row {
-                cpu_us,
-                gpu_us,
-                build_ms: None,
-            });
+            rows[0].1.push(Row::launch(cpu_us, gpu_us));
 
             // cudarc, stream capture and replay.
             let t = Instant::now();
@@ -224,17 +231,10 @@ fn main() -> anyhow::Result<()> {
                 build_ms: Some(ms(build)),
             });
             // The same graph, the slice bound once around each timed batch of launches.
-            let (cpu_us, gpu_us, calls) = time_runs(&ctx, &cs, reps, chain, &mut |k| {
-                Ok(exec.with_lent(&stream, &mut [Lend::new(&mut x)], |l| {
-                    (0..k).try_for_each(|_| l.launch())
-                })?)
-            })?;
+            let (cpu_us, gpu_us, calls) =
+                time_with_lent(&ctx, &cs, reps, chain, &mut exec, &stream, &mut x)?;
             check(&x, calls * chain, "with_lent")?;
-            rows[7].1.push(Row {
-                cpu_us,
-                gpu_us,
-                build_ms: None,
-            });
+            rows[7].1.push(Row::launch(cpu_us, gpu_us));
 
             // Where the launch time goes, on the same executable graph: the runtime's and the
             // driver's launch calls alone (no binding, no bookkeeping).
@@ -246,11 +246,7 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             })?;
             check(&x, calls * chain, "cudaGraphLaunch")?;
-            rows[3].1.push(Row {
-                cpu_us,
-                gpu_us,
-                build_ms: None,
-            });
+            rows[3].1.push(Row::launch(cpu_us, gpu_us));
             let (cpu_us, gpu_us, calls) = time(&ctx, &cs, reps, chain, &mut || {
                 // SAFETY: as above.
                 let r = unsafe {
@@ -263,11 +259,7 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             })?;
             check(&x, calls * chain, "cuGraphLaunch")?;
-            rows[4].1.push(Row {
-                cpu_us,
-                gpu_us,
-                build_ms: None,
-            });
+            rows[4].1.push(Row::launch(cpu_us, gpu_us));
             // The same DAG over a buffer of the crate's, launched with `Exec::launch`.
             let own = cudagraph::DeviceBuffer::<f32>::zeros(&device, LEN)?;
             let dag = chain_dag(&kernel, cfg, chain, &args![&own, n])?;
@@ -281,20 +273,12 @@ fn main() -> anyhow::Result<()> {
                     chain,
                     &mut || Ok(own_exec.launch(&stream)?),
                 )?;
-            rows[5].1.push(Row {
-                cpu_us,
-                gpu_us,
-                build_ms: None,
-            });
+            rows[5].1.push(Row::launch(cpu_us, gpu_us));
             // `launch_lent` with nothing to bind, on the same graph: its checks alone.
             let (cpu_us, gpu_us, _) = time(&ctx, &cs, reps, chain, &mut || {
                 Ok(own_exec.launch_lent(&stream, &mut [])?)
             })?;
-            rows[6].1.push(Row {
-                cpu_us,
-                gpu_us,
-                build_ms: None,
-            });
+            rows[6].1.push(Row::launch(cpu_us, gpu_us));
             // The same DAG over the tracked context's slice: `launch_lent` (cudarc's two
             // waits and one record per launch) and `with_lent` (once per batch).
             let dag = chain_dag(&kernel, cfg, chain, &args![&tlent, n])?;
@@ -304,22 +288,11 @@ fn main() -> anyhow::Result<()> {
                 Ok(texec.launch_lent(&tstream, &mut [Lend::new(&mut tx)])?)
             })?;
             tcheck(&tx, calls * chain, "tracked launch_lent")?;
-            rows[8].1.push(Row {
-                cpu_us,
-                gpu_us,
-                build_ms: None,
-            });
-            let (cpu_us, gpu_us, calls) = time_runs(&tctx, &tcs, reps, chain, &mut |k| {
-                Ok(texec.with_lent(&tstream, &mut [Lend::new(&mut tx)], |l| {
-                    (0..k).try_for_each(|_| l.launch())
-                })?)
-            })?;
+            rows[8].1.push(Row::launch(cpu_us, gpu_us));
+            let (cpu_us, gpu_us, calls) =
+                time_with_lent(&tctx, &tcs, reps, chain, &mut texec, &tstream, &mut tx)?;
             tcheck(&tx, calls * chain, "tracked with_lent")?;
-            rows[9].1.push(Row {
-                cpu_us,
-                gpu_us,
-                build_ms: None,
-            });
+            rows[9].1.push(Row::launch(cpu_us, gpu_us));
         }
         let med: Vec<(&str, f64, f64, Option<f64>)> = rows
             .iter()
@@ -358,6 +331,23 @@ fn main() -> anyhow::Result<()> {
         println!("  {v}");
     }
     Ok(())
+}
+
+/// [`time_runs`] of `exec` launched by `Exec::with_lent` with `x` bound, once a batch.
+fn time_with_lent(
+    ctx: &std::sync::Arc<CudaContext>,
+    cs: &std::sync::Arc<CudaStream>,
+    reps: usize,
+    nodes: usize,
+    exec: &mut Exec,
+    stream: &Stream,
+    x: &mut CudaSlice<f32>,
+) -> anyhow::Result<(f64, f64, usize)> {
+    time_runs(ctx, cs, reps, nodes, &mut |k| {
+        Ok(exec.with_lent(stream, &mut [Lend::new(x)], |l| {
+            (0..k).try_for_each(|_| l.launch())
+        })?)
+    })
 }
 
 /// A check of a slice read on `stream` against the launches made so far: each adds 1 to
