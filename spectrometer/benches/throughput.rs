@@ -240,9 +240,12 @@ fn main() -> anyhow::Result<()> {
          {REPEATS} times per configuration, the two modes alternating (G S S G G S), the median \
          run by whole-run rate shown: the first run of a configuration pays for compiling its \
          callbacks and cuFFT's linking of them, which later runs of the process find cached, \
-         whichever mode they use; that first run's set-up is listed after the table):"
+         whichever mode they use; that first run's set-up is listed after the table). The \
+         reader, the engine and the writer are threads running at once: each phase is one \
+         thread's busy time, and the slowest thread sets the run's pace (sync: the files' \
+         final write-back to the disk, after the last integration):"
     );
-    println!("| configuration | mode | blocks | whole run GB/s | every run's whole GB/s | blocks only GB/s | set-up s | real-time factor | device used MiB | device buffers MiB | host peak RSS MiB | engine phases (s) |");
+    println!("| configuration | mode | blocks | whole run GB/s | every run's whole GB/s | blocks only GB/s | set-up s | real-time factor | device used MiB | device buffers MiB | host peak RSS MiB | threads' phases (s) |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
     let mut rows = Vec::new();
     let mut cold = Vec::new();
@@ -283,8 +286,9 @@ fn main() -> anyhow::Result<()> {
                 row.device_buffers >> 20,
                 row.host_rss
                     .map_or("?".to_string(), |b| (b >> 20).to_string()),
-                r.engine
-                    .iter()
+                std::iter::once(("reader: read", r.read))
+                    .chain(r.engine.iter().copied())
+                    .chain([("writer: write", r.write), ("sync", r.sync)])
                     .map(|(n, d)| format!("{n} {:.2}", d.as_secs_f64()))
                     .collect::<Vec<_>>()
                     .join(", ")

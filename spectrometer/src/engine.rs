@@ -25,7 +25,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::guppi::Geometry;
 use crate::plan::{Plan, ProductPlan};
-use crate::scan::{BlockBuffer, SlotKind};
+use crate::scan::{BlockBuffer, FilledBlock, SlotKind};
 
 /// One block handed to an engine.
 #[derive(Debug, Clone, Copy)]
@@ -133,10 +133,11 @@ impl SpectraPool {
 }
 
 /// A compute engine. The pipeline calls [`Engine::alloc_buffer`] to build the reader's ring,
-/// then [`Engine::process_block`] once per block in time order, then [`Engine::finish`].
+/// then [`Engine::process_filled`] once per block in time order, then [`Engine::finish`].
 pub trait Engine {
-    /// The ring's buffer type (`Vec<u8>` for both engines today: the GPU engine copies each
-    /// block from it into page-locked staging buffers of its own).
+    /// The ring's buffer type: `Vec<u8>` for the CPU engine, page-locked
+    /// `cudagraph::HostBuffer<u8>` for the GPU engine (its copies to the GPU read the ring
+    /// buffers themselves).
     type Buffer: BlockBuffer;
 
     /// A short name for reports (`"cpu"`).
@@ -149,6 +150,30 @@ pub trait Engine {
     /// engine that copies it asynchronously must wait for that copy first. Completed
     /// integrations are appended to `out`.
     fn process_block(&mut self, block: &BlockView<'_>, out: &mut Vec<Integration>) -> Result<()>;
+
+    /// Processes the next block, filled by the reader into one of this engine's own ring
+    /// buffers (how the pipeline calls it). The buffer goes back to the reader when this
+    /// returns; work the engine queued on it may still read it then, because the reader's next
+    /// fill waits for that work ([`BlockBuffer::fill_with`]). The default reads the bytes and
+    /// calls [`Engine::process_block`].
+    fn process_filled(
+        &mut self,
+        block: &FilledBlock<Self::Buffer>,
+        geometry: &Geometry,
+        out: &mut Vec<Integration>,
+    ) -> Result<()> {
+        block.buf.read_with(|data| {
+            self.process_block(
+                &BlockView {
+                    data,
+                    seq: block.seq,
+                    kind: block.kind,
+                    geometry,
+                },
+                out,
+            )
+        })?
+    }
 
     /// Called after the last block: processes what is pending and appends the remaining
     /// completed integrations (partial ones are dropped).

@@ -8,9 +8,14 @@
 //! ```
 //!
 //! - **H2D**, outside the graph on a copy stream so that it overlaps the previous block's GPU
-//!   work: the block, copied by the host (on every core) into one of two pinned staging
-//!   buffers, goes to one of two device staging buffers; events order it after the launch that
-//!   last read that device buffer and before the launch that reads it.
+//!   work: the block goes from the reader's ring, which is page-locked (the engine's
+//!   [`Engine::Buffer`] is a `HostBuffer<u8>`, so the file is read straight into pinned memory
+//!   and no host copy is made), to one of two device staging buffers; events order it after
+//!   the launch that last read that device buffer and before the launch that reads it. The
+//!   ring buffer goes back to the reader at once: cudagraph notes the copy on it, and the
+//!   reader's next fill waits for that copy. (A block handed in as a plain slice,
+//!   [`Engine::process_block`], is first copied on every core into one of two pinned staging
+//!   buffers.)
 //! - **D2D** (the graph's first node): the device staging buffer into the one device input
 //!   buffer every FFT reads. Which staging buffer is the source changes per block with
 //!   `Exec::set_copy`.
@@ -53,7 +58,9 @@ use rayon::prelude::*;
 
 use crate::engine::{BlockView, Engine, Integration, SpectraPool};
 use crate::error::{Error, Result};
+use crate::guppi::Geometry;
 use crate::plan::{AntennaMode, Detection, Plan, ProductPlan};
+use crate::scan::FilledBlock;
 
 /// How the GPU work of a block is issued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -142,7 +149,10 @@ pub struct GpuEngine {
     device: Device,
     stream: Stream,
     mode: GpuMode,
-    staging: [HostBuffer<u8>; 2],
+    /// Pinned staging buffers for blocks handed in as slices ([`Engine::process_block`]) and
+    /// for [`GpuEngine::run_from_pinned`]; allocated on first use (the pipeline's blocks come
+    /// in pinned ring buffers and need none).
+    staging: Option<[HostBuffer<u8>; 2]>,
     /// Device staging buffers the copy stream fills.
     d_stage: [DeviceBuffer<u8>; 2],
     copy_stream: Stream,
@@ -225,10 +235,6 @@ impl GpuEngine {
         };
         let alloc = |what: &str, e: cudagraph::Error| gpu_err(what, e);
         let d_in = DeviceBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("input", e))?;
-        let staging = [
-            HostBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))?,
-            HostBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))?,
-        ];
         let d_stage = [
             DeviceBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))?,
             DeviceBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))?,
@@ -355,7 +361,7 @@ impl GpuEngine {
             device,
             stream,
             mode,
-            staging,
+            staging: None,
             d_stage,
             copy_stream,
             h2d_done,
@@ -571,26 +577,53 @@ impl GpuEngine {
                 .sum::<usize>()
     }
 
-    /// Queues block `launched` from staging buffer `j`: the H2D on the copy stream, then the
-    /// block's work (one graph launch, or the same operations on the stream) after it.
-    fn submit(&mut self, j: usize) -> Result<()> {
+    /// The pinned staging buffers, allocated on first use.
+    fn staging(&mut self) -> Result<&mut [HostBuffer<u8>; 2]> {
+        if self.staging.is_none() {
+            let n = self.plan.geometry.blocsize;
+            let alloc =
+                || HostBuffer::<u8>::zeros(&self.device, n).map_err(|e| gpu_err("staging", e));
+            self.staging = Some([alloc()?, alloc()?]);
+        }
+        Ok(self.staging.as_mut().expect("allocated above"))
+    }
+
+    /// Queues block `launched` from staging buffer `j` ([`GpuEngine::staging`]).
+    fn submit_staged(&mut self, j: usize) -> Result<()> {
+        self.staging()?;
+        let staging = self.staging.as_ref().expect("allocated above");
+        self.queue_h2d(j, &staging[j])?;
+        self.launch_block(j)
+    }
+
+    /// Queues the H2D of block `launched` from the pinned `block` into `d_stage[j]` on the copy
+    /// stream, ordered after the launch that last read `d_stage[j]` and before the next work on
+    /// the compute stream. `block` may be handed on (or dropped) at once: cudagraph notes the
+    /// copy on it, and host writes to it wait for the copy.
+    fn queue_h2d(&self, j: usize, block: &HostBuffer<u8>) -> Result<()> {
         let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
-        let k = self.launched;
-        if k >= 2 {
+        if self.launched >= 2 {
             // The launch two blocks back read `d_stage[j]`.
             self.copy_stream
                 .wait_event(&self.read_done[j])
                 .map_err(|x| e("ordering the H2D", x))?;
         }
         self.d_stage[j]
-            .copy_from_host_async(&self.staging[j], &self.copy_stream)
+            .copy_from_host_async(block, &self.copy_stream)
             .map_err(|x| e("H2D", x))?;
         self.h2d_done[j]
             .record(&self.copy_stream)
             .map_err(|x| e("H2D event", x))?;
         self.stream
             .wait_event(&self.h2d_done[j])
-            .map_err(|x| e("ordering the launch", x))?;
+            .map_err(|x| e("ordering the launch", x))
+    }
+
+    /// Queues the work of block `launched`, whose H2D into `d_stage[j]` is queued
+    /// ([`GpuEngine::queue_h2d`]): one graph launch, or the same operations on the stream.
+    fn launch_block(&mut self, j: usize) -> Result<()> {
+        let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
+        let k = self.launched;
         match self.mode {
             GpuMode::Graph => {
                 let exec = self.exec.as_mut().expect("graph mode has an exec");
@@ -688,7 +721,7 @@ impl GpuEngine {
         let mut sink = Vec::new();
         for _ in 0..blocks {
             let j = (self.launched % 2) as usize;
-            self.submit(j)?;
+            self.submit_staged(j)?;
             if self.launched >= 2 {
                 self.collect(self.launched - 2, 1 - j, &mut sink)?;
                 // As the writer does: the buffers go back for the next integrations.
@@ -716,7 +749,7 @@ impl GpuEngine {
             start
                 .record(&self.copy_stream)
                 .map_err(|x| e("profile event", x))?;
-            self.submit(j)?;
+            self.submit_staged(j)?;
             // The compute stream waited for the copy, so both have completed.
             self.stream
                 .synchronize()
@@ -749,6 +782,17 @@ impl GpuEngine {
             h2d_ms: h2d / n,
             work_ms: work / n,
         })
+    }
+
+    /// After queuing block `launched − 1` (output buffer `j`): emits what block
+    /// `launched − 2` completed, from the other output buffer.
+    fn collect_previous(&mut self, j: usize, out: &mut Vec<Integration>) -> Result<()> {
+        let t = Instant::now();
+        if self.launched >= 2 {
+            self.collect(self.launched - 2, 1 - j, out)?;
+        }
+        self.collect_time += t.elapsed();
+        Ok(())
     }
 
     /// Emits the integrations block `k` (copied into output buffer `j`) completed.
@@ -804,7 +848,7 @@ impl GpuEngine {
 }
 
 impl Engine for GpuEngine {
-    type Buffer = Vec<u8>;
+    type Buffer = HostBuffer<u8>;
 
     fn name(&self) -> &'static str {
         match self.mode {
@@ -813,8 +857,8 @@ impl Engine for GpuEngine {
         }
     }
 
-    fn alloc_buffer(&mut self, len: usize) -> Result<Vec<u8>> {
-        Ok(vec![0; len])
+    fn alloc_buffer(&mut self, len: usize) -> Result<HostBuffer<u8>> {
+        HostBuffer::zeros(&self.device, len).map_err(|e| gpu_err("a pinned ring buffer", e))
     }
 
     fn process_block(&mut self, block: &BlockView<'_>, out: &mut Vec<Integration>) -> Result<()> {
@@ -823,7 +867,7 @@ impl Engine for GpuEngine {
         let t = Instant::now();
         // Waits only for the launch two blocks back, the last one that read this buffer; the
         // copy runs on every core.
-        self.staging[j]
+        self.staging()?[j]
             .write_with(|dst| {
                 const CHUNK: usize = 1 << 20;
                 dst.par_chunks_mut(CHUNK)
@@ -833,14 +877,32 @@ impl Engine for GpuEngine {
             .map_err(|x| gpu_err("staging the block", x))?;
         self.stage_time += t.elapsed();
         let t = Instant::now();
-        self.submit(j)?;
+        self.submit_staged(j)?;
         self.submit_time += t.elapsed();
-        let t = Instant::now();
-        if self.launched >= 2 {
-            self.collect(self.launched - 2, 1 - j, out)?;
+        self.collect_previous(j, out)
+    }
+
+    /// The pipeline's path: the H2D reads the pinned ring buffer itself (no host copy).
+    fn process_filled(
+        &mut self,
+        block: &FilledBlock<HostBuffer<u8>>,
+        _geometry: &Geometry,
+        out: &mut Vec<Integration>,
+    ) -> Result<()> {
+        if block.buf.len() != self.plan.geometry.blocsize {
+            return Err(Error::Engine(format!(
+                "block {} has {} bytes, expected BLOCSIZE {}",
+                block.seq,
+                block.buf.len(),
+                self.plan.geometry.blocsize
+            )));
         }
-        self.collect_time += t.elapsed();
-        Ok(())
+        let j = (self.launched % 2) as usize;
+        let t = Instant::now();
+        self.queue_h2d(j, &block.buf)?;
+        self.launch_block(j)?;
+        self.submit_time += t.elapsed();
+        self.collect_previous(j, out)
     }
 
     fn finish(&mut self, out: &mut Vec<Integration>) -> Result<()> {

@@ -7,20 +7,20 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cpu::CpuEngine;
-use crate::engine::{check_integration, BlockView, Engine, Integration, SpectraPool};
+use crate::engine::{check_integration, Engine, Integration, SpectraPool};
 use crate::error::{Error, Result};
 use crate::filterbank::{pack_sexagesimal, telescope_id, write_f32s, FilterbankHeader};
 use crate::output::{remove_stale, Stale, Temporaries};
 use crate::plan::{OutputId, Plan, ProductSpec, Selection};
 use crate::plot::PlotData;
 use crate::rawspec::{headers_base, output_base, write_headers, Naming};
-use crate::scan::{BlockBuffer, BlockReader, Scan, ScanOptions, SlotKind};
+use crate::scan::{BlockReader, Scan, ScanOptions, SlotKind};
 
 /// Which engine computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -173,8 +173,11 @@ pub struct StemReport {
     pub read: Duration,
     /// The engine's phases.
     pub engine: Vec<(&'static str, Duration)>,
-    /// Time writing filterbank files (writer thread).
+    /// Time writing the spectra files (writer thread), [`StemReport::sync`] not included.
     pub write: Duration,
+    /// Time closing the spectra files and waiting for them to reach the disk (writer thread,
+    /// after the last integration; their write-back starts while they are written).
+    pub sync: Duration,
     /// Time drawing and writing the PNGs (writer thread, after the last integration).
     pub plots: Duration,
     /// The scan's gaps, truncations and other warnings ([`Scan::report_lines`]; not part of
@@ -272,9 +275,11 @@ impl std::fmt::Display for StemReport {
         }
         write!(
             f,
-            ", write {:.3} s ({:.0}%)",
+            ", write {:.3} s ({:.0}%), sync {:.3} s ({:.0}%)",
             self.write.as_secs_f64(),
-            pct(&self.write)
+            pct(&self.write),
+            self.sync.as_secs_f64(),
+            pct(&self.sync)
         )?;
         if !self.plots.is_zero() {
             write!(
@@ -365,15 +370,17 @@ pub fn run(cfg: &RunConfig) -> Result<Vec<StemReport>> {
 
 /// A spectra file being written.
 enum SpectraFile {
-    Filterbank(BufWriter<File>),
+    Filterbank(FilWriter),
     #[cfg(feature = "fbh5")]
     Fbh5(crate::fbh5::Fbh5Writer),
 }
 
 impl SpectraFile {
-    fn write(&mut self, path: &std::path::Path, spectrum: &[f32]) -> Result<()> {
+    fn write(&mut self, path: &std::path::Path, spectrum: &[f32], flusher: &Flusher) -> Result<()> {
         match self {
-            SpectraFile::Filterbank(f) => write_f32s(f, spectrum).map_err(|e| Error::io(path, e)),
+            SpectraFile::Filterbank(f) => {
+                f.write(spectrum, flusher).map_err(|e| Error::io(path, e))
+            }
             #[cfg(feature = "fbh5")]
             SpectraFile::Fbh5(w) => w.write_spectrum(spectrum),
         }
@@ -383,6 +390,7 @@ impl SpectraFile {
     fn finish(self, path: &std::path::Path) -> Result<()> {
         let file = match self {
             SpectraFile::Filterbank(f) => f
+                .out
                 .into_inner()
                 .map_err(|e| Error::io(path, e.into_error()))?,
             #[cfg(feature = "fbh5")]
@@ -392,6 +400,88 @@ impl SpectraFile {
             }
         };
         file.sync_all().map_err(|e| Error::io(path, e))
+    }
+}
+
+/// A filterbank file being written, its write-back to the disk started as it grows (by a
+/// [`Flusher`]): the final `sync_all` (before the outputs are renamed into place) then waits
+/// only for the last [`WRITEBACK_EVERY`] bytes or so, rather than for the whole file, which the
+/// kernel would otherwise keep in the page cache until then (a full-polarisation product of a
+/// 16 GiB scan is 4 GiB).
+struct FilWriter {
+    out: BufWriter<File>,
+    /// Bytes handed to `out`.
+    written: u64,
+    /// `written` when the write-back was last requested.
+    requested: u64,
+}
+
+/// How many bytes a [`FilWriter`] lets accumulate before asking for their write-back.
+const WRITEBACK_EVERY: u64 = 64 << 20;
+
+impl FilWriter {
+    fn new(file: File, header: &[u8]) -> std::io::Result<FilWriter> {
+        let mut out = BufWriter::new(file);
+        out.write_all(header)?;
+        Ok(FilWriter {
+            out,
+            written: header.len() as u64,
+            requested: 0,
+        })
+    }
+
+    fn write(&mut self, spectrum: &[f32], flusher: &Flusher) -> std::io::Result<()> {
+        write_f32s(&mut self.out, spectrum)?;
+        self.written += std::mem::size_of_val(spectrum) as u64;
+        if self.written - self.requested >= WRITEBACK_EVERY {
+            self.out.flush()?;
+            flusher.request(self.out.get_ref());
+            self.requested = self.written;
+        }
+        Ok(())
+    }
+}
+
+/// A thread that writes files handed to it back to the disk (`sync_data` on a second handle of
+/// each) while the writer goes on writing them. At most one request waits; one made while
+/// another waits is dropped (the next covers it). Its errors are ignored: the final `sync_all`
+/// of each file reports any.
+struct Flusher {
+    requests: Option<SyncSender<File>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Flusher {
+    fn start() -> Flusher {
+        let (tx, rx) = sync_channel::<File>(1);
+        let thread = std::thread::Builder::new()
+            .name("fil-flusher".into())
+            .spawn(move || {
+                for file in rx {
+                    let _ = file.sync_data();
+                }
+            })
+            .ok();
+        Flusher {
+            // Without the thread, requests are not made at all.
+            requests: thread.is_some().then_some(tx),
+            thread,
+        }
+    }
+
+    fn request(&self, file: &File) {
+        if let (Some(tx), Ok(clone)) = (&self.requests, file.try_clone()) {
+            let _ = tx.try_send(clone);
+        }
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.requests = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -405,6 +495,7 @@ struct Sink {
 
 struct WriterDone {
     write_time: Duration,
+    sync_time: Duration,
     plot_time: Duration,
 }
 
@@ -415,6 +506,7 @@ fn writer_loop(
     pool: SpectraPool,
 ) -> Result<WriterDone> {
     let mut write_time = Duration::ZERO;
+    let flusher = Flusher::start();
     for batch in rx {
         let t = Instant::now();
         for it in batch {
@@ -426,7 +518,7 @@ fn writer_loop(
                     it.product, it.output, it.index, s.written
                 )));
             }
-            s.file.write(&s.path, &it.data)?;
+            s.file.write(&s.path, &it.data, &flusher)?;
             if let Some((pd, _)) = &mut s.plot {
                 pd.add(&it.data);
             }
@@ -436,6 +528,8 @@ fn writer_loop(
         write_time += t.elapsed();
     }
     let t = Instant::now();
+    // A write-back under way finishes first (what `sync_all` would wait for anyway).
+    drop(flusher);
     let mut plots = Vec::new();
     for (p, outs) in sinks.into_iter().enumerate() {
         for (o, s) in outs.into_iter().enumerate() {
@@ -450,7 +544,7 @@ fn writer_loop(
             plots.extend(s.plot);
         }
     }
-    write_time += t.elapsed();
+    let sync_time = t.elapsed();
     let t = Instant::now();
     let any_plot = !plots.is_empty();
     for (pd, path) in plots {
@@ -458,6 +552,7 @@ fn writer_loop(
     }
     Ok(WriterDone {
         write_time,
+        sync_time,
         plot_time: if any_plot {
             t.elapsed()
         } else {
@@ -585,9 +680,8 @@ pub fn run_stem<E: Engine>(
         let (file, tmp) = match cfg.format {
             OutputFormat::Filterbank => {
                 let (file, tmp) = temps.create(dir, base, ext)?;
-                let mut file = BufWriter::new(file);
-                file.write_all(&header.to_bytes())
-                    .map_err(|e| Error::io(&tmp, e))?;
+                let file =
+                    FilWriter::new(file, &header.to_bytes()).map_err(|e| Error::io(&tmp, e))?;
                 (SpectraFile::Filterbank(file), tmp)
             }
             #[cfg(feature = "fbh5")]
@@ -679,13 +773,7 @@ pub fn run_stem<E: Engine>(
                 SlotKind::Data { .. } => data_blocks += 1,
                 SlotKind::Gap => gap_blocks += 1,
             }
-            let view = BlockView {
-                data: fb.buf.bytes(),
-                seq: fb.seq,
-                kind: fb.kind,
-                geometry: &g,
-            };
-            engine.process_block(&view, &mut out)?;
+            engine.process_filled(&fb, &g, &mut out)?;
             reader.recycle(fb.buf);
             if soak && Instant::now() >= next_sample {
                 memory.push(sample(start, data_blocks + gap_blocks, engine));
@@ -734,6 +822,7 @@ pub fn run_stem<E: Engine>(
         read: rstats.read_time,
         engine: engine.timings(),
         write: wdone.write_time,
+        sync: wdone.sync_time,
         plots: wdone.plot_time,
         messages: scan.report_lines(),
         cleanup,
@@ -768,4 +857,43 @@ fn sample<E: Engine>(start: Instant, blocks: usize, engine: &E) -> MemorySample 
         mib(m.host_rss)
     );
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FilWriter, Flusher, SpectraFile, WRITEBACK_EVERY};
+
+    /// A file past several write-back requests (made while it grows, on the flusher's thread)
+    /// holds exactly the header and every spectrum, in order.
+    #[test]
+    fn files_written_back_as_they_grow_keep_every_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.fil");
+        let header = b"HEADER_START-and-so-on";
+        let spectrum_len = 1 << 18; // 1 MiB of f32
+        let count = (3 * WRITEBACK_EVERY as usize) / (4 * spectrum_len) + 5;
+        let flusher = Flusher::start();
+        assert!(flusher.thread.is_some(), "the flusher thread runs");
+        let mut fil = FilWriter::new(std::fs::File::create(&path).unwrap(), header).unwrap();
+        let mut requests = 0;
+        for i in 0..count {
+            let spectrum: Vec<f32> = (0..spectrum_len).map(|k| (i * 7 + k) as f32).collect();
+            let before = fil.requested;
+            fil.write(&spectrum, &flusher).unwrap();
+            requests += usize::from(fil.requested != before);
+        }
+        assert!(requests >= 3, "{requests} write-back requests");
+        SpectraFile::Filterbank(fil).finish(&path).unwrap();
+        drop(flusher);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..header.len()], header);
+        let data: &[u8] = &bytes[header.len()..];
+        assert_eq!(data.len(), count * spectrum_len * 4);
+        for (i, s) in data.chunks(spectrum_len * 4).enumerate() {
+            for (k, v) in s.chunks(4).enumerate().step_by(4099) {
+                let v = f32::from_le_bytes(v.try_into().unwrap());
+                assert_eq!(v, (i * 7 + k) as f32, "spectrum {i}, value {k}");
+            }
+        }
+    }
 }

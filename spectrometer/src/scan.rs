@@ -31,6 +31,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use cudagraph::HostBuffer;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -491,23 +492,47 @@ impl Scan {
     }
 }
 
-/// A block buffer the reader can fill: `Vec<u8>` for both engines today (the GPU engine copies
-/// each block into page-locked staging buffers of its own, see [`Engine::Buffer`]).
+/// A block buffer the reader can fill: `Vec<u8>` for the CPU engine, page-locked
+/// [`HostBuffer<u8>`] for the GPU engine, which copies each block to the GPU straight from the
+/// ring ([`Engine::Buffer`]). Access goes through closures so that a pinned buffer can first
+/// wait for the queued copy that still reads it.
 ///
 /// [`Engine::Buffer`]: crate::engine::Engine::Buffer
 pub trait BlockBuffer: Send + 'static {
-    /// The bytes.
-    fn bytes(&self) -> &[u8];
-    /// The bytes, writable.
-    fn bytes_mut(&mut self) -> &mut [u8];
+    /// Its size in bytes.
+    fn size(&self) -> usize;
+    /// Runs `f` on the bytes, writable, once no queued work reads them any more.
+    fn fill_with<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R>;
+    /// Runs `f` on the bytes, once no queued work writes them any more.
+    fn read_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R>;
 }
 
 impl BlockBuffer for Vec<u8> {
-    fn bytes(&self) -> &[u8] {
-        self
+    fn size(&self) -> usize {
+        self.len()
     }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        self
+    fn fill_with<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        Ok(f(self))
+    }
+    fn read_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        Ok(f(self))
+    }
+}
+
+/// The GPU engine's ring: the host→device copy of a block reads the buffer after the engine
+/// has handed it back, and the reader's next fill waits for that copy (cudagraph notes the
+/// copy on the buffer, and [`HostBuffer::write_with`] waits for what is noted).
+impl BlockBuffer for HostBuffer<u8> {
+    fn size(&self) -> usize {
+        self.len()
+    }
+    fn fill_with<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        self.write_with(f)
+            .map_err(|e| Error::Engine(format!("filling a pinned block buffer: {e}")))
+    }
+    fn read_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        HostBuffer::read_with(self, f)
+            .map_err(|e| Error::Engine(format!("reading a pinned block buffer: {e}")))
     }
 }
 
@@ -551,7 +576,7 @@ impl<B: BlockBuffer> BlockReader<B> {
         let (free_tx, free_rx) = sync_channel::<B>(n);
         let (filled_tx, filled_rx) = sync_channel(n);
         for b in buffers {
-            assert_eq!(b.bytes().len(), scan.geometry.blocsize, "ring buffer size");
+            assert_eq!(b.size(), scan.geometry.blocsize, "ring buffer size");
             free_tx.send(b).expect("receiver alive");
         }
         let files = scan.files.clone();
@@ -564,7 +589,9 @@ impl<B: BlockBuffer> BlockReader<B> {
                 for (seq, kind) in slots.into_iter().enumerate() {
                     let Ok(mut buf) = free_rx.recv() else { break };
                     let t = Instant::now();
-                    let res = fill(&files, &mut open, kind, buf.bytes_mut());
+                    let res = buf
+                        .fill_with(|bytes| fill(&files, &mut open, kind, bytes))
+                        .and_then(|r| r);
                     stats.read_time += t.elapsed();
                     let msg = res.map(|bytes| {
                         stats.bytes_read += bytes;

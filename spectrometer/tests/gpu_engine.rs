@@ -348,3 +348,89 @@ fn run_profiles_the_graph_and_writes_the_same_files() {
         assert!(a == b, "{f} differs with --profile");
     }
 }
+
+/// Runs `plan` over `scan` through `engine` with a ring of `ring` buffers of the engine's own
+/// kind, each block handed over as the pipeline does ([`Engine::process_filled`]), or, with
+/// `as_slices`, as a plain slice copied out of a `Vec` ring ([`Engine::process_block`]).
+fn integrations(
+    scan: &spectrometer::scan::Scan,
+    plan: &spectrometer::plan::Plan,
+    ring: usize,
+    as_slices: bool,
+) -> Vec<spectrometer::engine::Integration> {
+    use spectrometer::engine::{BlockView, Engine};
+    use spectrometer::gpu::GpuEngine;
+    use spectrometer::scan::BlockReader;
+    let mut engine = GpuEngine::new(plan, 0, GpuMode::Graph).expect("engine");
+    let g = plan.geometry;
+    let mut out = Vec::new();
+    if as_slices {
+        let reader = BlockReader::spawn(scan, plan.first_slot, vec![vec![0u8; g.blocsize]; ring]);
+        while let Some(b) = reader.next_block() {
+            let b = b.expect("block");
+            let view = BlockView {
+                data: &b.buf,
+                seq: b.seq,
+                kind: b.kind,
+                geometry: &g,
+            };
+            engine
+                .process_block(&view, &mut out)
+                .expect("process_block");
+            reader.recycle(b.buf);
+        }
+    } else {
+        let buffers = (0..ring)
+            .map(|_| engine.alloc_buffer(g.blocsize).expect("pinned ring buffer"))
+            .collect();
+        let reader = BlockReader::spawn(scan, plan.first_slot, buffers);
+        while let Some(b) = reader.next_block() {
+            let b = b.expect("block");
+            engine
+                .process_filled(&b, &g, &mut out)
+                .expect("process_filled");
+            reader.recycle(b.buf);
+        }
+    }
+    engine.finish(&mut out).expect("finish");
+    out.sort_by_key(|it| (it.product, it.output, it.index));
+    out
+}
+
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
+fn pinned_ring_blocks_match_blocks_handed_in_as_slices() {
+    gpu_or_fail();
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = scan(dir.path(), "ring");
+    // Many small blocks, so that the reader refills the one ring buffer while the copy of
+    // the block before may still read it: its fill must wait for that copy.
+    (spec.ntime, spec.blocks_per_file, spec.files) = (256, 12, 3);
+    generate(&spec).expect("generate");
+    let scan = spectrometer::scan::Scan::open(&dir.path().join("ring")).expect("scan");
+    let products = [p(64, 2, Detection::Stokes), p(512, 1, Detection::FullPol)];
+    let plan = spectrometer::plan::Plan::new(&scan, &products, &Selection::default()).unwrap();
+    let slices = integrations(&scan, &plan, 2, true);
+    assert!(!slices.is_empty());
+    for ring in [1, 3] {
+        let pinned = integrations(&scan, &plan, ring, false);
+        assert_eq!(pinned.len(), slices.len(), "ring of {ring}: integrations");
+        for (a, b) in slices.iter().zip(&pinned) {
+            let at = (a.product, a.output, a.index);
+            assert_eq!(at, (b.product, b.output, b.index), "ring of {ring}");
+            let scale = a
+                .data
+                .iter()
+                .fold(0f64, |m, v| m.max(v.abs() as f64))
+                .max(1e-30);
+            for (i, (u, v)) in a.data.iter().zip(&b.data).enumerate() {
+                let err = (*u as f64 - *v as f64).abs() / scale;
+                assert!(
+                    err <= TOL,
+                    "ring of {ring}, integration {at:?}, value {i}: from slices {u}, from the \
+                     pinned ring {v} (error {err:.2e})"
+                );
+            }
+        }
+    }
+}
