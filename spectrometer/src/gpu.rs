@@ -103,6 +103,17 @@ const G0_ARG: usize = 12;
 /// Argument index of `col` in `sp_gather`.
 const COL_ARG: usize = 5;
 
+/// `sp_detect`'s threads per block for an `nfft`-point product, and how many runs of spectra
+/// one block covers (`blockDim.x / nfft` in the kernel when `nfft` < 256, else 1).
+fn detect_block(nfft: usize) -> (u32, usize) {
+    if nfft >= 256 {
+        (256, 1)
+    } else {
+        let per = 256 / nfft;
+        ((per * nfft) as u32, per)
+    }
+}
+
 /// Where the samples of a product whose FFT spans `blocks` blocks are gathered (one row per
 /// stream, `blocks` blocks' worth of new samples long).
 struct GatherBuffer {
@@ -310,12 +321,16 @@ impl GpuEngine {
                 // The long buffer holds `nfft` samples per channel.
                 ntime: if blocks > 1 { p.nfft } else { g.ntime } as u32,
             };
-            // Runs of spectra per block: at most spb / nint + 2; grid.z covers them (each
-            // z-block loops over runs with a stride, so the limit of 65,535 is never hit).
-            let nruns = (spb / p.nint + 2).min(4096) as u32;
+            // Runs of spectra per block: at most spb / nint + 2. A thread block is one run's
+            // 256 fine channels, or, for nfft < 256, `per` = 256 / nfft whole runs (an 8-point
+            // FFT would otherwise make blocks of 8 threads, a quarter of a warp); grid.z covers
+            // the runs (each z-block loops over them with a stride, so the limit of 65,535 is
+            // never hit).
+            let (threads, per) = detect_block(p.nfft);
+            let nruns = (spb / p.nint + 2).div_ceil(per).min(4096) as u32;
             let cfg = LaunchConfig::new(
                 (p.nfft.div_ceil(256) as u32, plan.nchan as u32, nruns),
-                p.nfft.min(256) as u32,
+                threads,
             );
             products.push(GpuProduct {
                 spb,
@@ -940,5 +955,30 @@ impl Engine for GpuEngine {
             ("submit (H2D, GPU, D2H queued)", self.submit_time),
             ("wait + collect", self.collect_time),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::detect_block;
+
+    /// `sp_detect`'s blocks: whole runs of `nfft` threads below 256 points (never a partial
+    /// run, never more than 256 threads), one run's 256 channels at a time from 256 up.
+    #[test]
+    fn detect_blocks_hold_whole_runs() {
+        for nfft in 1..=1024 {
+            let (threads, per) = detect_block(nfft);
+            assert!(threads <= 256 && per >= 1, "nfft {nfft}");
+            if nfft < 256 {
+                assert_eq!(threads as usize, per * nfft, "nfft {nfft}");
+                assert!(
+                    threads as usize + nfft > 256,
+                    "nfft {nfft}: room for one more run"
+                );
+            } else {
+                assert_eq!((threads, per), (256, 1), "nfft {nfft}");
+            }
+        }
+        assert_eq!(detect_block(8), (256, 32));
     }
 }

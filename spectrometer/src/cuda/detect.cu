@@ -16,12 +16,16 @@ extern "C" __global__ void sp_gather(const unsigned char* in, unsigned char* out
 // integration that falls in this block, so runs never share an output slot and no atomics are
 // needed. Loops over outputs and the run's spectra.
 // spec: [c][antenna][pol][q][bin] complex; acc: [slot][output][if][c * nfft + k].
+// Blocks: blockDim.x ≥ nfft means blockDim.x / nfft runs per block (thread t: k = t % nfft,
+// run blockIdx.z * per + t / nfft); otherwise one run's channels blockIdx.x * blockDim.x + t.
 extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float* weights,
         unsigned nfft, unsigned spb, unsigned npol, unsigned nchan, unsigned nant,
         unsigned sum, unsigned mode, unsigned nint, unsigned nslots, unsigned long long g0) {
-    unsigned k = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned per = blockDim.x >= nfft ? blockDim.x / nfft : 1;
+    unsigned k = per > 1 ? threadIdx.x % nfft : blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned sub = per > 1 ? threadIdx.x / nfft : 0;
     unsigned c = blockIdx.y;
-    if (k >= nfft) return;
+    if (k >= nfft || sub >= per) return;
     unsigned h = (nfft + 1) / 2;
     unsigned j = k + h; if (j >= nfft) j -= nfft;
     unsigned nifs = mode == 0 ? 1 : 4;
@@ -32,7 +36,8 @@ extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float
     unsigned long long first = nint - (g0 % nint);
     if (first > spb) first = spb;
     unsigned long long nruns = 1 + (spb - first + nint - 1) / nint;
-    for (unsigned long long r = blockIdx.z; r < nruns; r += gridDim.z) {
+    for (unsigned long long r = (unsigned long long)blockIdx.z * per + sub; r < nruns;
+         r += (unsigned long long)gridDim.z * per) {
         unsigned long long q0 = r == 0 ? 0 : first + (r - 1) * nint;
         unsigned long long q1 = r == 0 ? first : q0 + nint;
         if (q1 > spb) q1 = spb;
