@@ -94,17 +94,26 @@ fn compare(spec: &GenerateSpec, products: &[ProductSpec], sel: Selection, mode: 
         assert!(a.nsamples() > 0, "{}: no spectra", c.display());
         let per = a.data.len() / a.nsamples();
         for (t, (x, y)) in a.data.chunks(per).zip(b.data.chunks(per)).enumerate() {
-            let scale = x.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-30);
-            for (i, (u, v)) in x.iter().zip(y).enumerate() {
-                let err = (*u as f64 - *v as f64).abs() / scale;
-                assert!(
-                    err <= TOL,
-                    "{}: spectrum {t}, value {i}: CPU {u}, GPU {v} (error {err:.2e} of the \
-                     spectrum's largest value {scale})",
-                    c.display()
-                );
-            }
+            assert_close(
+                x,
+                y,
+                &format!("{}: spectrum {t}, CPU against GPU", c.display()),
+            );
         }
+    }
+}
+
+/// `y` equals `x` within [`TOL`] of `x`'s largest value (the two sum the same f32 powers).
+fn assert_close(x: &[f32], y: &[f32], what: &str) {
+    assert_eq!(x.len(), y.len(), "{what}: lengths");
+    let scale = x.iter().fold(0f64, |m, v| m.max(v.abs() as f64)).max(1e-30);
+    for (i, (u, v)) in x.iter().zip(y).enumerate() {
+        let err = (*u as f64 - *v as f64).abs() / scale;
+        assert!(
+            err <= TOL,
+            "{what}, value {i}: {u} against {v} (error {err:.2e} of the spectrum's largest \
+             value {scale})"
+        );
     }
 }
 
@@ -418,19 +427,8 @@ fn pinned_ring_blocks_match_blocks_handed_in_as_slices() {
         for (a, b) in slices.iter().zip(&pinned) {
             let at = (a.product, a.output, a.index);
             assert_eq!(at, (b.product, b.output, b.index), "ring of {ring}");
-            let scale = a
-                .data
-                .iter()
-                .fold(0f64, |m, v| m.max(v.abs() as f64))
-                .max(1e-30);
-            for (i, (u, v)) in a.data.iter().zip(&b.data).enumerate() {
-                let err = (*u as f64 - *v as f64).abs() / scale;
-                assert!(
-                    err <= TOL,
-                    "ring of {ring}, integration {at:?}, value {i}: from slices {u}, from the \
-                     pinned ring {v} (error {err:.2e})"
-                );
-            }
+            let what = format!("ring of {ring}, integration {at:?}: slices against the ring");
+            assert_close(&a.data, &b.data, &what);
         }
     }
 }
