@@ -396,6 +396,16 @@ pub enum Error {
         /// The call.
         what: String,
     },
+    /// GPU work that uses this memory was queued, but neither its completion marker could be
+    /// recorded nor its stream waited for (the context is most likely broken): it may still
+    /// run as far as anyone can tell, so the memory is never freed and the host may no longer
+    /// read or write it, nor may a synchronous helper use it.
+    #[error(
+        "GPU work queued on this memory could not be tracked (recording its completion marker \
+         and waiting for its stream both failed): the memory is kept, and no longer accessed \
+         from the host"
+    )]
+    UntrackedWork,
     /// A recording backend's placeholder (kernel, event, communicators) was used where real
     /// CUDA objects are needed.
     #[error("{what} is a recording backend's placeholder: {problem}")]

@@ -598,7 +598,8 @@ unsafe fn queue_copy(
         // The copy has run: nothing to note.
         Queued::Ran(e) => Err(e),
         Queued::Unknown(e) => {
-            // The copy may still run: neither end may ever be freed.
+            // The copy may still run: neither end may ever be freed, nor accessed by the host.
+            uses.add_lost();
             std::mem::forget(Arc::clone(dst));
             std::mem::forget(Arc::clone(src));
             Err(e)

@@ -155,7 +155,10 @@ pub trait Engine {
     /// buffers (how the pipeline calls it). The buffer goes back to the reader when this
     /// returns; work the engine queued on it may still read it then, because the reader's next
     /// fill waits for that work ([`BlockBuffer::fill_with`]). The default reads the bytes and
-    /// calls [`Engine::process_block`].
+    /// calls [`Engine::process_block`] inside [`BlockBuffer::read_with`]; an engine whose
+    /// buffers are pinned `HostBuffer`s and which queues GPU work on them overrides it (inside
+    /// `HostBuffer::read_with`, cudagraph refuses stream operations with
+    /// `Error::InsideHelper`), as the GPU engine does.
     fn process_filled(
         &mut self,
         block: &FilledBlock<Self::Buffer>,

@@ -503,7 +503,7 @@ pub trait BlockBuffer: Send + 'static {
     fn size(&self) -> usize;
     /// Runs `f` on the bytes, writable, once no queued work reads them any more.
     fn fill_with<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R>;
-    /// Runs `f` on the bytes, once no queued work writes them any more.
+    /// Runs `f` on the bytes, once no queued work uses them any more.
     fn read_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R>;
 }
 
@@ -588,11 +588,16 @@ impl<B: BlockBuffer> BlockReader<B> {
                 let mut open: Option<(usize, File)> = None;
                 for (seq, kind) in slots.into_iter().enumerate() {
                     let Ok(mut buf) = free_rx.recv() else { break };
-                    let t = Instant::now();
+                    // Timed inside the closure: a pinned buffer's fill first waits for the
+                    // copy to the GPU that still reads it, which is not reading.
                     let res = buf
-                        .fill_with(|bytes| fill(&files, &mut open, kind, bytes))
+                        .fill_with(|bytes| {
+                            let t = Instant::now();
+                            let r = fill(&files, &mut open, kind, bytes);
+                            stats.read_time += t.elapsed();
+                            r
+                        })
                         .and_then(|r| r);
-                    stats.read_time += t.elapsed();
                     let msg = res.map(|bytes| {
                         stats.bytes_read += bytes;
                         FilledBlock {

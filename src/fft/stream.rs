@@ -179,7 +179,9 @@ impl StreamFft {
             // What was queued has run: nothing to note.
             Queued::Ran(e) => queued.and(Err(e)),
             Queued::Unknown(e) => {
-                // What was queued may still run: what it uses may never be freed.
+                // What was queued may still run: what it uses may never be freed, nor accessed
+                // by the host.
+                uses.add_lost();
                 std::mem::forget(Arc::clone(&input.alloc));
                 std::mem::forget(Arc::clone(&output.alloc));
                 params.for_each_allocation(&mut |a| std::mem::forget(Arc::clone(a)));

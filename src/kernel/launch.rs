@@ -524,7 +524,9 @@ impl Kernel {
             // The launch has run: nothing to note.
             Queued::Ran(e) => Err(e),
             Queued::Unknown(e) => {
-                // The launch may still run: its module and buffers may never be freed.
+                // The launch may still run: its module and buffers may never be freed, nor
+                // accessed by the host.
+                uses.add_lost();
                 std::mem::forget(Arc::clone(module));
                 for a in args {
                     if let Some(b) = &a.buffer {

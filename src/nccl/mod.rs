@@ -420,7 +420,11 @@ impl Communicators {
                     first_error.get_or_insert(e);
                 }
                 Queued::Unknown(e) => {
-                    p.for_each_allocation(&mut |a| std::mem::forget(Arc::clone(a)));
+                    uses.add_lost_on(&c.uses[rank]);
+                    p.for_each_allocation(&mut |a| {
+                        uses.add_lost_on(&a.uses);
+                        std::mem::forget(Arc::clone(a));
+                    });
                     first_error.get_or_insert(e);
                 }
             }

@@ -56,6 +56,11 @@ pub(crate) enum User<M = Arc<Marker>> {
     Marker(M),
     /// An executable graph that refers to the object now: every launch of it may use it.
     Graph(Weak<ExecLaunches>),
+    /// Work that may still run and cannot be waited for: queued, but neither its marker could
+    /// be recorded nor its stream waited for (`Queued::Unknown`). The object is leaked, and
+    /// waiting for it fails for good ([`Error::UntrackedWork`]): host access to it is refused
+    /// from then on, since nothing shows when that work ends.
+    Lost,
 }
 
 /// The GPU work that may still use one object.
@@ -139,6 +144,25 @@ impl Locked<'_> {
         }
     }
 
+    /// Notes on every list that the operation queued work which can be neither marked nor
+    /// waited for ([`User::Lost`]).
+    pub(crate) fn add_lost(&mut self) {
+        for (_, list) in &mut self.0 {
+            add_lost_locked(list);
+        }
+    }
+
+    /// [`Locked::add_lost`] for one of the lists.
+    pub(crate) fn add_lost_on(&mut self, uses: &GpuUses) {
+        let at = uses as *const GpuUses as usize;
+        let (_, list) = self
+            .0
+            .iter_mut()
+            .find(|(a, _)| *a == at)
+            .expect("the list was locked with the others");
+        add_lost_locked(list);
+    }
+
     /// Notes a marker on one of the lists (when one operation's parts are marked apart, as the
     /// ranks of a collective are).
     pub(crate) fn add_marker_on(&mut self, uses: &GpuUses, marker: &Arc<Marker>) {
@@ -216,15 +240,26 @@ fn add_marker_locked<M: Mark>(list: &mut Vec<User<M>>, marker: &M) {
     list.retain(|u| match u {
         User::Marker(m) => !m.done().unwrap_or(false),
         User::Graph(w) => w.strong_count() > 0,
+        User::Lost => true,
     });
     list.push(User::Marker(marker.clone()));
+}
+
+fn add_lost_locked<M>(list: &mut Vec<User<M>>) {
+    if !list.iter().any(|u| matches!(u, User::Lost)) {
+        list.push(User::Lost);
+    }
 }
 
 /// Waits for every use in a locked list; completed markers and graphs that are gone are
 /// dropped from it.
 fn wait_locked(list: &mut Vec<User>) -> Result<()> {
+    if list.iter().any(|u| matches!(u, User::Lost)) {
+        return Err(Error::UntrackedWork);
+    }
     for u in list.iter() {
         match u {
+            User::Lost => unreachable!("checked above"),
             User::Marker(m) => m.wait()?,
             User::Graph(w) => {
                 if let Some(log) = w.upgrade() {
@@ -310,9 +345,32 @@ mod tests {
         list.iter()
             .filter_map(|u| match u {
                 User::Marker(m) => Some(m.stream),
-                User::Graph(_) => None,
+                User::Graph(_) | User::Lost => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn work_that_cannot_be_tracked_refuses_host_access_for_good() {
+        let (a, b) = (GpuUses::default(), GpuUses::default());
+        lock_all("test", [&a, &b]).unwrap().add_lost();
+        let ran = std::cell::Cell::new(false);
+        for _ in 0..2 {
+            let r = with_gpu_idle("test", [&a], || ran.set(true));
+            assert!(matches!(r, Err(Error::UntrackedWork)), "{r:?}");
+        }
+        assert!(!ran.get(), "the helper's closure never runs");
+        assert!(matches!(b.wait(), Err(Error::UntrackedWork)));
+        // Noted once however often, and kept when markers of new streams prune the list.
+        let mut list: Vec<User<Fake>> = Vec::new();
+        add_lost_locked(&mut list);
+        add_lost_locked(&mut list);
+        let done = fake(1);
+        done.done.store(true, Ordering::Relaxed);
+        add_marker_locked(&mut list, &done);
+        add_marker_locked(&mut list, &fake(2));
+        assert_eq!(list.iter().filter(|u| matches!(u, User::Lost)).count(), 1);
+        assert_eq!(streams(&list), [2]);
     }
 
     #[test]
@@ -421,7 +479,7 @@ mod tests {
             &a2.done,
             match &list[0] {
                 User::Marker(m) => &m.done,
-                User::Graph(_) => unreachable!(),
+                User::Graph(_) | User::Lost => unreachable!(),
             }
         ));
         // Stream 2's work completed; stream 1's has not: a new stream drops only stream 2's.
