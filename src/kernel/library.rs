@@ -32,12 +32,13 @@ impl Drop for ModuleInner {
     fn drop(&mut self) {
         if let Err(e) = self.uses.wait() {
             self.device
-                .defer("a module (waiting for launches of its kernels)", e);
+                .defer("a module (waiting for launches of its kernels; leaked)", e);
+            // Its kernels may still run: the code must never be unloaded, by its foreign
+            // owner or here.
             if let Some(owner) = self.foreign.take() {
-                // Its kernels may still run: the code must never be unloaded.
                 std::mem::forget(owner);
-                return;
             }
+            return;
         }
         if self.foreign.take().is_some() {
             // Dropped here: its owner unloads it.

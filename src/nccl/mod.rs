@@ -169,10 +169,19 @@ impl Drop for Clique {
         }
         // Stream calls may still be queued: wait for them. (No Exec refers to the clique any
         // more: each holds it through its DAG until its launches completed.)
+        let mut waited = true;
         for (u, d) in self.uses.iter().zip(&self.devices) {
             if let Err(e) = u.wait() {
-                d.defer("an NCCL communicator (waiting for its collectives)", e);
+                d.defer(
+                    "an NCCL communicator (waiting for its collectives; leaked)",
+                    e,
+                );
+                waited = false;
             }
+        }
+        if !waited {
+            // A collective may still run on a communicator: none is destroyed under it.
+            return;
         }
         // One thread destroys every rank: NCCL asks for a group then.
         // SAFETY: the handles are owned, unused from now on, and their work has completed.
