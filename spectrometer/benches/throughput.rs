@@ -37,6 +37,8 @@ struct Row {
     whole: f64,
     /// Input bytes per second of `run_stem` alone (set-up excluded).
     blocks: f64,
+    /// The slowest and fastest whole-run rates of this mode's runs (the row is the median).
+    spread: (f64, f64),
     setup_s: f64,
     /// Device memory in use at the end of the run beyond what was in use before the engine
     /// was made (`cudaMemGetInfo`), bytes: buffers, cuFFT plans and work areas, the graph.
@@ -237,7 +239,7 @@ fn main() -> anyhow::Result<()> {
     println!();
     println!(
         "Whole runs (engine set-up to files closed; the scans in the page cache; each mode run \
-         {REPEATS} times per configuration, the two modes alternating (G S S G G S), the median \
+         {REPEATS} times per configuration, the two modes alternating (G S S G G S …), the median \
          run by whole-run rate shown: the first run of a configuration pays for compiling its \
          callbacks and cuFFT's linking of them, which later runs of the process find cached, \
          whichever mode they use; that first run's set-up is listed after the table). The \
@@ -272,7 +274,9 @@ fn main() -> anyhow::Result<()> {
                 .map(|(r, _)| format!("{:.2}", r.whole / 1e9))
                 .collect::<Vec<_>>()
                 .join(" ");
-            let (row, r) = of_mode.swap_remove(of_mode.len() / 2);
+            let spread = (of_mode[0].0.whole, of_mode[of_mode.len() - 1].0.whole);
+            let (mut row, r) = of_mode.swap_remove(of_mode.len() / 2);
+            row.spread = spread;
             let mode = row.mode;
             println!(
                 "| {} | {mode:?} | {} | {:.2} | {every} | {:.2} | {:.2} | {:.1} | {} | {} | {} | {} |",
@@ -305,8 +309,12 @@ fn main() -> anyhow::Result<()> {
     for pair in rows.chunks(2) {
         if let [g, st] = pair {
             let ratio = g.whole / st.whole;
+            // Whether each mode's median lies within the other mode's runs: a difference the
+            // run-to-run spread can make.
+            let within = |x: f64, (lo, hi): (f64, f64)| (lo..=hi).contains(&x);
+            let overlap = within(g.whole, st.spread) || within(st.whole, g.spread);
             println!(
-                "- {} ({}): graph / stream whole run = {ratio:.2}, blocks only = {:.2}: {}",
+                "- {} ({}): graph / stream whole run = {ratio:.2}, blocks only = {:.2}: {}{}",
                 g.label,
                 g.stem,
                 g.blocks / st.blocks,
@@ -314,6 +322,17 @@ fn main() -> anyhow::Result<()> {
                     "met"
                 } else {
                     "MISSED (graph slower)"
+                },
+                if overlap {
+                    format!(
+                        " (within the spread: graph runs {:.2}–{:.2}, stream runs {:.2}–{:.2} GB/s)",
+                        g.spread.0 / 1e9,
+                        g.spread.1 / 1e9,
+                        st.spread.0 / 1e9,
+                        st.spread.1 / 1e9
+                    )
+                } else {
+                    String::new()
                 }
             );
         }
@@ -396,8 +415,9 @@ fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-/// Runs of each mode per whole-run configuration (the median is shown).
-const REPEATS: usize = 3;
+/// Runs of each mode per whole-run configuration (the median is shown). Five: the last run's
+/// three per mode spread by 10–40 %, more than the modes differ.
+const REPEATS: usize = 5;
 
 /// The order of the whole runs of one configuration, repeated: each mode runs first as often
 /// as last, so neither gains from what the other left warm (caches, the page cache, files).
@@ -442,6 +462,7 @@ fn run_once(
         stem: s.stem.clone(),
         mode,
         whole: r.bytes_read as f64 / total.as_secs_f64(),
+        spread: (0.0, 0.0),
         blocks: r.input_rate(),
         setup_s: setup.as_secs_f64(),
         device_used: free_before.saturating_sub(free_after),
