@@ -281,11 +281,11 @@ impl Plan {
             AntennaMode::Separate => antennas.iter().map(|&a| OutputId::Antenna(a)).collect(),
             AntennaMode::Sum => vec![OutputId::Sum],
         };
-        if sel.skip_blocks >= scan.slots.len() {
+        if sel.skip_blocks >= scan.slot_count() {
             return Err(Error::Selection(format!(
                 "skipping {} block(s) leaves nothing of the scan's {}",
                 sel.skip_blocks,
-                scan.slots.len()
+                scan.slot_count()
             )));
         }
         let samples = scan.samples_from(sel.skip_blocks);
@@ -352,7 +352,7 @@ impl Plan {
             outputs,
             products,
             first_slot: sel.skip_blocks,
-            blocks: scan.slots.len() - sel.skip_blocks,
+            blocks: scan.slot_count() - sel.skip_blocks,
             samples,
         })
     }

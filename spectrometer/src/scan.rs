@@ -118,8 +118,11 @@ pub struct Scan {
     pub geometry: Geometry,
     /// The metadata of the first block.
     pub info: ObsInfo,
-    /// The time axis, one slot per block: read blocks and gap blocks.
+    /// The time axis, one slot per block: read blocks and gap blocks (once; a scan
+    /// [`Scan::repeated`] goes through them [`Scan::repeats`] times).
     pub slots: Vec<SlotKind>,
+    /// How many times the time axis goes through `slots` (1 but for [`Scan::repeated`]).
+    repeats: usize,
     /// Gaps found.
     pub gaps: Vec<GapReport>,
     /// Files that end inside a block.
@@ -133,10 +136,27 @@ pub struct Scan {
 impl Scan {
     /// The scan read `times` times over, as one continuous recording (a soak test: a long run
     /// from a short scan; [`crate::pipeline::RunConfig::repeat`]). The time axis goes on across
-    /// the repeats; `times` of 0 is taken as 1.
+    /// the repeats; `times` of 0 is taken as 1. Nothing is copied: a soak of a million repeats
+    /// of a 32-block scan costs no more memory than one pass (a list of every slot would be
+    /// 1 GiB).
     pub fn repeated(mut self, times: usize) -> Scan {
-        self.slots = self.slots.repeat(times.max(1));
+        self.repeats = times.max(1);
         self
+    }
+
+    /// How many times the time axis goes through [`Scan::slots`].
+    pub fn repeats(&self) -> usize {
+        self.repeats
+    }
+
+    /// Slots on the time axis, repeats included.
+    pub fn slot_count(&self) -> usize {
+        self.slots.len().saturating_mul(self.repeats)
+    }
+
+    /// Slot `i` of the time axis (repeats included), `None` past the end.
+    pub fn slot(&self, i: usize) -> Option<SlotKind> {
+        (i < self.slot_count()).then(|| self.slots[i % self.slots.len()])
     }
 }
 
@@ -433,6 +453,7 @@ impl Scan {
             geometry,
             info,
             slots,
+            repeats: 1,
             gaps,
             truncations,
             warnings,
@@ -450,7 +471,7 @@ impl Scan {
 
     /// Samples per channel on the time axis from slot `first` on (gaps included).
     pub fn samples_from(&self, first: usize) -> u64 {
-        (self.slots.len().saturating_sub(first) as u64)
+        (self.slot_count().saturating_sub(first) as u64)
             .saturating_mul(self.geometry.new_samples() as u64)
     }
 
@@ -541,7 +562,8 @@ impl BlockBuffer for HostBuffer<u8> {
 pub struct FilledBlock<B> {
     /// Position on the processed time axis (0 = first processed slot).
     pub seq: u64,
-    /// The slot it came from (index into [`Scan::slots`]).
+    /// The slot it came from: its index on the time axis, skipped slots counted
+    /// ([`Scan::slot`]; into [`Scan::slots`] modulo their number for a repeated scan).
     pub slot: usize,
     /// What the slot is.
     pub kind: SlotKind,
@@ -568,8 +590,8 @@ pub struct BlockReader<B: BlockBuffer> {
 }
 
 impl<B: BlockBuffer> BlockReader<B> {
-    /// Starts reading `scan.slots[first..]` into `buffers` (each exactly `BLOCSIZE` bytes long;
-    /// at least one).
+    /// Starts reading the scan's time axis from slot `first` on ([`Scan::slot`], repeats
+    /// included) into `buffers` (each exactly `BLOCSIZE` bytes long; at least one).
     pub fn spawn(scan: &Scan, first: usize, buffers: Vec<B>) -> Self {
         assert!(!buffers.is_empty(), "the ring needs at least one buffer");
         let n = buffers.len();
@@ -580,13 +602,16 @@ impl<B: BlockBuffer> BlockReader<B> {
             free_tx.send(b).expect("receiver alive");
         }
         let files = scan.files.clone();
-        let slots: Vec<SlotKind> = scan.slots[first.min(scan.slots.len())..].to_vec();
+        // One pass's slots, gone through as often as the scan repeats them.
+        let slots = scan.slots.clone();
+        let total = scan.slot_count();
         let handle = std::thread::Builder::new()
             .name("raw-reader".into())
             .spawn(move || {
                 let mut stats = ReaderStats::default();
                 let mut open: Option<(usize, File)> = None;
-                for (seq, kind) in slots.into_iter().enumerate() {
+                let axis = (first.min(total)..total).map(|i| slots[i % slots.len()]);
+                for (seq, kind) in axis.enumerate() {
                     let Ok(mut buf) = free_rx.recv() else { break };
                     // Timed inside the closure: a pinned buffer's fill first waits for the
                     // copy to the GPU that still reads it, which is not reading.

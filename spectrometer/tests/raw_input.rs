@@ -432,3 +432,62 @@ fn filterbank_strings_longer_than_readers_accept_are_cut() {
     assert_eq!(back.rawdatafile, "r".repeat(MAX_STRING_LEN));
     assert_eq!(back.nchans, 16);
 }
+
+/// A repeated scan (`--repeat`, the soak) goes through its one list of slots again and again:
+/// the time axis, the plan and the reader see every pass, from any first slot, and nothing is
+/// copied per pass.
+#[test]
+fn a_repeated_scan_reads_every_pass_from_one_list_of_slots() {
+    use spectrometer::scan::BlockReader;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = tiny(dir.path(), "rep");
+    generate(&spec).unwrap();
+    let once = Scan::open(&dir.path().join("rep")).unwrap();
+    let n = once.slots.len();
+    assert!(n >= 2);
+    let scan = once.clone().repeated(3);
+    assert_eq!(
+        (scan.slots.len(), scan.repeats(), scan.slot_count()),
+        (n, 3, 3 * n)
+    );
+    assert_eq!(scan.slot(2 * n + 1), Some(once.slots[1]));
+    assert_eq!(scan.slot(3 * n), None);
+    assert_eq!(scan.samples_from(0), 3 * once.samples_from(0));
+    let sel = Selection {
+        skip_blocks: n + 1,
+        ..Selection::default()
+    };
+    let plan = Plan::new(&scan, &[product(8, 1, Detection::TotalPower)], &sel).unwrap();
+    assert_eq!(plan.blocks, 2 * n - 1);
+    // The blocks read from slot n + 1 on: the second pass from its block 1, then the third.
+    let read = |scan: &Scan, first: usize| {
+        let g = scan.geometry;
+        let reader = BlockReader::spawn(scan, first, vec![vec![0u8; g.blocsize]; 2]);
+        let mut blocks = Vec::new();
+        while let Some(b) = reader.next_block() {
+            let b = b.unwrap();
+            blocks.push((b.slot, b.buf.clone()));
+            reader.recycle(b.buf);
+        }
+        blocks
+    };
+    // Each base slot's bytes straight from its file, independently of the reader.
+    let base: Vec<Vec<u8>> = once
+        .slots
+        .iter()
+        .map(|s| {
+            let spectrometer::scan::SlotKind::Data { file, offset, .. } = *s else {
+                panic!("the tiny scan has no gaps")
+            };
+            let bytes = std::fs::read(&once.files[file]).unwrap();
+            bytes[offset as usize..offset as usize + once.geometry.blocsize].to_vec()
+        })
+        .collect();
+    assert_ne!(base[0], base[1], "blocks differ, so a wrong slot shows");
+    let got = read(&scan, n + 1);
+    assert_eq!(got.len(), 2 * n - 1);
+    for (k, (slot, bytes)) in got.iter().enumerate() {
+        assert_eq!(*slot, n + 1 + k);
+        assert_eq!(bytes, &base[slot % n], "slot {slot}");
+    }
+}
