@@ -205,11 +205,14 @@ pub trait Engine {
 
 /// An error unless `block` has exactly the plan's `BLOCSIZE` bytes.
 pub fn check_block(plan: &Plan, block: &BlockView<'_>) -> Result<()> {
-    if block.data.len() != plan.geometry.blocsize {
+    check_block_size(plan, block.seq, block.data.len())
+}
+
+/// An error unless block `seq`'s `len` bytes are exactly the plan's `BLOCSIZE`.
+pub fn check_block_size(plan: &Plan, seq: u64, len: usize) -> Result<()> {
+    if len != plan.geometry.blocsize {
         return Err(crate::error::Error::Engine(format!(
-            "block {} has {} bytes, expected BLOCSIZE {}",
-            block.seq,
-            block.data.len(),
+            "block {seq} has {len} bytes, expected BLOCSIZE {}",
             plan.geometry.blocsize
         )));
     }

@@ -60,7 +60,10 @@ use crate::engine::{BlockView, Engine, Integration, SpectraPool};
 use crate::error::{Error, Result};
 use crate::guppi::Geometry;
 use crate::plan::{AntennaMode, Detection, Plan, ProductPlan};
+
+mod stages;
 use crate::scan::FilledBlock;
+pub use stages::StageProfile;
 
 /// How the GPU work of a block is issued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -185,32 +188,6 @@ pub struct GpuEngine {
     collect_time: Duration,
     /// Where the integrations' buffers come from (the writer hands them back).
     pool: SpectraPool,
-}
-
-/// What [`GpuEngine::profile_from_pinned`] measured: milliseconds per block of each GPU
-/// stage, each timed alone.
-#[derive(Clone, Copy, Debug)]
-pub struct StageProfile {
-    /// Blocks measured.
-    pub blocks: u64,
-    /// Bytes of one block.
-    pub block_bytes: usize,
-    /// The host→device copy of one block from pinned memory.
-    pub h2d_ms: f64,
-    /// The GPU work of one block after its copy (the graph launch, or the stream operations).
-    pub work_ms: f64,
-}
-
-impl StageProfile {
-    /// Input bytes per second with the copy and the work fully overlapped (the bound).
-    pub fn overlapped_rate(&self) -> f64 {
-        self.block_bytes as f64 / (self.h2d_ms.max(self.work_ms) * 1e-3)
-    }
-
-    /// Input bytes per second with the copy and the work one after the other.
-    pub fn serial_rate(&self) -> f64 {
-        self.block_bytes as f64 / ((self.h2d_ms + self.work_ms) * 1e-3)
-    }
 }
 
 impl GpuEngine {
@@ -728,77 +705,6 @@ impl GpuEngine {
         Ok(())
     }
 
-    /// Runs `blocks` blocks from the pinned staging buffers as they are (no file reading, no
-    /// host copy): the throughput of the GPU stages fed from pinned memory. Returns the wall
-    /// time; the integrations are collected and dropped.
-    pub fn run_from_pinned(&mut self, blocks: u64) -> Result<Duration> {
-        let t = Instant::now();
-        let mut sink = Vec::new();
-        for _ in 0..blocks {
-            let j = (self.launched % 2) as usize;
-            self.submit_staged(j)?;
-            if self.launched >= 2 {
-                self.collect(self.launched - 2, 1 - j, &mut sink)?;
-                // As the writer does: the buffers go back for the next integrations.
-                for it in sink.drain(..) {
-                    self.pool.give(it.data);
-                }
-            }
-        }
-        self.finish(&mut sink)?;
-        Ok(t.elapsed())
-    }
-
-    /// Where the time of the GPU stages goes: runs `blocks` blocks from the pinned staging
-    /// buffers one at a time (each block's host→device copy, then its GPU work, timed with
-    /// CUDA events, the block waited for before the next), so that neither part overlaps the
-    /// other or another block's. The pipelined rate of [`GpuEngine::run_from_pinned`] lies
-    /// between `1 / (h2d + work)` (no overlap) and `1 / max(h2d, work)` (full overlap).
-    pub fn profile_from_pinned(&mut self, blocks: u64) -> Result<StageProfile> {
-        let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
-        let start = Event::new(&self.device).map_err(|x| e("creating an event", x))?;
-        let (mut h2d, mut work) = (0f64, 0f64);
-        let mut sink = Vec::new();
-        for _ in 0..blocks {
-            let j = (self.launched % 2) as usize;
-            start
-                .record(&self.copy_stream)
-                .map_err(|x| e("profile event", x))?;
-            self.submit_staged(j)?;
-            // The compute stream waited for the copy, so both have completed.
-            self.stream
-                .synchronize()
-                .map_err(|x| e("profiling a block", x))?;
-            h2d += f64::from(
-                start
-                    .elapsed_ms(&self.h2d_done[j])
-                    .map_err(|x| e("profile event", x))?,
-            );
-            work += f64::from(
-                self.h2d_done[j]
-                    .elapsed_ms(&self.read_done[j])
-                    .map_err(|x| e("profile event", x))?,
-            );
-            if self.launched >= 2 {
-                self.collect(self.launched - 2, 1 - j, &mut sink)?;
-                for it in sink.drain(..) {
-                    self.pool.give(it.data);
-                }
-            }
-        }
-        self.finish(&mut sink)?;
-        for it in sink.drain(..) {
-            self.pool.give(it.data);
-        }
-        let n = blocks.max(1) as f64;
-        Ok(StageProfile {
-            blocks,
-            block_bytes: self.plan.geometry.blocsize,
-            h2d_ms: h2d / n,
-            work_ms: work / n,
-        })
-    }
-
     /// After queuing block `launched − 1` (output buffer `j`): emits what block
     /// `launched − 2` completed, from the other output buffer.
     fn collect_previous(&mut self, j: usize, out: &mut Vec<Integration>) -> Result<()> {
@@ -904,14 +810,7 @@ impl Engine for GpuEngine {
         _geometry: &Geometry,
         out: &mut Vec<Integration>,
     ) -> Result<()> {
-        if block.buf.len() != self.plan.geometry.blocsize {
-            return Err(Error::Engine(format!(
-                "block {} has {} bytes, expected BLOCSIZE {}",
-                block.seq,
-                block.buf.len(),
-                self.plan.geometry.blocsize
-            )));
-        }
+        crate::engine::check_block_size(&self.plan, block.seq, block.buf.len())?;
         let j = (self.launched % 2) as usize;
         let t = Instant::now();
         self.queue_h2d(j, &block.buf)?;
