@@ -101,8 +101,10 @@ const CALLBACK_SRC: &str = include_str!("cuda/load_callbacks.cu");
 /// The kernels' source (`sp_gather`, `sp_detect`).
 const DETECT_SRC: &str = include_str!("cuda/detect.cu");
 
-/// Argument index of `g0` in `sp_detect`.
-const G0_ARG: usize = 12;
+/// Argument indices of `phase` and `slot0` in `sp_detect` (where the block starts, see
+/// [`run_start`]).
+const PHASE_ARG: usize = 12;
+const SLOT_ARG: usize = 13;
 /// Argument index of `col` in `sp_gather`.
 const COL_ARG: usize = 5;
 
@@ -115,6 +117,21 @@ fn detect_block(nfft: usize) -> (u32, usize) {
         let per = 256 / nfft;
         ((per * nfft) as u32, per)
     }
+}
+
+/// Where a block whose first spectrum has global index `g0` starts in `product`'s
+/// integrations, as `sp_detect` takes it: the phase `g0 mod nint` (spectra of the current
+/// integration before the block) and the slot of that integration, `(g0 div nint) mod nslots`.
+/// The kernel derives every run's slot from these with 32-bit additions: the 64-bit divisions
+/// it made per thread before cost more than the detection itself for 2^20-point products.
+fn run_start(product: &GpuProduct, g0: u64) -> (u32, u32) {
+    block_start(g0, product.p.nint, product.nslots)
+}
+
+/// [`run_start`] on plain numbers: `(g0 mod nint, (g0 div nint) mod nslots)`.
+fn block_start(g0: u64, nint: usize, nslots: usize) -> (u32, u32) {
+    let nint = nint as u64;
+    ((g0 % nint) as u32, ((g0 / nint) % nslots as u64) as u32)
 }
 
 /// Where the samples of a product whose FFT spans `blocks` blocks are gathered (one row per
@@ -409,8 +426,9 @@ impl GpuEngine {
         }
     }
 
-    fn detect_args<'a>(&self, product: &'a GpuProduct, g0: u64) -> [cudagraph::KernelArg<'a>; 13] {
+    fn detect_args<'a>(&self, product: &'a GpuProduct, g0: u64) -> [cudagraph::KernelArg<'a>; 14] {
         let a = product.detect_args.1;
+        let (phase, slot0) = run_start(product, g0);
         args![
             &product.spectra,
             &product.acc,
@@ -424,7 +442,8 @@ impl GpuEngine {
             a[6],
             a[7],
             a[8],
-            g0
+            phase,
+            slot0
         ]
     }
 
@@ -639,8 +658,11 @@ impl GpuEngine {
                         exec.set_enabled(d, complete)
                             .map_err(|x| e("enabling detection", x))?;
                     }
-                    exec.set_kernel_arg(d, G0_ARG, g0)
-                        .map_err(|x| e("block index", x))?;
+                    let (phase, slot0) = run_start(product, g0);
+                    exec.set_kernel_arg(d, PHASE_ARG, phase)
+                        .map_err(|x| e("integration phase", x))?;
+                    exec.set_kernel_arg(d, SLOT_ARG, slot0)
+                        .map_err(|x| e("integration slot", x))?;
                     // The integrations go back only from a block that completes one.
                     let copy = Self::completes_integration(product, k);
                     exec.set_enabled(c, copy)
@@ -859,7 +881,76 @@ impl Engine for GpuEngine {
 
 #[cfg(test)]
 mod tests {
-    use super::detect_block;
+    use super::{block_start, detect_block};
+
+    /// `sp_detect`'s runs of a block (first spectrum, end, slot, whether the run starts its
+    /// integration), as the kernel derives them from `block_start`'s phase and slot with
+    /// 32-bit arithmetic (a transcription of its loop header).
+    fn kernel_runs(
+        phase: u32,
+        slot0: u32,
+        spb: u32,
+        nint: u32,
+        nslots: u32,
+    ) -> Vec<(u32, u32, u32, bool)> {
+        let first = (nint - phase).min(spb);
+        let nruns = 1 + (spb - first).div_ceil(nint);
+        assert!(nruns <= nslots, "more runs than slots");
+        (0..nruns)
+            .map(|r| {
+                let q0 = if r == 0 { 0 } else { first + (r - 1) * nint };
+                let q1 = if r == 0 { first } else { q0 + nint }.min(spb);
+                let mut slot = slot0 + r;
+                if slot >= nslots {
+                    slot -= nslots;
+                }
+                (q0, q1, slot, r > 0 || phase == 0)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn runs_from_the_hosts_phase_and_slot_are_the_integrations_by_definition() {
+        // Every spectrum q of the block belongs to integration (g0 + q) / nint, whose slot is
+        // that modulo nslots; a run starts its integration when (g0 + q0) is a multiple of nint.
+        for (spb, nint) in [
+            (128, 16),
+            (128, 51),
+            (1, 51),
+            (1, 1),
+            (8, 3),
+            (16384, 128),
+            (4, 4096),
+        ] {
+            let nslots = spb / nint + 2;
+            for g0 in (0..3 * nint as u64 + 5).chain([u64::from(u32::MAX) * 7 + 3]) {
+                let g0 = g0 * spb as u64 + g0 % 7;
+                let (phase, slot0) = block_start(g0, nint, nslots);
+                let runs = kernel_runs(phase, slot0, spb as u32, nint as u32, nslots as u32);
+                let mut next = 0;
+                for (q0, q1, slot, fresh) in runs {
+                    assert_eq!(q0, next, "runs tile the block (g0 {g0}, nint {nint})");
+                    assert!(q1 > q0);
+                    let integ = (g0 + q0 as u64) / nint as u64;
+                    for q in q0..q1 {
+                        assert_eq!(
+                            (g0 + q as u64) / nint as u64,
+                            integ,
+                            "one integration per run"
+                        );
+                    }
+                    assert_eq!(
+                        slot as u64,
+                        integ % nslots as u64,
+                        "slot (g0 {g0}, q0 {q0})"
+                    );
+                    assert_eq!(fresh, (g0 + q0 as u64).is_multiple_of(nint as u64));
+                    next = q1;
+                }
+                assert_eq!(next, spb as u32, "runs cover the block");
+            }
+        }
+    }
 
     /// `sp_detect`'s blocks: whole runs of `nfft` threads below 256 points (never a partial
     /// run, never more than 256 threads), one run's 256 channels at a time from 256 up.

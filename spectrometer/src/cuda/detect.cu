@@ -18,9 +18,14 @@ extern "C" __global__ void sp_gather(const unsigned char* in, unsigned char* out
 // spec: [c][antenna][pol][q][bin] complex; acc: [slot][output][if][c * nfft + k].
 // Blocks: blockDim.x ≥ nfft means blockDim.x / nfft runs per block (thread t: k = t % nfft,
 // run blockIdx.z * per + t / nfft); otherwise one run's channels blockIdx.x * blockDim.x + t.
+// Where the block starts, computed on the host (no 64-bit division here: it cost more than the
+// detection itself for long FFTs): `phase` = g0 mod nint and `slot0` = (g0 div nint) mod
+// nslots, g0 the global index of the block's first spectrum. Run 0 continues (or, at phase 0,
+// starts) integration g0 div nint; run r starts integration g0 div nint + r.
 extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float* weights,
         unsigned nfft, unsigned spb, unsigned npol, unsigned nchan, unsigned nant,
-        unsigned sum, unsigned mode, unsigned nint, unsigned nslots, unsigned long long g0) {
+        unsigned sum, unsigned mode, unsigned nint, unsigned nslots, unsigned phase,
+        unsigned slot0) {
     unsigned per = blockDim.x >= nfft ? blockDim.x / nfft : 1;
     unsigned k = per > 1 ? threadIdx.x % nfft : blockIdx.x * blockDim.x + threadIdx.x;
     unsigned sub = per > 1 ? threadIdx.x / nfft : 0;
@@ -32,24 +37,24 @@ extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float
     unsigned nout = sum ? 1 : nant;
     unsigned long long nchans = (unsigned long long)nchan * nfft;
     unsigned long long stream_len = (unsigned long long)spb * nfft;
-    // Runs: the first ends at the first integration boundary after g0, then one per nint.
-    unsigned long long first = nint - (g0 % nint);
+    // Runs: the first ends at the first integration boundary of the block, then one per nint.
+    unsigned first = nint - phase;
     if (first > spb) first = spb;
-    unsigned long long nruns = 1 + (spb - first + nint - 1) / nint;
-    for (unsigned long long r = (unsigned long long)blockIdx.z * per + sub; r < nruns;
-         r += (unsigned long long)gridDim.z * per) {
-        unsigned long long q0 = r == 0 ? 0 : first + (r - 1) * nint;
-        unsigned long long q1 = r == 0 ? first : q0 + nint;
+    unsigned nruns = 1 + (spb - first + nint - 1) / nint;
+    for (unsigned r = blockIdx.z * per + sub; r < nruns; r += gridDim.z * per) {
+        unsigned q0 = r == 0 ? 0 : first + (r - 1) * nint;
+        unsigned q1 = r == 0 ? first : q0 + nint;
         if (q1 > spb) q1 = spb;
-        unsigned long long integ = (g0 + q0) / nint;
-        unsigned long long slot = integ % nslots;
-        bool fresh = ((g0 + q0) % nint) == 0;
+        // nruns ≤ nslots, so slot0 + r < 2 nslots.
+        unsigned slot = slot0 + r; if (slot >= nslots) slot -= nslots;
+        bool fresh = r > 0 || phase == 0;
         for (unsigned o = 0; o < nout; o++) {
             float v[4] = {0.f, 0.f, 0.f, 0.f};
-            for (unsigned long long q = q0; q < q1; q++) {
+            for (unsigned q = q0; q < q1; q++) {
                 for (unsigned a = (sum ? 0 : o); a < (sum ? nant : o + 1); a++) {
                     float w = weights[a];
-                    unsigned long long sx = ((unsigned long long)(c * nant + a) * npol) * stream_len + q * nfft + j;
+                    unsigned long long sx = ((unsigned long long)(c * nant + a) * npol) * stream_len
+                        + (unsigned long long)q * nfft + j;
                     float2 x = spec[sx];
                     float xx = x.x * x.x + x.y * x.y;
                     if (npol == 1) { v[0] += w * xx; continue; }
@@ -63,7 +68,8 @@ extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float
                 }
             }
             for (unsigned f = 0; f < nifs; f++) {
-                unsigned long long at = ((slot * nout + o) * nifs + f) * nchans + (unsigned long long)c * nfft + k;
+                unsigned long long at = (((unsigned long long)slot * nout + o) * nifs + f) * nchans
+                    + (unsigned long long)c * nfft + k;
                 acc[at] = fresh ? v[f] : acc[at] + v[f];
             }
         }
