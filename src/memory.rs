@@ -506,6 +506,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             queue_copy(
                 &self.alloc,
                 &src.alloc,
+                0,
                 self.size_bytes(),
                 sys::cudaMemcpyKind::cudaMemcpyDeviceToDevice,
                 stream,
@@ -529,6 +530,7 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             queue_copy(
                 &self.alloc,
                 &src.alloc,
+                0,
                 self.size_bytes(),
                 sys::cudaMemcpyKind::cudaMemcpyHostToDevice,
                 stream,
@@ -555,7 +557,51 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
             queue_copy(
                 &dst.alloc,
                 &self.alloc,
+                0,
                 self.size_bytes(),
+                sys::cudaMemcpyKind::cudaMemcpyDeviceToHost,
+                stream,
+            )
+        }
+    }
+
+    /// Queues a copy of elements `range` of this buffer into the same elements of the pinned
+    /// `dst` (same length) on `stream`, as [`copy_to_host_async`](Self::copy_to_host_async)
+    /// does for the whole buffer: host access to `dst` waits for the copy, either buffer may be
+    /// dropped at once, and the copy is ordered with the work on `stream` only. A range that
+    /// does not lie within the buffer is refused ([`Error::OutOfBounds`]); an empty one queues
+    /// nothing.
+    pub fn copy_range_to_host_async(
+        &self,
+        range: std::ops::Range<usize>,
+        dst: &mut HostBuffer<T>,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.check_len(dst.len, "copy_range_to_host_async")?;
+        if range.start > range.end || range.end > self.len {
+            return Err(Error::OutOfBounds {
+                node: None,
+                problem: format!(
+                    "copy_range_to_host_async: elements {}..{} of a buffer of {}",
+                    range.start, range.end, self.len
+                ),
+            });
+        }
+        stream.check_device(self.alloc.real_device()?, "the source buffer")?;
+        dst.alloc.real_device()?;
+        if range.is_empty() {
+            return Ok(());
+        }
+        let sz = std::mem::size_of::<T>();
+        // SAFETY: `range` lies within both buffers (same length, checked above), one device
+        // and one pinned allocation, both live; host access to `dst` is excluded while the
+        // copy is issued (`&mut`) and waits for the marker `queue_copy` notes afterwards.
+        unsafe {
+            queue_copy(
+                &dst.alloc,
+                &self.alloc,
+                range.start * sz,
+                range.len() * sz,
                 sys::cudaMemcpyKind::cudaMemcpyDeviceToHost,
                 stream,
             )
@@ -563,16 +609,17 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     }
 }
 
-/// Queues a copy of `bytes` from `src` to `dst` on `stream`, then notes a marker of it on both
-/// allocations, so that neither is freed, and pinned memory not accessed by the host, before
-/// the copy has run.
+/// Queues a copy of `bytes` from `src` to `dst` on `stream`, both starting `offset` bytes
+/// into their allocation, then notes a marker of it on both allocations, so that neither is
+/// freed, and pinned memory not accessed by the host, before the copy has run.
 ///
 /// # Safety
 /// Both allocations are real memory of the stream's device (or pinned), hold at least
-/// `bytes` from their start, are distinct, and match `kind`.
+/// `offset + bytes` bytes, are distinct, and match `kind`.
 unsafe fn queue_copy(
     dst: &Arc<Allocation>,
     src: &Arc<Allocation>,
+    offset: usize,
     bytes: usize,
     kind: sys::cudaMemcpyKind,
     stream: &Stream,
@@ -583,8 +630,8 @@ unsafe fn queue_copy(
     // SAFETY: the caller's contract; the markers below keep both alive until the copy ran.
     unsafe {
         rt::memcpy_async(
-            dst.ptr as *mut c_void,
-            src.ptr as *const c_void,
+            (dst.ptr as usize + offset) as *mut c_void,
+            (src.ptr as usize + offset) as *const c_void,
             bytes,
             kind,
             tail.raw(),

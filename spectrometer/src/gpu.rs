@@ -119,6 +119,59 @@ fn detect_block(nfft: usize) -> (u32, usize) {
     }
 }
 
+/// A product's ring of integration slots on the device, `(nslots, d2h_slots)`: how many slots,
+/// and how many of them a completing block copies back (`None`: all of them). `spb` spectra
+/// per block (1 for an FFT longer than a block, `long`), `nint` per integration.
+///
+/// A block holds at most `spb / nint + 2` runs of spectra (one slot each), which is the ring
+/// in general; a block's D2H then copies the whole ring, since the integrations it completes
+/// may wrap around it. Two common shapes copy only what completed:
+/// - `nint` a multiple of `spb` or larger (long integrations, long FFTs): a block completes at
+///   most one integration, so one slot is copied;
+/// - `spb` a multiple of `nint` (1024x16 from 131,072-sample blocks: 8 per block): every block
+///   completes exactly `c = spb / nint` integrations starting at a multiple of `c`, so with a
+///   ring of `2c` slots they are slots `0..c` or `c..2c`, never wrapped. For full
+///   polarisation this copies 8 MiB a block instead of the 10 MiB ring, and the copy is on
+///   the critical path of every block (the next block's graph waits for it).
+fn slot_ring(spb: usize, nint: usize, long: bool) -> (usize, Option<usize>) {
+    let general = spb / nint + 2;
+    if long || nint >= spb {
+        (general, Some(1))
+    } else if spb.is_multiple_of(nint) {
+        let c = spb / nint;
+        (general.max(2 * c), Some(c))
+    } else {
+        (general, None)
+    }
+}
+
+/// The elements of `product`'s slot ring that block `k` (which completes integrations) copies
+/// back: the slots from the first integration it completes, or the whole ring.
+fn copy_back(product: &GpuProduct, first_done: u64) -> std::ops::Range<usize> {
+    slots_copied(
+        product.d2h_slots,
+        product.nslots,
+        first_done,
+        product.slot_len,
+    )
+}
+
+/// [`copy_back`] on plain numbers.
+fn slots_copied(
+    d2h_slots: Option<usize>,
+    nslots: usize,
+    first_done: u64,
+    slot_len: usize,
+) -> std::ops::Range<usize> {
+    match d2h_slots {
+        None => 0..nslots * slot_len,
+        Some(n) => {
+            let s = (first_done % nslots as u64) as usize;
+            s * slot_len..(s + n) * slot_len
+        }
+    }
+}
+
 /// Where a block whose first spectrum has global index `g0` starts in `product`'s
 /// integrations, as `sp_detect` takes it: the phase `g0 mod nint` (spectra of the current
 /// integration before the block) and the slot of that integration, `(g0 div nint) mod nslots`.
@@ -155,6 +208,10 @@ struct GpuProduct {
     spb: usize,
     /// Integration slots on the device.
     nslots: usize,
+    /// Slots a block's D2H copies back ([`copy_back`]): the `n` slots from the first
+    /// integration the block completes, where every completing block completes at most `n`
+    /// and they never wrap around the ring; `None`: the whole ring.
+    d2h_slots: Option<usize>,
     /// Values per slot: outputs × IFs × channels.
     slot_len: usize,
     spectra: DeviceBuffer<Complex32>,
@@ -284,7 +341,7 @@ impl GpuEngine {
             let batch = nstreams * spb;
             let nout = plan.outputs.len();
             let slot_len = nout * p.nifs * p.nchans;
-            let nslots = spb / p.nint + 2;
+            let (nslots, d2h_slots) = slot_ring(spb, p.nint, blocks > 1);
             let desc = FftPlanDesc::new(FftType::C2C, &[p.nfft as i64], batch as i64).with_load(
                 LoadCallback::Custom(CustomCallback {
                     source: CALLBACK_SRC.to_string(),
@@ -329,6 +386,7 @@ impl GpuEngine {
             products.push(GpuProduct {
                 spb,
                 nslots,
+                d2h_slots,
                 slot_len,
                 spectra: DeviceBuffer::zeros(&device, batch * p.nfft)
                     .map_err(|e| alloc("spectra", e))?,
@@ -477,15 +535,15 @@ impl GpuEngine {
         (end_g / product.p.nint as u64).min(product.p.integrations)
     }
 
-    /// Whether block `k` completes an integration of `product` (only then are the integrations
-    /// copied back).
-    fn completes_integration(product: &GpuProduct, k: u64) -> bool {
+    /// The first integration of `product` block `k` completes, if it completes any (only then
+    /// are the integrations copied back).
+    fn first_completed(product: &GpuProduct, k: u64) -> Option<u64> {
         let before = if k == 0 {
             0
         } else {
             Self::done_after(product, k - 1)
         };
-        Self::done_after(product, k) > before
+        (Self::done_after(product, k) > before).then_some(before)
     }
 
     fn build_graph(&mut self) -> Result<()> {
@@ -525,8 +583,13 @@ impl GpuEngine {
                 )
                 .map_err(|x| e("detect node", x))?;
             dag.set_name(d, format!("detect+integrate (product {i})"));
+            // The size of every block's copy (`Exec::set_copy` changes where, not how much).
+            let r = copy_back(product, 0);
             let c = dag
-                .add_copy(dst(&product.out[0]), src(&product.acc))
+                .add_copy(
+                    dst(product.out[0].region(r.clone())),
+                    src(product.acc.region(r)),
+                )
                 .map_err(|x| e("D2H node", x))?;
             dag.set_name(c, format!("D2H integrations (product {i})"));
             dag.chain(&[gather.unwrap_or(h2d), f, d, c])
@@ -664,12 +727,17 @@ impl GpuEngine {
                     exec.set_kernel_arg(d, SLOT_ARG, slot0)
                         .map_err(|x| e("integration slot", x))?;
                     // The integrations go back only from a block that completes one.
-                    let copy = Self::completes_integration(product, k);
-                    exec.set_enabled(c, copy)
+                    let first = Self::first_completed(product, k);
+                    exec.set_enabled(c, first.is_some())
                         .map_err(|x| e("enabling the D2H", x))?;
-                    if copy {
-                        exec.set_copy(c, dst(&product.out[j]), src(&product.acc))
-                            .map_err(|x| e("switching the output buffer", x))?;
+                    if let Some(first) = first {
+                        let r = copy_back(product, first);
+                        exec.set_copy(
+                            c,
+                            dst(product.out[j].region(r.clone())),
+                            src(product.acc.region(r)),
+                        )
+                        .map_err(|x| e("switching the output buffer", x))?;
                     }
                 }
                 exec.launch(&self.stream).map_err(|x| e("launch", x))?;
@@ -711,10 +779,11 @@ impl GpuEngine {
                         )
                         .map_err(|x| e("detect", x))?;
                     let product = &mut self.products[i];
-                    if Self::completes_integration(product, k) {
+                    if let Some(first) = Self::first_completed(product, k) {
+                        let r = copy_back(product, first);
                         product
                             .acc
-                            .copy_to_host_async(&mut product.out[j], &self.stream)
+                            .copy_range_to_host_async(r, &mut product.out[j], &self.stream)
                             .map_err(|x| e("D2H", x))?;
                     }
                 }
@@ -881,7 +950,57 @@ impl Engine for GpuEngine {
 
 #[cfg(test)]
 mod tests {
-    use super::{block_start, detect_block};
+    use super::{block_start, detect_block, slot_ring, slots_copied};
+
+    #[test]
+    fn a_blocks_copy_back_holds_every_integration_it_completes() {
+        // Blocks of `spb` spectra (or, for a long FFT, one spectrum every `blocks` blocks):
+        // the integrations block k completes are [before, done); each one's slot must lie in
+        // the range copied back, and that range in the ring.
+        let slot_len = 3;
+        let mut partial = 0;
+        for long_blocks in [None, Some(2), Some(8)] {
+            for spb in 1..=40usize {
+                if long_blocks.is_some() && spb > 1 {
+                    break;
+                }
+                for nint in 1..=40usize {
+                    let (nslots, d2h) = slot_ring(spb, nint, long_blocks.is_some());
+                    assert!(nslots >= spb / nint + 2, "a block's runs fit in the ring");
+                    partial += usize::from(d2h.is_some());
+                    let spectra = |k: u64| match long_blocks {
+                        None => (k + 1) * spb as u64,
+                        Some(b) => (k + 1) / b,
+                    };
+                    for k in 0..200u64 {
+                        let before = if k == 0 {
+                            0
+                        } else {
+                            spectra(k - 1) / nint as u64
+                        };
+                        let done = spectra(k) / nint as u64;
+                        if done == before {
+                            continue;
+                        }
+                        let r = slots_copied(d2h, nslots, before, slot_len);
+                        assert!(r.end <= nslots * slot_len, "within the ring");
+                        for integ in before..done {
+                            let at = (integ % nslots as u64) as usize * slot_len;
+                            assert!(
+                                r.start <= at && at + slot_len <= r.end,
+                                "spb {spb}, nint {nint}, block {k}: integration {integ} \
+                                 (slot at {at}) outside {r:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            partial > 1000,
+            "most shapes copy part of the ring ({partial})"
+        );
+    }
 
     /// `sp_detect`'s runs of a block (first spectrum, end, slot, whether the run starts its
     /// integration), as the kernel derives them from `block_start`'s phase and slot with

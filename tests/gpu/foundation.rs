@@ -83,6 +83,39 @@ fn memory_round_trips(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "foundation::a_range_copied_to_the_host" => a_range_copied_to_the_host);
+/// `copy_range_to_host_async` writes exactly the range into the same elements of the pinned
+/// buffer; a range outside the buffer is refused before anything is queued.
+fn a_range_copied_to_the_host(gpu: &Gpu) -> anyhow::Result<()> {
+    let d = &gpu.device;
+    let data: Vec<u32> = (0..1000).collect();
+    let src = DeviceBuffer::from_slice(d, &data)?;
+    let mut h = HostBuffer::from_slice(d, &vec![u32::MAX; 1000])?;
+    src.copy_range_to_host_async(300..700, &mut h, &gpu.stream)?;
+    let got = h.to_vec()?;
+    for (i, v) in got.iter().enumerate() {
+        let want = if (300..700).contains(&i) {
+            i as u32
+        } else {
+            u32::MAX
+        };
+        ensure!(*v == want, "element {i}: {v}, want {want}");
+    }
+    for bad in [990..1001, 1001..1002] {
+        let e = src
+            .copy_range_to_host_async(bad.clone(), &mut h, &gpu.stream)
+            .unwrap_err();
+        ensure!(matches!(e, Error::OutOfBounds { .. }), "{bad:?}: {e}");
+    }
+    let mut short = HostBuffer::<u32>::zeros(d, 999)?;
+    let e = src
+        .copy_range_to_host_async(0..10, &mut short, &gpu.stream)
+        .unwrap_err();
+    ensure!(matches!(e, Error::OutOfBounds { .. }), "{e}");
+    src.copy_range_to_host_async(5..5, &mut h, &gpu.stream)?;
+    Ok(())
+}
+
 register!(gpu "foundation::compile_and_launch" => compile_and_launch);
 fn compile_and_launch(gpu: &Gpu) -> anyhow::Result<()> {
     let axpy = gpu.kernel("axpy")?;
