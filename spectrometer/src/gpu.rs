@@ -954,6 +954,10 @@ mod tests {
     use super::{block_start, detect_block, slot_ring, slots_copied};
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "integer arithmetic over millions of cases: no unsafe code or memory access for Miri to check, hours under it"
+    )]
     fn a_blocks_copy_back_holds_every_integration_it_completes() {
         // Blocks of `spb` spectra (or, for a long FFT, one spectrum every `blocks` blocks):
         // the integrations block k completes are [before, done); each one's slot must lie in
@@ -1030,6 +1034,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "integer arithmetic over millions of cases: no unsafe code or memory access for Miri to check, hours under it"
+    )]
     fn runs_from_the_hosts_phase_and_slot_are_the_integrations_by_definition() {
         // Every spectrum q of the block belongs to integration (g0 + q) / nint, whose slot is
         // that modulo nslots; a run starts its integration when (g0 + q0) is a multiple of nint.
