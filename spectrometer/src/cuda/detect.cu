@@ -2,14 +2,23 @@
 // shift, detection, antenna sum, integration). Loaded by `gpu.rs` with `include_str!`.
 // Copies the new samples of every channel of a block (rows of `row_bytes`, `in_pitch` apart)
 // into column `col` (bytes) of the long buffer (rows `out_pitch` apart), for FFTs longer than
-// a block.
+// a block. 16 bytes per thread where every offset allows (the buffers themselves are
+// cudaMalloc'd, 256-byte aligned), else byte by byte.
 extern "C" __global__ void sp_gather(const unsigned char* in, unsigned char* out,
         unsigned long long row_bytes, unsigned long long in_pitch, unsigned long long out_pitch,
         unsigned long long col) {
     unsigned long long row = blockIdx.y;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-         i < row_bytes; i += (unsigned long long)gridDim.x * blockDim.x)
-        out[row * out_pitch + col + i] = in[row * in_pitch + i];
+    const unsigned char* src = in + row * in_pitch;
+    unsigned char* dst = out + row * out_pitch + col;
+    unsigned long long i0 = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    if (((row_bytes | in_pitch | out_pitch | col) & 15) == 0) {
+        const uint4* s = (const uint4*)src;
+        uint4* d = (uint4*)dst;
+        for (unsigned long long i = i0; i < row_bytes / 16; i += stride) d[i] = s[i];
+    } else {
+        for (unsigned long long i = i0; i < row_bytes; i += stride) dst[i] = src[i];
+    }
 }
 
 // One thread per (fine channel k, coarse channel c, run of spectra): a run is the part of one
