@@ -27,13 +27,15 @@
 //!   polarisation or Stokes), the antenna sum with weights, and integration over `nint`
 //!   spectra into a small ring of integration slots on the device. An integration that spans
 //!   blocks carries over (the kernel overwrites a slot only at an integration's first
-//!   spectrum). The global index of the block's first spectrum is a kernel argument updated per
-//!   block (`Exec::set_kernel_arg`).
+//!   spectrum). Where the block starts in the integrations (its phase and the slot of its
+//!   first integration, computed on the host) are kernel arguments updated per block
+//!   (`Exec::set_kernel_arg`).
 //! - **D2H** per product: the slots the block completed (one unwrapped run of them where the
 //!   product's shape allows, see `slot_ring`; else the whole slot ring) into the same place in
-//!   one of two pinned output buffers (switched per block). After launching block `k`, the engine reads the integrations that block `k − 1`
-//!   completed from the other buffer, which waits only for launch `k − 1` (cudagraph tracks
-//!   which launches may still use a buffer), so reading overlaps the GPU work of block `k`.
+//!   one of two pinned output buffers (switched per block). After launching block `k`, the
+//!   engine reads the integrations that block `k − 1` completed from the other buffer, which
+//!   waits only for launch `k − 1` (cudagraph tracks which launches may still use a buffer),
+//!   so reading overlaps the GPU work of block `k`.
 //!
 //! The same work can be issued with plain stream operations instead ([`GpuMode::Stream`]) to
 //! measure what the graph gains.
