@@ -64,8 +64,10 @@ use crate::error::{Error, Result};
 use crate::guppi::Geometry;
 use crate::plan::{AntennaMode, Detection, Plan, ProductPlan};
 
+mod slots;
 mod stages;
 use crate::scan::FilledBlock;
+use slots::{block_start, detect_block, slot_ring, slots_copied};
 pub use stages::StageProfile;
 
 /// How the GPU work of a block is issued.
@@ -111,43 +113,6 @@ const SLOT_ARG: usize = 13;
 /// Argument index of `col` in `sp_gather`.
 const COL_ARG: usize = 5;
 
-/// `sp_detect`'s threads per block for an `nfft`-point product, and how many runs of spectra
-/// one block covers (`blockDim.x / nfft` in the kernel when `nfft` < 256, else 1).
-fn detect_block(nfft: usize) -> (u32, usize) {
-    if nfft >= 256 {
-        (256, 1)
-    } else {
-        let per = 256 / nfft;
-        ((per * nfft) as u32, per)
-    }
-}
-
-/// A product's ring of integration slots on the device, `(nslots, d2h_slots)`: how many slots,
-/// and how many of them a completing block copies back (`None`: all of them). `spb` spectra
-/// per block (1 for an FFT longer than a block, `long`), `nint` per integration.
-///
-/// A block holds at most `spb / nint + 2` runs of spectra (one slot each), which is the ring
-/// in general; a block's D2H then copies the whole ring, since the integrations it completes
-/// may wrap around it. Two common shapes copy only what completed:
-/// - `nint` a multiple of `spb` or larger (long integrations, long FFTs): a block completes at
-///   most one integration, so one slot is copied;
-/// - `spb` a multiple of `nint` (1024x16 from 131,072-sample blocks: 8 per block): every block
-///   completes exactly `c = spb / nint` integrations starting at a multiple of `c`, so with a
-///   ring of `2c` slots they are slots `0..c` or `c..2c`, never wrapped. For full
-///   polarisation this copies 8 MiB a block instead of the 10 MiB ring, and the copy is on
-///   the critical path of every block (the next block's graph waits for it).
-fn slot_ring(spb: usize, nint: usize, long: bool) -> (usize, Option<usize>) {
-    let general = spb / nint + 2;
-    if long || nint >= spb {
-        (general, Some(1))
-    } else if spb.is_multiple_of(nint) {
-        let c = spb / nint;
-        (general.max(2 * c), Some(c))
-    } else {
-        (general, None)
-    }
-}
-
 /// The elements of `product`'s slot ring that block `k` (which completes integrations) copies
 /// back: the slots from the first integration it completes, or the whole ring.
 fn copy_back(product: &GpuProduct, first_done: u64) -> std::ops::Range<usize> {
@@ -159,22 +124,6 @@ fn copy_back(product: &GpuProduct, first_done: u64) -> std::ops::Range<usize> {
     )
 }
 
-/// [`copy_back`] on plain numbers.
-fn slots_copied(
-    d2h_slots: Option<usize>,
-    nslots: usize,
-    first_done: u64,
-    slot_len: usize,
-) -> std::ops::Range<usize> {
-    match d2h_slots {
-        None => 0..nslots * slot_len,
-        Some(n) => {
-            let s = (first_done % nslots as u64) as usize;
-            s * slot_len..(s + n) * slot_len
-        }
-    }
-}
-
 /// Where a block whose first spectrum has global index `g0` starts in `product`'s
 /// integrations, as `sp_detect` takes it: the phase `g0 mod nint` (spectra of the current
 /// integration before the block) and the slot of that integration, `(g0 div nint) mod nslots`.
@@ -182,12 +131,6 @@ fn slots_copied(
 /// it made per thread before cost more than the detection itself for 2^20-point products.
 fn run_start(product: &GpuProduct, g0: u64) -> (u32, u32) {
     block_start(g0, product.p.nint, product.nslots)
-}
-
-/// [`run_start`] on plain numbers: `(g0 mod nint, (g0 div nint) mod nslots)`.
-fn block_start(g0: u64, nint: usize, nslots: usize) -> (u32, u32) {
-    let nint = nint as u64;
-    ((g0 % nint) as u32, ((g0 / nint) % nslots as u64) as u32)
 }
 
 /// Where the samples of a product whose FFT spans `blocks` blocks are gathered (one row per
@@ -948,157 +891,5 @@ impl Engine for GpuEngine {
             ("submit (H2D, GPU, D2H queued)", self.submit_time),
             ("wait + collect", self.collect_time),
         ]
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{block_start, detect_block, slot_ring, slots_copied};
-
-    #[test]
-    #[cfg_attr(
-        miri,
-        ignore = "integer arithmetic over millions of cases: no unsafe code or memory access for Miri to check, hours under it"
-    )]
-    fn a_blocks_copy_back_holds_every_integration_it_completes() {
-        // Blocks of `spb` spectra (or, for a long FFT, one spectrum every `blocks` blocks):
-        // the integrations block k completes are [before, done); each one's slot must lie in
-        // the range copied back, and that range in the ring.
-        let slot_len = 3;
-        let mut partial = 0;
-        for long_blocks in [None, Some(2), Some(8)] {
-            for spb in 1..=40usize {
-                if long_blocks.is_some() && spb > 1 {
-                    break;
-                }
-                for nint in 1..=40usize {
-                    let (nslots, d2h) = slot_ring(spb, nint, long_blocks.is_some());
-                    assert!(nslots >= spb / nint + 2, "a block's runs fit in the ring");
-                    partial += usize::from(d2h.is_some());
-                    let spectra = |k: u64| match long_blocks {
-                        None => (k + 1) * spb as u64,
-                        Some(b) => (k + 1) / b,
-                    };
-                    for k in 0..200u64 {
-                        let before = if k == 0 {
-                            0
-                        } else {
-                            spectra(k - 1) / nint as u64
-                        };
-                        let done = spectra(k) / nint as u64;
-                        if done == before {
-                            continue;
-                        }
-                        let r = slots_copied(d2h, nslots, before, slot_len);
-                        assert!(r.end <= nslots * slot_len, "within the ring");
-                        for integ in before..done {
-                            let at = (integ % nslots as u64) as usize * slot_len;
-                            assert!(
-                                r.start <= at && at + slot_len <= r.end,
-                                "spb {spb}, nint {nint}, block {k}: integration {integ} \
-                                 (slot at {at}) outside {r:?}"
-                            );
-                        }
-                    }
-                }
-            }
-        }
-        assert!(
-            partial > 1000,
-            "most shapes copy part of the ring ({partial})"
-        );
-    }
-
-    /// `sp_detect`'s runs of a block (first spectrum, end, slot, whether the run starts its
-    /// integration), as the kernel derives them from `block_start`'s phase and slot with
-    /// 32-bit arithmetic (a transcription of its loop header).
-    fn kernel_runs(
-        phase: u32,
-        slot0: u32,
-        spb: u32,
-        nint: u32,
-        nslots: u32,
-    ) -> Vec<(u32, u32, u32, bool)> {
-        let first = (nint - phase).min(spb);
-        let nruns = 1 + (spb - first).div_ceil(nint);
-        assert!(nruns <= nslots, "more runs than slots");
-        (0..nruns)
-            .map(|r| {
-                let q0 = if r == 0 { 0 } else { first + (r - 1) * nint };
-                let q1 = if r == 0 { first } else { q0 + nint }.min(spb);
-                let mut slot = slot0 + r;
-                if slot >= nslots {
-                    slot -= nslots;
-                }
-                (q0, q1, slot, r > 0 || phase == 0)
-            })
-            .collect()
-    }
-
-    #[test]
-    #[cfg_attr(
-        miri,
-        ignore = "integer arithmetic over millions of cases: no unsafe code or memory access for Miri to check, hours under it"
-    )]
-    fn runs_from_the_hosts_phase_and_slot_are_the_integrations_by_definition() {
-        // Every spectrum q of the block belongs to integration (g0 + q) / nint, whose slot is
-        // that modulo nslots; a run starts its integration when (g0 + q0) is a multiple of nint.
-        for (spb, nint) in [
-            (128, 16),
-            (128, 51),
-            (1, 51),
-            (1, 1),
-            (8, 3),
-            (16384, 128),
-            (4, 4096),
-        ] {
-            let nslots = spb / nint + 2;
-            for g0 in (0..3 * nint as u64 + 5).chain([u64::from(u32::MAX) * 7 + 3]) {
-                let g0 = g0 * spb as u64 + g0 % 7;
-                let (phase, slot0) = block_start(g0, nint, nslots);
-                let runs = kernel_runs(phase, slot0, spb as u32, nint as u32, nslots as u32);
-                let mut next = 0;
-                for (q0, q1, slot, fresh) in runs {
-                    assert_eq!(q0, next, "runs tile the block (g0 {g0}, nint {nint})");
-                    assert!(q1 > q0);
-                    let integ = (g0 + q0 as u64) / nint as u64;
-                    for q in q0..q1 {
-                        assert_eq!(
-                            (g0 + q as u64) / nint as u64,
-                            integ,
-                            "one integration per run"
-                        );
-                    }
-                    assert_eq!(
-                        slot as u64,
-                        integ % nslots as u64,
-                        "slot (g0 {g0}, q0 {q0})"
-                    );
-                    assert_eq!(fresh, (g0 + q0 as u64).is_multiple_of(nint as u64));
-                    next = q1;
-                }
-                assert_eq!(next, spb as u32, "runs cover the block");
-            }
-        }
-    }
-
-    /// `sp_detect`'s blocks: whole runs of `nfft` threads below 256 points (never a partial
-    /// run, never more than 256 threads), one run's 256 channels at a time from 256 up.
-    #[test]
-    fn detect_blocks_hold_whole_runs() {
-        for nfft in 1..=1024 {
-            let (threads, per) = detect_block(nfft);
-            assert!(threads <= 256 && per >= 1, "nfft {nfft}");
-            if nfft < 256 {
-                assert_eq!(threads as usize, per * nfft, "nfft {nfft}");
-                assert!(
-                    threads as usize + nfft > 256,
-                    "nfft {nfft}: room for one more run"
-                );
-            } else {
-                assert_eq!((threads, per), (256, 1), "nfft {nfft}");
-            }
-        }
-        assert_eq!(detect_block(8), (256, 32));
     }
 }
