@@ -5,6 +5,7 @@
 //!                  ┌─> FFT (load callback decodes the packed integers) ─> detect+integrate ─> D2H (product 0)
 //! H2D (block) ─────┼─> FFT ─> detect+integrate ─> D2H                                      (product 1)
 //!                  └─> …
+//! D2H of the previous block's integrations (products whose copy runs late, see below)
 //! ```
 //!
 //! - **H2D**, outside the graph on a copy stream so that it overlaps the previous block's GPU
@@ -30,12 +31,18 @@
 //!   spectrum). Where the block starts in the integrations (its phase and the slot of its
 //!   first integration, computed on the host) are kernel arguments updated per block
 //!   (`Exec::set_kernel_arg`).
-//! - **D2H** per product: the slots the block completed (one unwrapped run of them where the
+//! - **D2H** per product: the slots a block completed (one unwrapped run of them where the
 //!   product's shape allows, see `slot_ring`; else the whole slot ring) into the same place in
-//!   one of two pinned output buffers (switched per block). After launching block `k`, the
-//!   engine reads the integrations that block `k − 1` completed from the other buffer, which
-//!   waits only for launch `k − 1` (cudagraph tracks which launches may still use a buffer),
-//!   so reading overlaps the GPU work of block `k`.
+//!   that block's pinned output buffer (one of two, alternating per block). Where every block
+//!   completes exactly the integrations it starts (`spb` a multiple of `nint`: 1024x16 and
+//!   the like), the copy runs **one block late**: the D2H node is a root of the graph that
+//!   copies what the previous launch completed, beside this block's FFT and detection (which
+//!   write other slots, see `deferred_copy`), so it costs no time on the GPU's critical path;
+//!   the last block's goes after the last launch. Otherwise it follows the block's own
+//!   detection. After launching block `k`, the engine reads the integrations the launch
+//!   before copied back (block `k − 1`'s, or `k − 2`'s when late), which waits only for that
+//!   launch (cudagraph tracks which launches may still use a buffer), so reading overlaps
+//!   the GPU work of block `k`.
 //!
 //! The same work can be issued with plain stream operations instead ([`GpuMode::Stream`]) to
 //! measure what the graph gains.
@@ -64,10 +71,11 @@ use crate::error::{Error, Result};
 use crate::guppi::Geometry;
 use crate::plan::{AntennaMode, Detection, Plan, ProductPlan};
 
+mod launch;
 mod slots;
 mod stages;
 use crate::scan::FilledBlock;
-use slots::{block_start, detect_block, slot_ring, slots_copied};
+use slots::{block_start, deferred_copy, detect_block, slot_ring, slots_copied};
 pub use stages::StageProfile;
 
 /// How the GPU work of a block is issued.
@@ -158,6 +166,10 @@ struct GpuProduct {
     /// integration the block completes, where every completing block completes at most `n`
     /// and they never wrap around the ring; `None`: the whole ring.
     d2h_slots: Option<usize>,
+    /// The D2H of block `k`'s integrations runs one block late, in block `k + 1`'s work
+    /// beside its FFT and detection, instead of after block `k`'s detection
+    /// ([`deferred_copy`]); they go to the output buffer of block `k` all the same.
+    deferred: bool,
     /// Values per slot: outputs × IFs × channels.
     slot_len: usize,
     spectra: DeviceBuffer<Complex32>,
@@ -194,6 +206,11 @@ pub struct GpuEngine {
     h2d_done: [Event; 2],
     /// Recorded on the compute stream after the launch that read `d_stage[j]`.
     read_done: [Event; 2],
+    /// Stream mode: the stream of the deferred D2H copies, forked from the compute stream
+    /// (`fork`) at a block's start and joined back (`join`) at its end.
+    d2h_stream: Stream,
+    fork: Event,
+    join: Event,
     d_in: DeviceBuffer<u8>,
     detect: Kernel,
     gather: Kernel,
@@ -250,6 +267,8 @@ impl GpuEngine {
         let copy_stream = Stream::new(&device).map_err(|e| gpu_err("creating a stream", e))?;
         let event = || Event::new(&device).map_err(|e| gpu_err("creating an event", e));
         let (h2d_done, read_done) = ([event()?, event()?], [event()?, event()?]);
+        let d2h_stream = Stream::new(&device).map_err(|e| gpu_err("creating a stream", e))?;
+        let (fork, join) = (event()?, event()?);
         let mut products = Vec::new();
         for p in &plan.products {
             // An FFT within a block: `spb` spectra per block. Longer: one spectrum every
@@ -333,6 +352,7 @@ impl GpuEngine {
                 spb,
                 nslots,
                 d2h_slots,
+                deferred: deferred_copy(spb, p.nint, blocks > 1),
                 slot_len,
                 spectra: DeviceBuffer::zeros(&device, batch * p.nfft)
                     .map_err(|e| alloc("spectra", e))?,
@@ -379,6 +399,9 @@ impl GpuEngine {
             copy_stream,
             h2d_done,
             read_done,
+            d2h_stream,
+            fork,
+            join,
             d_in,
             detect,
             gather,
@@ -492,6 +515,14 @@ impl GpuEngine {
         (Self::done_after(product, k) > before).then_some(before)
     }
 
+    /// The block whose integrations the work of block `k` copies back (itself, or the one
+    /// before for a deferred copy), and the first integration that block completes; `None`
+    /// when that block completes none.
+    fn copied_by(product: &GpuProduct, k: u64) -> Option<(u64, u64)> {
+        let b = k.checked_sub(u64::from(product.deferred))?;
+        Self::first_completed(product, b).map(|first| (b, first))
+    }
+
     fn build_graph(&mut self) -> Result<()> {
         let mut dag = Dag::new();
         let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
@@ -537,9 +568,19 @@ impl GpuEngine {
                     src(product.acc.region(r)),
                 )
                 .map_err(|x| e("D2H node", x))?;
-            dag.set_name(c, format!("D2H integrations (product {i})"));
-            dag.chain(&[gather.unwrap_or(h2d), f, d, c])
-                .map_err(|x| e("edges", x))?;
+            if product.deferred {
+                // A root beside the rest: it copies what the previous launch completed,
+                // which this launch's detection does not touch (`deferred_copy`).
+                dag.set_name(
+                    c,
+                    format!("D2H previous block's integrations (product {i})"),
+                );
+                dag.chain(&[gather.unwrap_or(h2d), f, d])
+            } else {
+                dag.set_name(c, format!("D2H integrations (product {i})"));
+                dag.chain(&[gather.unwrap_or(h2d), f, d, c])
+            }
+            .map_err(|x| e("edges", x))?;
             nodes.push((f, d, c));
         }
         for ((product, n), gather) in self.products.iter_mut().zip(nodes).zip(gathers) {
@@ -608,154 +649,27 @@ impl GpuEngine {
         Ok(self.staging.as_mut().expect("allocated above"))
     }
 
-    /// Queues block `launched` from staging buffer `j` ([`GpuEngine::staging`]).
-    fn submit_staged(&mut self, j: usize) -> Result<()> {
-        self.staging()?;
-        let staging = self.staging.as_ref().expect("allocated above");
-        self.queue_h2d(j, &staging[j])?;
-        self.launch_block(j)
-    }
-
-    /// Queues the H2D of block `launched` from the pinned `block` into `d_stage[j]` on the copy
-    /// stream, ordered after the launch that last read `d_stage[j]` and before the next work on
-    /// the compute stream. `block` may be handed on (or dropped) at once: cudagraph notes the
-    /// copy on it, and host writes to it wait for the copy.
-    fn queue_h2d(&self, j: usize, block: &HostBuffer<u8>) -> Result<()> {
-        let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
-        if self.launched >= 2 {
-            // The launch two blocks back read `d_stage[j]`.
-            self.copy_stream
-                .wait_event(&self.read_done[j])
-                .map_err(|x| e("ordering the H2D", x))?;
-        }
-        self.d_stage[j]
-            .copy_from_host_async(block, &self.copy_stream)
-            .map_err(|x| e("H2D", x))?;
-        self.h2d_done[j]
-            .record(&self.copy_stream)
-            .map_err(|x| e("H2D event", x))?;
-        self.stream
-            .wait_event(&self.h2d_done[j])
-            .map_err(|x| e("ordering the launch", x))
-    }
-
-    /// Queues the work of block `launched`, whose H2D into `d_stage[j]` is queued
-    /// ([`GpuEngine::queue_h2d`]): one graph launch, or the same operations on the stream.
-    fn launch_block(&mut self, j: usize) -> Result<()> {
-        let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
-        let k = self.launched;
-        match self.mode {
-            GpuMode::Graph => {
-                let exec = self.exec.as_mut().expect("graph mode has an exec");
-                exec.set_copy(
-                    self.h2d.expect("built"),
-                    dst(&self.d_in),
-                    src(&self.d_stage[j]),
-                )
-                .map_err(|x| e("switching the staging buffer", x))?;
-                for product in &self.products {
-                    let (f, d, c) = product.nodes.expect("built");
-                    let (complete, g0) = Self::block_spectra(product, k);
-                    if let Some(l) = &product.gather {
-                        let col = (k % l.blocks as u64) * l.row_bytes;
-                        exec.set_kernel_arg(l.node.expect("built"), COL_ARG, col)
-                            .map_err(|x| e("gather column", x))?;
-                        // The FFT and detection run only on the block that completes a
-                        // spectrum (the FFT's captured kernels are disabled together).
-                        exec.set_enabled(f, complete)
-                            .map_err(|x| e("enabling the FFT", x))?;
-                        exec.set_enabled(d, complete)
-                            .map_err(|x| e("enabling detection", x))?;
-                    }
-                    let (phase, slot0) = run_start(product, g0);
-                    exec.set_kernel_arg(d, PHASE_ARG, phase)
-                        .map_err(|x| e("integration phase", x))?;
-                    exec.set_kernel_arg(d, SLOT_ARG, slot0)
-                        .map_err(|x| e("integration slot", x))?;
-                    // The integrations go back only from a block that completes one.
-                    let first = Self::first_completed(product, k);
-                    exec.set_enabled(c, first.is_some())
-                        .map_err(|x| e("enabling the D2H", x))?;
-                    if let Some(first) = first {
-                        let r = copy_back(product, first);
-                        exec.set_copy(
-                            c,
-                            dst(product.out[j].region(r.clone())),
-                            src(product.acc.region(r)),
-                        )
-                        .map_err(|x| e("switching the output buffer", x))?;
-                    }
-                }
-                exec.launch(&self.stream).map_err(|x| e("launch", x))?;
-            }
-            GpuMode::Stream => {
-                self.d_in
-                    .copy_from_device_async(&self.d_stage[j], &self.stream)
-                    .map_err(|x| e("D2D", x))?;
-                for i in 0..self.products.len() {
-                    let (complete, g0) = Self::block_spectra(&self.products[i], k);
-                    if let Some(l) = &self.products[i].gather {
-                        let args = self.gather_args(l, k);
-                        self.gather
-                            .launch(&self.stream, l.cfg, &args)
-                            .map_err(|x| e("gather", x))?;
-                    }
-                    if !complete {
-                        continue;
-                    }
-                    let spec = self.fft_spec(&self.products[i]);
-                    self.products[i]
-                        .stream_fft
-                        .as_mut()
-                        .expect("stream mode has plans")
-                        .exec(
-                            &self.stream,
-                            Direction::Forward,
-                            &spec.input,
-                            &spec.output,
-                            &spec.params,
-                        )
-                        .map_err(|x| e("FFT", x))?;
-                    let product = &self.products[i];
-                    self.detect
-                        .launch(
-                            &self.stream,
-                            product.detect_args.0,
-                            &self.detect_args(product, g0),
-                        )
-                        .map_err(|x| e("detect", x))?;
-                    let product = &mut self.products[i];
-                    if let Some(first) = Self::first_completed(product, k) {
-                        let r = copy_back(product, first);
-                        product
-                            .acc
-                            .copy_range_to_host_async(r, &mut product.out[j], &self.stream)
-                            .map_err(|x| e("D2H", x))?;
-                    }
-                }
-            }
-        }
-        self.read_done[j]
-            .record(&self.stream)
-            .map_err(|x| e("launch event", x))?;
-        self.launched += 1;
-        Ok(())
-    }
-
-    /// After queuing block `launched − 1` (output buffer `j`): emits what block
-    /// `launched − 2` completed, from the other output buffer.
-    fn collect_previous(&mut self, j: usize, out: &mut Vec<Integration>) -> Result<()> {
+    /// After queuing block `k = launched − 1`: emits, of each product, what the launch
+    /// before copied back (block `k − 1`'s integrations, or block `k − 2`'s for a deferred
+    /// copy), which waits for that launch only.
+    fn collect_previous(&mut self, out: &mut Vec<Integration>) -> Result<()> {
         let t = Instant::now();
-        if self.launched >= 2 {
-            self.collect(self.launched - 2, 1 - j, out)?;
-        }
+        let launched = self.launched;
+        self.collect(|p| launched.checked_sub(2 + u64::from(p.deferred)), out)?;
         self.collect_time += t.elapsed();
         Ok(())
     }
 
-    /// Emits the integrations block `k` (copied into output buffer `j`) completed.
-    fn collect(&mut self, k: u64, j: usize, out: &mut Vec<Integration>) -> Result<()> {
+    /// Emits, of each product, the integrations that block `block(product)` completed (from
+    /// that block's output buffer; the launch that copied them back must have been queued).
+    fn collect(
+        &mut self,
+        block: impl Fn(&GpuProduct) -> Option<u64>,
+        out: &mut Vec<Integration>,
+    ) -> Result<()> {
         for product in &mut self.products {
+            let Some(k) = block(product) else { continue };
+            let j = (k % 2) as usize;
             let done = Self::done_after(product, k);
             if done <= product.emitted {
                 continue;
@@ -837,7 +751,7 @@ impl Engine for GpuEngine {
         let t = Instant::now();
         self.submit_staged(j)?;
         self.submit_time += t.elapsed();
-        self.collect_previous(j, out)
+        self.collect_previous(out)
     }
 
     /// The pipeline's path: the H2D reads the pinned ring buffer itself (no host copy).
@@ -853,14 +767,29 @@ impl Engine for GpuEngine {
         self.queue_h2d(j, &block.buf)?;
         self.launch_block(j)?;
         self.submit_time += t.elapsed();
-        self.collect_previous(j, out)
+        self.collect_previous(out)
     }
 
     fn finish(&mut self, out: &mut Vec<Integration>) -> Result<()> {
         let t = Instant::now();
-        if self.launched >= 1 {
-            let k = self.launched - 1;
-            self.collect(k, (k % 2) as usize, out)?;
+        if let Some(last) = self.launched.checked_sub(1) {
+            // A deferred copy's last two blocks: the one the last launch copied back, then
+            // the last one, copied back here on the stream after it.
+            self.collect(|p| p.deferred.then(|| last.checked_sub(1)).flatten(), out)?;
+            for product in self.products.iter_mut().filter(|p| p.deferred) {
+                if let Some(first) = Self::first_completed(product, last) {
+                    let r = copy_back(product, first);
+                    product
+                        .acc
+                        .copy_range_to_host_async(
+                            r,
+                            &mut product.out[(last % 2) as usize],
+                            &self.stream,
+                        )
+                        .map_err(|x| gpu_err("D2H of the last block", x))?;
+                }
+            }
+            self.collect(|_| Some(last), out)?;
         }
         if let Some(exec) = &mut self.exec {
             exec.synchronize().map_err(|x| gpu_err("finishing", x))?;

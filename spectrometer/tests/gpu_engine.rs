@@ -152,6 +152,36 @@ fn stream_mode_matches_too() {
     );
 }
 
+/// Products whose blocks each complete whole integrations copy them back one block late, in
+/// the next block's work beside its FFT (the last block's after the last launch): every
+/// integration must still land in the right place, in both modes, from one block up, next
+/// to products that copy back at once.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
+fn copies_back_one_block_late_lose_nothing() {
+    gpu_or_fail();
+    for mode in [GpuMode::Graph, GpuMode::Stream] {
+        for (blocks_per_file, files) in [(1, 1), (2, 1), (3, 2)] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = scan(dir.path(), "late");
+            (s.blocks_per_file, s.files) = (blocks_per_file, files);
+            compare(
+                &s,
+                &[
+                    // 512 samples a block: 16, 1 and 8 integrations completed per block,
+                    // copied back late; 128x3 copies back at once.
+                    p(8, 4, Detection::TotalPower),
+                    p(64, 8, Detection::Stokes),
+                    p(32, 2, Detection::FullPol),
+                    p(128, 3, Detection::TotalPower),
+                ],
+                Selection::default(),
+                mode,
+            );
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
 fn every_nbits_and_single_pol() {

@@ -39,6 +39,17 @@ pub(super) fn slot_ring(spb: usize, nint: usize, long: bool) -> (usize, Option<u
     }
 }
 
+/// Whether a product's copy-back can run one block late, in the next block's graph beside
+/// its FFT (`GpuEngine`'s deferred D2H), rather than after the block's own detection: true
+/// when every block completes exactly the `c = spb / nint` integrations it starts (`spb` a
+/// multiple of `nint`, not a long FFT). The ring of [`slot_ring`] then has at least `2c`
+/// slots, so the slots block `k + 1` writes are never the ones block `k` completed and the
+/// next block's graph copies them back while its own detection runs; block `k + 2` writes
+/// them again only after that graph has finished.
+pub(super) fn deferred_copy(spb: usize, nint: usize, long: bool) -> bool {
+    !long && spb.is_multiple_of(nint)
+}
+
 /// The elements of a ring of `nslots` slots of `slot_len` values that a block copies back
 /// when `first_done` is the first integration it completes (`GpuEngine`'s `copy_back`).
 pub(super) fn slots_copied(
@@ -65,7 +76,7 @@ pub(super) fn block_start(g0: u64, nint: usize, nslots: usize) -> (u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::{block_start, detect_block, slot_ring, slots_copied};
+    use super::{block_start, deferred_copy, detect_block, slot_ring, slots_copied};
 
     #[test]
     #[cfg_attr(
@@ -119,6 +130,50 @@ mod tests {
             partial > 1000,
             "most shapes copy part of the ring ({partial})"
         );
+    }
+
+    /// A deferred copy-back (block `k`'s completed slots copied while block `k + 1` runs) must
+    /// read slots block `k + 1` never writes, and must be one unwrapped range.
+    #[test]
+    fn a_deferred_copy_reads_no_slot_the_next_block_writes() {
+        let mut deferred = 0;
+        for spb in 1..=64usize {
+            for nint in 1..=64usize {
+                for long in [false, true] {
+                    if !deferred_copy(spb, nint, long) {
+                        continue;
+                    }
+                    deferred += 1;
+                    let (nslots, d2h) = slot_ring(spb, nint, long);
+                    let c = spb / nint;
+                    assert_eq!(
+                        d2h,
+                        Some(c),
+                        "spb {spb}, nint {nint}: copies what completed"
+                    );
+                    for k in 0..50u64 {
+                        let (spb, nint) = (spb as u64, nint as u64);
+                        // Block k completes [k c, (k + 1) c); block k + 1 writes the
+                        // integrations its spectra [(k + 1) spb, (k + 2) spb) fall in.
+                        let copied = slots_copied(d2h, nslots, k * c as u64, 1);
+                        assert!(copied.end <= nslots, "unwrapped");
+                        let first = (k + 1) * spb / nint;
+                        let last = ((k + 2) * spb - 1) / nint;
+                        for integ in first..=last {
+                            let slot = (integ % nslots as u64) as usize;
+                            assert!(
+                                !copied.contains(&slot),
+                                "spb {spb}, nint {nint}, block {k}: slot {slot} copied \
+                                 ({copied:?}) while the next block writes it"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(deferred > 100, "shapes with a deferred copy ({deferred})");
+        assert!(!deferred_copy(128, 51, false) && !deferred_copy(1, 1, true));
+        assert!(deferred_copy(128, 16, false) && deferred_copy(128, 128, false));
     }
 
     /// `sp_detect`'s runs of a block (first spectrum, end, slot, whether the run starts its

@@ -46,7 +46,7 @@ impl GpuEngine {
         for _ in 0..blocks {
             let j = (self.launched % 2) as usize;
             self.submit_staged(j)?;
-            self.drop_previous(j, &mut sink)?;
+            self.drop_previous(&mut sink)?;
         }
         self.finish(&mut sink)?;
         Ok(t.elapsed())
@@ -82,7 +82,7 @@ impl GpuEngine {
                     .elapsed_ms(&self.read_done[j])
                     .map_err(|x| e("profile event", x))?,
             );
-            self.drop_previous(j, &mut sink)?;
+            self.drop_previous(&mut sink)?;
         }
         self.finish(&mut sink)?;
         for it in sink.drain(..) {
@@ -97,15 +97,13 @@ impl GpuEngine {
         })
     }
 
-    /// After queuing block `launched − 1` from staging buffer `j`: collects what block
-    /// `launched − 2` completed (through `sink`, left empty) and hands the buffers straight
-    /// back, as the writer does.
-    fn drop_previous(&mut self, j: usize, sink: &mut Vec<Integration>) -> Result<()> {
-        if self.launched >= 2 {
-            self.collect(self.launched - 2, 1 - j, sink)?;
-            for it in sink.drain(..) {
-                self.pool.give(it.data);
-            }
+    /// After queuing block `launched − 1`: collects what the launch before copied back
+    /// (through `sink`, left empty; `GpuEngine::collect_previous`) and hands the buffers
+    /// straight back, as the writer does.
+    fn drop_previous(&mut self, sink: &mut Vec<Integration>) -> Result<()> {
+        self.collect_previous(sink)?;
+        for it in sink.drain(..) {
+            self.pool.give(it.data);
         }
         Ok(())
     }
