@@ -10,6 +10,8 @@
 //! `SPECTRO_BENCH_DIR` (where the scans are generated; default a temporary directory),
 //! `SPECTRO_BENCH_GIB` (size of the realistic scan, default 16, as in the headline;
 //! the trio's `2^20x51` product needs 408 blocks, 13 GiB, for one integration).
+//! `SPECTRO_BENCH_ONLY` (comma-separated parts of configuration labels: only those run, e.g.
+//! `full pol,IQUV`).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -111,22 +113,9 @@ fn main() -> anyhow::Result<()> {
         nbits16,
         ants3,
     ];
-    for s in &scans {
-        let t = Instant::now();
-        generate(s).map_err(|e| anyhow::anyhow!("{e}"))?;
-        println!(
-            "generated {} ({} blocks of {} MiB, NBITS {}, {} antenna(s)) in {:.1} s",
-            s.stem,
-            s.blocks_per_file * s.files,
-            s.blocsize() >> 20,
-            s.nbits,
-            s.nants,
-            t.elapsed().as_secs_f64()
-        );
-    }
     let p = |s: &str| ProductSpec::from_str_checked(s);
     let trio = vec![p("2^20x51:i")?, p("8x128:i")?, p("1024x3072:i")?];
-    let configs = [
+    let configs = vec![
         Config {
             scan: 0,
             label: "1024x16 Stokes I",
@@ -168,6 +157,35 @@ fn main() -> anyhow::Result<()> {
             products: vec![p("1024x16:i")?],
         },
     ];
+    // SPECTRO_BENCH_ONLY: the configurations whose label contains one of its comma-separated
+    // parts (all without it); only their scans are generated.
+    let only = std::env::var("SPECTRO_BENCH_ONLY").ok();
+    let configs: Vec<Config> = configs
+        .into_iter()
+        .filter(|c| {
+            only.as_deref()
+                .is_none_or(|o| o.split(',').any(|part| c.label.contains(part.trim())))
+        })
+        .collect();
+    if configs.is_empty() {
+        anyhow::bail!("SPECTRO_BENCH_ONLY={only:?} matches no configuration");
+    }
+    for (i, s) in scans.iter().enumerate() {
+        if !configs.iter().any(|c| c.scan == i) {
+            continue;
+        }
+        let t = Instant::now();
+        generate(s).map_err(|e| anyhow::anyhow!("{e}"))?;
+        println!(
+            "generated {} ({} blocks of {} MiB, NBITS {}, {} antenna(s)) in {:.1} s",
+            s.stem,
+            s.blocks_per_file * s.files,
+            s.blocsize() >> 20,
+            s.nbits,
+            s.nants,
+            t.elapsed().as_secs_f64()
+        );
+    }
 
     println!();
     println!(
@@ -176,11 +194,11 @@ fn main() -> anyhow::Result<()> {
     );
     println!("| products | mode | GB/s | of the H2D bandwidth |");
     println!("| --- | --- | ---: | ---: |");
-    let scan =
-        Scan::open(&scans[0].dir.join(&scans[0].stem)).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut pinned = Vec::new();
     let mut profiles = Vec::new();
     for c in configs.iter().filter(|c| c.scan == 0) {
+        let scan =
+            Scan::open(&scans[0].dir.join(&scans[0].stem)).map_err(|e| anyhow::anyhow!("{e}"))?;
         for mode in [GpuMode::Graph, GpuMode::Stream] {
             // A scan too short for the products (the trio's 2^20x51 below 13 GiB): said, and
             // the configuration skipped, so that a smaller SPECTRO_BENCH_GIB measures the rest.
