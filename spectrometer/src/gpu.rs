@@ -18,9 +18,8 @@
 //!   [`Engine::process_block`], is first copied on every core into one of two pinned staging
 //!   buffers.)
 //! - **D2D** (the graph's first node): the device staging buffer into the one device input
-//!   buffer every FFT reads, by a copy kernel (`sp_copy`; a memcpy node runs on a copy engine,
-//!   where it may wait behind the next block's H2D). Which staging buffer is the source
-//!   changes per block with `Exec::set_kernel_arg`.
+//!   buffer every FFT reads. Which staging buffer is the source changes per block with
+//!   `Exec::set_copy`.
 //! - **FFT node** per product: C2C, `nfft` points, one transform per (coarse channel, antenna,
 //!   polarisation, spectrum of the block). A custom cuFFT LTO load callback reads the recorder's
 //!   `[channel][time][pol][re, im]` integers (4, 8 or 16 bits) straight from the device input:
@@ -215,9 +214,6 @@ pub struct GpuEngine {
     d_in: DeviceBuffer<u8>,
     detect: Kernel,
     gather: Kernel,
-    /// `sp_copy`: the block from a device staging buffer into `d_in`, and its launch shape.
-    copy: Kernel,
-    copy_cfg: LaunchConfig,
     _module: Module,
     products: Vec<GpuProduct>,
     exec: Option<Exec>,
@@ -247,9 +243,6 @@ impl GpuEngine {
         let gather = module
             .kernel("sp_gather")
             .map_err(|e| gpu_err("gather kernel", e))?;
-        let copy = module
-            .kernel("sp_copy")
-            .map_err(|e| gpu_err("copy kernel", e))?;
         let new = g.new_samples();
         let ants: Vec<usize> = plan.antennas.clone();
         if ants.windows(2).any(|w| w[1] != w[0] + 1) {
@@ -412,12 +405,6 @@ impl GpuEngine {
             d_in,
             detect,
             gather,
-            copy,
-            // Grid-stride: 1,024 blocks of 256 threads, 16 bytes each a step.
-            copy_cfg: LaunchConfig::new(
-                (g.blocsize.div_ceil(16 * 256).clamp(1, 1024) as u32, 1),
-                256,
-            ),
             _module: module,
             products,
             exec: None,
@@ -487,11 +474,6 @@ impl GpuEngine {
         ]
     }
 
-    /// `sp_copy`'s arguments: the block from `d_stage[j]` into `d_in`.
-    fn copy_args(&self, j: usize) -> [cudagraph::KernelArg<'_>; 3] {
-        args![&self.d_stage[j], &self.d_in, self.d_in.len() as u64]
-    }
-
     fn gather_args<'a>(&'a self, l: &'a GatherBuffer, block: u64) -> [cudagraph::KernelArg<'a>; 6] {
         let col = (block % l.blocks as u64) * l.row_bytes;
         args![
@@ -545,7 +527,7 @@ impl GpuEngine {
         let mut dag = Dag::new();
         let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
         let h2d = dag
-            .add_kernel(&self.copy, self.copy_cfg, &self.copy_args(0))
+            .add_copy(dst(&self.d_in), src(&self.d_stage[0]))
             .map_err(|x| e("D2D node", x))?;
         dag.set_name(h2d, "D2D block");
         let mut nodes = Vec::new();

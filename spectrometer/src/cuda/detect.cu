@@ -1,21 +1,5 @@
-// The spectrometer's kernels: `sp_copy` (the block into the FFTs' input), `sp_gather` (FFTs
-// longer than a block) and `sp_detect` (fft shift, detection, antenna sum, integration).
-// Loaded by `gpu.rs` with `include_str!`.
-
-// Copies `n` bytes (the block from a device staging buffer into the input every FFT reads),
-// 16 bytes per thread where the length allows (the buffers are cudaMalloc'd, 256-byte
-// aligned), the tail byte by byte. A kernel rather than a memcpy: a device-to-device memcpy
-// runs on a copy engine, where it may wait behind the next block's host-to-device copy.
-extern "C" __global__ void sp_copy(const unsigned char* in, unsigned char* out,
-        unsigned long long n) {
-    unsigned long long i0 = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    const uint4* s = (const uint4*)in;
-    uint4* d = (uint4*)out;
-    for (unsigned long long i = i0; i < n / 16; i += stride) d[i] = s[i];
-    for (unsigned long long i = n / 16 * 16 + i0; i < n; i += stride) out[i] = in[i];
-}
-
+// The spectrometer's kernels: `sp_gather` (FFTs longer than a block) and `sp_detect` (fft
+// shift, detection, antenna sum, integration). Loaded by `gpu.rs` with `include_str!`.
 // Copies the new samples of every channel of a block (rows of `row_bytes`, `in_pitch` apart)
 // into column `col` (bytes) of the long buffer (rows `out_pitch` apart), for FFTs longer than
 // a block. 16 bytes per thread where every offset allows (the buffers themselves are

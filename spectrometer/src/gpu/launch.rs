@@ -46,8 +46,12 @@ impl GpuEngine {
         match self.mode {
             GpuMode::Graph => {
                 let exec = self.exec.as_mut().expect("graph mode has an exec");
-                exec.set_kernel_arg(self.h2d.expect("built"), 0, &self.d_stage[j])
-                    .map_err(|x| e("switching the staging buffer", x))?;
+                exec.set_copy(
+                    self.h2d.expect("built"),
+                    dst(&self.d_in),
+                    src(&self.d_stage[j]),
+                )
+                .map_err(|x| e("switching the staging buffer", x))?;
                 for product in &self.products {
                     let (f, d, c) = product.nodes.expect("built");
                     let (complete, g0) = Self::block_spectra(product, k);
@@ -115,8 +119,8 @@ impl GpuEngine {
                         .record(&self.d2h_stream)
                         .map_err(|x| e("join event", x))?;
                 }
-                self.copy
-                    .launch(&self.stream, self.copy_cfg, &self.copy_args(j))
+                self.d_in
+                    .copy_from_device_async(&self.d_stage[j], &self.stream)
                     .map_err(|x| e("D2D", x))?;
                 for i in 0..self.products.len() {
                     let (complete, g0) = Self::block_spectra(&self.products[i], k);
