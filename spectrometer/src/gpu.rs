@@ -71,8 +71,10 @@ use crate::error::{Error, Result};
 use crate::guppi::Geometry;
 use crate::plan::{AntennaMode, Detection, Plan, ProductPlan};
 
+mod callback;
 mod launch;
 mod slots;
+use callback::{LoadParams, CALLBACK_SRC};
 mod stages;
 use crate::scan::FilledBlock;
 use slots::{block_start, deferred_copy, detect_block, slot_ring, slots_copied};
@@ -91,25 +93,6 @@ pub enum GpuMode {
 fn gpu_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Engine(format!("GPU engine: {what}: {e}"))
 }
-
-/// The load callbacks' parameter struct (must match `sp_params` in [`CALLBACK_SRC`]).
-#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C)]
-struct LoadParams {
-    /// Device address to read instead of `dataIn` (0: read `dataIn`, the whole input block).
-    ptr: u64,
-    nfft: u32,
-    spb: u32,
-    npol: u32,
-    nant_sel: u32,
-    ant0: u32,
-    chan_start: u32,
-    nchan_per_ant: u32,
-    ntime: u32,
-}
-
-/// The load callbacks' source (`sp_load_4`, `sp_load_8`, `sp_load_16`).
-const CALLBACK_SRC: &str = include_str!("cuda/load_callbacks.cu");
 
 /// The kernels' source (`sp_gather`, `sp_detect`).
 const DETECT_SRC: &str = include_str!("cuda/detect.cu");
@@ -130,6 +113,21 @@ fn copy_back(product: &GpuProduct, first_done: u64) -> std::ops::Range<usize> {
         first_done,
         product.slot_len,
     )
+}
+
+impl GpuProduct {
+    /// Queues on `stream` the copy-back of the integrations block `block` completed, from
+    /// integration `first` (see [`copy_back`]), into that block's pinned output buffer.
+    fn queue_copy_back(
+        &mut self,
+        block: u64,
+        first: u64,
+        stream: &Stream,
+    ) -> cudagraph::Result<()> {
+        let r = copy_back(self, first);
+        let out = &mut self.out[(block % 2) as usize];
+        self.acc.copy_range_to_host_async(r, out, stream)
+    }
 }
 
 /// Where a block whose first spectrum has global index `g0` starts in `product`'s
@@ -336,7 +334,9 @@ impl GpuEngine {
                 nchan_per_ant: g.nchan_per_ant as u32,
                 // The long buffer holds `nfft` samples per channel.
                 ntime: if blocks > 1 { p.nfft } else { g.ntime } as u32,
-            };
+                ..LoadParams::default()
+            }
+            .with_divisors();
             // Runs of spectra per block: at most spb / nint + 2. A thread block is one run's
             // 256 fine channels, or, for nfft < 256, `per` = 256 / nfft whole runs (an 8-point
             // FFT would otherwise make blocks of 8 threads, a quarter of a warp); grid.z covers
@@ -778,14 +778,8 @@ impl Engine for GpuEngine {
             self.collect(|p| p.deferred.then(|| last.checked_sub(1)).flatten(), out)?;
             for product in self.products.iter_mut().filter(|p| p.deferred) {
                 if let Some(first) = Self::first_completed(product, last) {
-                    let r = copy_back(product, first);
                     product
-                        .acc
-                        .copy_range_to_host_async(
-                            r,
-                            &mut product.out[(last % 2) as usize],
-                            &self.stream,
-                        )
+                        .queue_copy_back(last, first, &self.stream)
                         .map_err(|x| gpu_err("D2H of the last block", x))?;
                 }
             }

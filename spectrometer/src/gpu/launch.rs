@@ -104,14 +104,8 @@ impl GpuEngine {
                         .map_err(|x| e("ordering the D2H", x))?;
                     for product in self.products.iter_mut().filter(|p| p.deferred) {
                         if let Some((b, first)) = Self::copied_by(product, k) {
-                            let r = copy_back(product, first);
                             product
-                                .acc
-                                .copy_range_to_host_async(
-                                    r,
-                                    &mut product.out[(b % 2) as usize],
-                                    &self.d2h_stream,
-                                )
+                                .queue_copy_back(b, first, &self.d2h_stream)
                                 .map_err(|x| e("D2H", x))?;
                         }
                     }
@@ -158,11 +152,9 @@ impl GpuEngine {
                     if product.deferred {
                         continue;
                     }
-                    if let Some((_, first)) = Self::copied_by(product, k) {
-                        let r = copy_back(product, first);
+                    if let Some((b, first)) = Self::copied_by(product, k) {
                         product
-                            .acc
-                            .copy_range_to_host_async(r, &mut product.out[j], &self.stream)
+                            .queue_copy_back(b, first, &self.stream)
                             .map_err(|x| e("D2H", x))?;
                     }
                 }
