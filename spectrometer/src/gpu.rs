@@ -24,6 +24,12 @@
 //!   polarisation, spectrum of the block). A custom cuFFT LTO load callback reads the recorder's
 //!   `[channel][time][pol][re, im]` integers (4, 8 or 16 bits) straight from the device input:
 //!   there is no separate conversion pass.
+//! - **No FFT for short transforms** (at most 16 points, `DFT_MAX`, e.g. the 8x128 product
+//!   of Breakthrough Listen's set): the detection kernel `sp_dft_detect` computes each
+//!   spectrum's bin as a direct DFT of the integers it reads from the device input (decoded as
+//!   the load callbacks decode them), so the product's branch is one kernel node. cuFFT's node
+//!   would write 8 bytes of spectra per sample for the detection to read back: for an 8-point
+//!   product that traffic was nearly all of its GPU time.
 //! - **detect+integrate kernel** per product: fft shift, detection (total power, full
 //!   polarisation or Stokes), the antenna sum with weights, and integration over `nint`
 //!   spectra into a small ring of integration slots on the device. An integration that spans
@@ -59,8 +65,8 @@
 use std::time::{Duration, Instant};
 
 use cudagraph::{
-    args, dst, src, CallbackParams, CustomCallback, Dag, Device, DeviceBuffer, Direction, Event,
-    Exec, FftParams, FftPlan, FftPlanDesc, FftSpec, FftType, HostBuffer, Kernel, LaunchConfig,
+    args, CallbackParams, CustomCallback, Device, DeviceBuffer, Direction, Event, Exec, FftParams,
+    FftPlan, FftPlanDesc, FftSpec, FftType, HostBuffer, Kernel, KernelArg, LaunchConfig,
     LoadCallback, Module, NodeId, Stream, StreamFft,
 };
 use num_complex::Complex32;
@@ -72,6 +78,7 @@ use crate::guppi::Geometry;
 use crate::plan::{AntennaMode, Detection, Plan, ProductPlan};
 
 mod callback;
+mod graph;
 mod launch;
 mod slots;
 use callback::{LoadParams, CALLBACK_SRC};
@@ -153,6 +160,22 @@ struct GatherBuffer {
     node: Option<NodeId>,
 }
 
+/// A product's FFT node (or stream-mode plan), and the spectra it writes for `sp_detect`.
+struct ProductFft {
+    spectra: DeviceBuffer<Complex32>,
+    plan: FftPlan,
+    params: LoadParams,
+    /// Stream mode: the plan on a stream.
+    stream: Option<StreamFft>,
+}
+
+/// Products whose transforms have at most this many points get no FFT: `sp_dft_detect` computes
+/// each spectrum as a direct DFT of the recorder's integers while it detects (at most 16
+/// multiply-adds per sample and polarisation, from a block it reads once), where cuFFT's node
+/// would read the block, write 8 bytes per sample of spectra and `sp_detect` read them back.
+/// Must equal `SP_DFT_MAX` in `cuda/detect.cu`.
+const DFT_MAX: usize = 16;
+
 /// One product's device state.
 struct GpuProduct {
     p: ProductPlan,
@@ -170,17 +193,18 @@ struct GpuProduct {
     deferred: bool,
     /// Values per slot: outputs × IFs × channels.
     slot_len: usize,
-    spectra: DeviceBuffer<Complex32>,
+    /// The product's FFT; `None` for a transform of at most [`DFT_MAX`] points, which the
+    /// detection kernel computes itself (`sp_dft_detect`).
+    fft: Option<ProductFft>,
     acc: DeviceBuffer<f32>,
     out: [HostBuffer<f32>; 2],
     weights: DeviceBuffer<f32>,
-    plan: FftPlan,
-    params: LoadParams,
-    detect_args: (LaunchConfig, [u32; 9]),
+    /// The detection kernel's launch shape and its arguments after the first three, but for
+    /// `phase` and `slot0` (per block): 9 before them, 5 after.
+    detect_args: (LaunchConfig, [u32; 14]),
     /// Node ids in the graph.
-    nodes: Option<(NodeId, NodeId, NodeId)>,
-    /// Stream mode: the plan on a stream.
-    stream_fft: Option<StreamFft>,
+    /// Node ids in the graph: the FFT (none for a direct DFT), detection, D2H.
+    nodes: Option<(Option<NodeId>, NodeId, NodeId)>,
     /// For an FFT longer than a block: where its samples are gathered.
     gather: Option<GatherBuffer>,
     /// Integrations emitted so far.
@@ -211,6 +235,8 @@ pub struct GpuEngine {
     join: Event,
     d_in: DeviceBuffer<u8>,
     detect: Kernel,
+    /// `sp_dft_detect`, for products without an FFT.
+    dft_detect: Kernel,
     gather: Kernel,
     _module: Module,
     products: Vec<GpuProduct>,
@@ -238,6 +264,9 @@ impl GpuEngine {
         let detect = module
             .kernel("sp_detect")
             .map_err(|e| gpu_err("detect kernel", e))?;
+        let dft_detect = module
+            .kernel("sp_dft_detect")
+            .map_err(|e| gpu_err("DFT detect kernel", e))?;
         let gather = module
             .kernel("sp_gather")
             .map_err(|e| gpu_err("gather kernel", e))?;
@@ -305,15 +334,6 @@ impl GpuEngine {
             let nout = plan.outputs.len();
             let slot_len = nout * p.nifs * p.nchans;
             let (nslots, d2h_slots) = slot_ring(spb, p.nint, blocks > 1);
-            let desc = FftPlanDesc::new(FftType::C2C, &[p.nfft as i64], batch as i64).with_load(
-                LoadCallback::Custom(CustomCallback {
-                    source: CALLBACK_SRC.to_string(),
-                    function: cb_fn.to_string(),
-                    params_size: std::mem::size_of::<LoadParams>(),
-                    elem_bytes: 1,
-                }),
-            );
-            let fft = FftPlan::new(desc).map_err(|e| gpu_err("FFT plan", e))?;
             let weights = match plan.mode {
                 AntennaMode::Sum => plan.weights.clone(),
                 AntennaMode::Separate => vec![1.0; nant],
@@ -337,6 +357,25 @@ impl GpuEngine {
                 ..LoadParams::default()
             }
             .with_divisors();
+            let fft = if p.nfft <= DFT_MAX && blocks == 1 {
+                None
+            } else {
+                let desc = FftPlanDesc::new(FftType::C2C, &[p.nfft as i64], batch as i64)
+                    .with_load(LoadCallback::Custom(CustomCallback {
+                        source: CALLBACK_SRC.to_string(),
+                        function: cb_fn.to_string(),
+                        params_size: std::mem::size_of::<LoadParams>(),
+                        elem_bytes: 1,
+                    }));
+                let fft = FftPlan::new(desc).map_err(|e| gpu_err("FFT plan", e))?;
+                Some(ProductFft {
+                    spectra: DeviceBuffer::zeros(&device, batch * p.nfft)
+                        .map_err(|e| alloc("spectra", e))?,
+                    plan: fft,
+                    params,
+                    stream: None,
+                })
+            };
             // Runs of spectra per block: at most spb / nint + 2. A thread block is one run's
             // 256 fine channels, or, for nfft < 256, `per` = 256 / nfft whole runs (an 8-point
             // FFT would otherwise make blocks of 8 threads, a quarter of a warp); grid.z covers
@@ -354,8 +393,7 @@ impl GpuEngine {
                 d2h_slots,
                 deferred: deferred_copy(spb, p.nint, blocks > 1),
                 slot_len,
-                spectra: DeviceBuffer::zeros(&device, batch * p.nfft)
-                    .map_err(|e| alloc("spectra", e))?,
+                fft,
                 acc: DeviceBuffer::zeros(&device, nslots * slot_len)
                     .map_err(|e| alloc("accumulator", e))?,
                 out: [
@@ -366,8 +404,6 @@ impl GpuEngine {
                 ],
                 weights: DeviceBuffer::from_slice(&device, &weights)
                     .map_err(|e| alloc("weights", e))?,
-                plan: fft,
-                params,
                 detect_args: (
                     cfg,
                     [
@@ -380,10 +416,14 @@ impl GpuEngine {
                         mode_code,
                         p.nint as u32,
                         nslots as u32,
+                        g.nbits as u32,
+                        params.ant0,
+                        params.chan_start,
+                        params.nchan_per_ant,
+                        params.ntime,
                     ],
                 ),
                 nodes: None,
-                stream_fft: None,
                 gather: long,
                 emitted: 0,
                 p: p.clone(),
@@ -404,6 +444,7 @@ impl GpuEngine {
             join,
             d_in,
             detect,
+            dft_detect,
             gather,
             _module: module,
             products,
@@ -418,9 +459,9 @@ impl GpuEngine {
         match mode {
             GpuMode::Graph => engine.build_graph()?,
             GpuMode::Stream => {
-                for product in &mut engine.products {
-                    product.stream_fft = Some(
-                        StreamFft::new(&engine.device, &product.plan)
+                for fft in engine.products.iter_mut().filter_map(|p| p.fft.as_mut()) {
+                    fft.stream = Some(
+                        StreamFft::new(&engine.device, &fft.plan)
                             .map_err(|e| gpu_err("FFT plan on a stream", e))?,
                     );
                 }
@@ -431,33 +472,48 @@ impl GpuEngine {
 
     /// The load callback's parameters. The callback reads the block through `dataIn`, the
     /// FFT's input region, which is the whole device input buffer (its `ptr` stays 0).
-    fn load_params(&self, product: &GpuProduct) -> FftParams {
+    fn load_params(fft: &ProductFft) -> FftParams {
         FftParams {
-            load: Some(CallbackParams::custom(product.params)),
+            load: Some(CallbackParams::custom(fft.params)),
             store: None,
         }
     }
 
-    fn fft_spec(&self, product: &GpuProduct) -> FftSpec {
-        let in_bytes = product.plan.input_bytes();
+    /// The FFT of `product`, whose FFT is `fft`.
+    fn fft_spec(&self, product: &GpuProduct, fft: &ProductFft) -> FftSpec {
+        let in_bytes = fft.plan.input_bytes();
         let input = match &product.gather {
             None => self.d_in.region(..in_bytes),
             Some(l) => l.buf.region(..in_bytes),
         };
         FftSpec {
-            plan: product.plan.clone(),
+            plan: fft.plan.clone(),
             direction: Direction::Forward,
             input,
-            output: (&product.spectra).into(),
-            params: self.load_params(product),
+            output: (&fft.spectra).into(),
+            params: Self::load_params(fft),
         }
     }
 
-    fn detect_args<'a>(&self, product: &'a GpuProduct, g0: u64) -> [cudagraph::KernelArg<'a>; 14] {
+    /// The detection kernel of `product`: `sp_detect` after an FFT, else `sp_dft_detect`.
+    fn detect_kernel(&self, product: &GpuProduct) -> &Kernel {
+        match product.fft {
+            Some(_) => &self.detect,
+            None => &self.dft_detect,
+        }
+    }
+
+    /// The detection kernel's arguments for a block whose first spectrum is `g0`: the spectra,
+    /// or (no FFT) the block itself, first.
+    fn detect_args<'a>(&'a self, product: &'a GpuProduct, g0: u64) -> [KernelArg<'a>; 19] {
         let a = product.detect_args.1;
         let (phase, slot0) = run_start(product, g0);
+        let input = match &product.fft {
+            Some(fft) => KernelArg::from(&fft.spectra),
+            None => KernelArg::from(&self.d_in),
+        };
         args![
-            &product.spectra,
+            input,
             &product.acc,
             &product.weights,
             a[0],
@@ -470,7 +526,12 @@ impl GpuEngine {
             a[7],
             a[8],
             phase,
-            slot0
+            slot0,
+            a[9],
+            a[10],
+            a[11],
+            a[12],
+            a[13]
         ]
     }
 
@@ -523,80 +584,6 @@ impl GpuEngine {
         Self::first_completed(product, b).map(|first| (b, first))
     }
 
-    fn build_graph(&mut self) -> Result<()> {
-        let mut dag = Dag::new();
-        let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
-        let h2d = dag
-            .add_copy(dst(&self.d_in), src(&self.d_stage[0]))
-            .map_err(|x| e("D2D node", x))?;
-        dag.set_name(h2d, "D2D block");
-        let mut nodes = Vec::new();
-        let mut gathers = Vec::new();
-        for (i, product) in self.products.iter().enumerate() {
-            let gather = match &product.gather {
-                None => None,
-                Some(l) => {
-                    let n = dag
-                        .add_kernel(&self.gather, l.cfg, &self.gather_args(l, 0))
-                        .map_err(|x| e("gather node", x))?;
-                    dag.set_name(n, format!("gather {} blocks (product {i})", l.blocks));
-                    dag.add_dependency(h2d, n).map_err(|x| e("edges", x))?;
-                    Some(n)
-                }
-            };
-            gathers.push(gather);
-            let f = dag
-                .add_fft(self.fft_spec(product))
-                .map_err(|x| e("FFT node", x))?;
-            dag.set_name(
-                f,
-                format!("FFT {} x{} (product {i})", product.p.nfft, product.spb),
-            );
-            let d = dag
-                .add_kernel(
-                    &self.detect,
-                    product.detect_args.0,
-                    &self.detect_args(product, 0),
-                )
-                .map_err(|x| e("detect node", x))?;
-            dag.set_name(d, format!("detect+integrate (product {i})"));
-            // The size of every block's copy (`Exec::set_copy` changes where, not how much).
-            let r = copy_back(product, 0);
-            let c = dag
-                .add_copy(
-                    dst(product.out[0].region(r.clone())),
-                    src(product.acc.region(r)),
-                )
-                .map_err(|x| e("D2H node", x))?;
-            if product.deferred {
-                // A root beside the rest: it copies what the previous launch completed,
-                // which this launch's detection does not touch (`deferred_copy`).
-                dag.set_name(
-                    c,
-                    format!("D2H previous block's integrations (product {i})"),
-                );
-                dag.chain(&[gather.unwrap_or(h2d), f, d])
-            } else {
-                dag.set_name(c, format!("D2H integrations (product {i})"));
-                dag.chain(&[gather.unwrap_or(h2d), f, d, c])
-            }
-            .map_err(|x| e("edges", x))?;
-            nodes.push((f, d, c));
-        }
-        for ((product, n), gather) in self.products.iter_mut().zip(nodes).zip(gathers) {
-            product.nodes = Some(n);
-            if let Some(l) = &mut product.gather {
-                l.node = gather;
-            }
-        }
-        let exec = dag
-            .into_exec(&self.device)
-            .map_err(|x| e("instantiating", x))?;
-        self.exec = Some(exec);
-        self.h2d = Some(h2d);
-        Ok(())
-    }
-
     /// The DOT text of the graph (graph mode).
     pub fn to_dot(&self) -> Option<String> {
         self.exec.as_ref().map(|x| x.to_dot())
@@ -630,7 +617,7 @@ impl GpuEngine {
                 .products
                 .iter()
                 .map(|p| {
-                    p.spectra.size_bytes()
+                    p.fft.as_ref().map_or(0, |f| f.spectra.size_bytes())
                         + p.acc.size_bytes()
                         + p.weights.size_bytes()
                         + p.gather.as_ref().map_or(0, |l| l.buf.size_bytes())
@@ -814,5 +801,20 @@ impl Engine for GpuEngine {
             ("submit (H2D, GPU, D2H queued)", self.submit_time),
             ("wait + collect", self.collect_time),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DETECT_SRC, DFT_MAX};
+
+    /// The host's limit for a direct DFT is the one `sp_dft_detect` was written for.
+    #[test]
+    fn the_direct_dft_limit_matches_the_kernels() {
+        let value = DETECT_SRC
+            .lines()
+            .find_map(|l| l.strip_prefix("#define SP_DFT_MAX "))
+            .expect("SP_DFT_MAX in detect.cu");
+        assert_eq!(value.trim().parse::<usize>(), Ok(DFT_MAX));
     }
 }

@@ -199,7 +199,13 @@ fn every_nbits_and_single_pol() {
         } else {
             Detection::FullPol
         };
-        compare(&s, &[p(32, 6, det)], Selection::default(), GpuMode::Graph);
+        // 8 points: no FFT, a direct DFT of the integers in the detection kernel.
+        compare(
+            &s,
+            &[p(32, 6, det), p(8, 5, det)],
+            Selection::default(),
+            GpuMode::Graph,
+        );
     }
 }
 
@@ -240,7 +246,12 @@ fn antennas_separate_and_summed_with_weights() {
             weights: (mode == AntennaMode::Sum).then(|| vec![1.0, 3.0, 0.25]),
             ..Selection::default()
         };
-        compare(&s, &[p(32, 4, Detection::FullPol)], sel, GpuMode::Graph);
+        compare(
+            &s,
+            &[p(32, 4, Detection::FullPol), p(16, 4, Detection::Stokes)],
+            sel,
+            GpuMode::Graph,
+        );
     }
 }
 

@@ -61,8 +61,10 @@ impl GpuEngine {
                             .map_err(|x| e("gather column", x))?;
                         // The FFT and detection run only on the block that completes a
                         // spectrum (the FFT's captured kernels are disabled together).
-                        exec.set_enabled(f, complete)
-                            .map_err(|x| e("enabling the FFT", x))?;
+                        if let Some(f) = f {
+                            exec.set_enabled(f, complete)
+                                .map_err(|x| e("enabling the FFT", x))?;
+                        }
                         exec.set_enabled(d, complete)
                             .map_err(|x| e("enabling detection", x))?;
                     }
@@ -127,21 +129,23 @@ impl GpuEngine {
                     if !complete {
                         continue;
                     }
-                    let spec = self.fft_spec(&self.products[i]);
-                    self.products[i]
-                        .stream_fft
-                        .as_mut()
-                        .expect("stream mode has plans")
-                        .exec(
-                            &self.stream,
-                            Direction::Forward,
-                            &spec.input,
-                            &spec.output,
-                            &spec.params,
-                        )
-                        .map_err(|x| e("FFT", x))?;
+                    if let Some(fft) = &self.products[i].fft {
+                        let spec = self.fft_spec(&self.products[i], fft);
+                        let fft = self.products[i].fft.as_mut().expect("matched above");
+                        fft.stream
+                            .as_mut()
+                            .expect("stream mode has plans")
+                            .exec(
+                                &self.stream,
+                                Direction::Forward,
+                                &spec.input,
+                                &spec.output,
+                                &spec.params,
+                            )
+                            .map_err(|x| e("FFT", x))?;
+                    }
                     let product = &self.products[i];
-                    self.detect
+                    self.detect_kernel(product)
                         .launch(
                             &self.stream,
                             product.detect_args.0,

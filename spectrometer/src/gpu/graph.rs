@@ -1,0 +1,103 @@
+//! The graph mode's DAG: one branch per product after the block's D2D copy (see the module
+//! docs of `gpu`).
+
+use cudagraph::{dst, src, Dag};
+
+use super::{copy_back, gpu_err, GpuEngine};
+use crate::error::Result;
+
+impl GpuEngine {
+    /// Builds the per-block DAG and instantiates it: the D2D of the block, then per product
+    /// its gather (FFTs longer than a block), FFT (none for a direct DFT), detection and D2H
+    /// (a root of its own where the copy runs a block late).
+    pub(super) fn build_graph(&mut self) -> Result<()> {
+        let mut dag = Dag::new();
+        let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
+        let h2d = dag
+            .add_copy(dst(&self.d_in), src(&self.d_stage[0]))
+            .map_err(|x| e("D2D node", x))?;
+        dag.set_name(h2d, "D2D block");
+        let mut nodes = Vec::new();
+        let mut gathers = Vec::new();
+        for (i, product) in self.products.iter().enumerate() {
+            let gather = match &product.gather {
+                None => None,
+                Some(l) => {
+                    let n = dag
+                        .add_kernel(&self.gather, l.cfg, &self.gather_args(l, 0))
+                        .map_err(|x| e("gather node", x))?;
+                    dag.set_name(n, format!("gather {} blocks (product {i})", l.blocks));
+                    dag.add_dependency(h2d, n).map_err(|x| e("edges", x))?;
+                    Some(n)
+                }
+            };
+            gathers.push(gather);
+            let f = match &product.fft {
+                Some(fft) => {
+                    let f = dag
+                        .add_fft(self.fft_spec(product, fft))
+                        .map_err(|x| e("FFT node", x))?;
+                    dag.set_name(
+                        f,
+                        format!("FFT {} x{} (product {i})", product.p.nfft, product.spb),
+                    );
+                    Some(f)
+                }
+                None => None,
+            };
+            let d = dag
+                .add_kernel(
+                    self.detect_kernel(product),
+                    product.detect_args.0,
+                    &self.detect_args(product, 0),
+                )
+                .map_err(|x| e("detect node", x))?;
+            dag.set_name(
+                d,
+                match f {
+                    Some(_) => format!("detect+integrate (product {i})"),
+                    None => format!(
+                        "DFT {} x{} + detect+integrate (product {i})",
+                        product.p.nfft, product.spb
+                    ),
+                },
+            );
+            // The size of every block's copy (`Exec::set_copy` changes where, not how much).
+            let r = copy_back(product, 0);
+            let c = dag
+                .add_copy(
+                    dst(product.out[0].region(r.clone())),
+                    src(product.acc.region(r)),
+                )
+                .map_err(|x| e("D2H node", x))?;
+            let mut chain = vec![gather.unwrap_or(h2d)];
+            chain.extend(f);
+            chain.push(d);
+            if product.deferred {
+                // A root beside the rest: it copies what the previous launch completed,
+                // which this launch's detection does not touch (`deferred_copy`).
+                dag.set_name(
+                    c,
+                    format!("D2H previous block's integrations (product {i})"),
+                );
+            } else {
+                dag.set_name(c, format!("D2H integrations (product {i})"));
+                chain.push(c);
+            }
+            dag.chain(&chain).map_err(|x| e("edges", x))?;
+            nodes.push((f, d, c));
+        }
+        for ((product, n), gather) in self.products.iter_mut().zip(nodes).zip(gathers) {
+            product.nodes = Some(n);
+            if let Some(l) = &mut product.gather {
+                l.node = gather;
+            }
+        }
+        let exec = dag
+            .into_exec(&self.device)
+            .map_err(|x| e("instantiating", x))?;
+        self.exec = Some(exec);
+        self.h2d = Some(h2d);
+        Ok(())
+    }
+}
