@@ -380,13 +380,18 @@ impl GpuEngine {
             // 256 fine channels, or, for nfft < 256, `per` = 256 / nfft whole runs (an 8-point
             // FFT would otherwise make blocks of 8 threads, a quarter of a warp); grid.z covers
             // the runs (each z-block loops over them with a stride, so the limit of 65,535 is
-            // never hit).
-            let (threads, per) = detect_block(p.nfft);
-            let nruns = (spb / p.nint + 2).div_ceil(per).min(4096) as u32;
-            let cfg = LaunchConfig::new(
-                (p.nfft.div_ceil(256) as u32, plan.nchan as u32, nruns),
-                threads,
-            );
+            // never hit). `sp_dft_detect` takes one warp per run instead, 8 per block.
+            let cfg = if fft.is_none() {
+                let z = (spb / p.nint + 2).div_ceil(8).min(4096) as u32;
+                LaunchConfig::new((1, plan.nchan as u32, z), 256)
+            } else {
+                let (threads, per) = detect_block(p.nfft);
+                let nruns = (spb / p.nint + 2).div_ceil(per).min(4096) as u32;
+                LaunchConfig::new(
+                    (p.nfft.div_ceil(256) as u32, plan.nchan as u32, nruns),
+                    threads,
+                )
+            };
             products.push(GpuProduct {
                 spb,
                 nslots,

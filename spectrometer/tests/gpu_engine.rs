@@ -152,6 +152,31 @@ fn stream_mode_matches_too() {
     );
 }
 
+/// Transforms of at most 16 points get no FFT: the detection kernel computes each bin as a
+/// direct DFT, one warp per run with `32 / nfft` lanes per bin. Lengths that do not divide 32
+/// leave lanes idle; with 480-sample blocks every such length up to 15 tiles them.
+#[test]
+#[ignore = "needs a GPU: run with --include-ignored on a machine with one"]
+fn short_transforms_of_any_length_need_no_fft() {
+    gpu_or_fail();
+    for mode in [GpuMode::Graph, GpuMode::Stream] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = scan(dir.path(), "dft");
+        s.ntime = 480;
+        compare(
+            &s,
+            &[
+                p(12, 5, Detection::Stokes),
+                p(5, 8, Detection::FullPol),
+                p(3, 16, Detection::TotalPower),
+                p(15, 64, Detection::TotalPower),
+            ],
+            Selection::default(),
+            mode,
+        );
+    }
+}
+
 /// Products whose blocks each complete whole integrations copy them back one block late, in
 /// the next block's work beside its FFT (the last block's after the last launch): every
 /// integration must still land in the right place, in both modes, from one block up, next
