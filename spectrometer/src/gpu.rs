@@ -101,7 +101,7 @@ fn gpu_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::Engine(format!("GPU engine: {what}: {e}"))
 }
 
-/// The kernels' source (`sp_gather`, `sp_detect`).
+/// The kernels' source (`sp_gather`, `sp_detect`, `sp_dft_detect`).
 const DETECT_SRC: &str = include_str!("cuda/detect.cu");
 
 /// Argument indices of `phase` and `slot0` in `sp_detect` (where the block starts, see
@@ -202,7 +202,6 @@ struct GpuProduct {
     /// The detection kernel's launch shape and its arguments after the first three, but for
     /// `phase` and `slot0` (per block): 9 before them, 5 after.
     detect_args: (LaunchConfig, [u32; 14]),
-    /// Node ids in the graph.
     /// Node ids in the graph: the FFT (none for a direct DFT), detection, D2H.
     nodes: Option<(Option<NodeId>, NodeId, NodeId)>,
     /// For an FFT longer than a block: where its samples are gathered.
