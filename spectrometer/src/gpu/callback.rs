@@ -43,7 +43,7 @@ impl LoadParams {
 /// shifts (Granlund and Montgomery, "Division by invariant integers using multiplication",
 /// 1994, figure 4.1): with `l = ⌈log2 d⌉`, `m = ⌊2^32 (2^l − d) / d⌋ + 1`, `sh1 = min(l, 1)`,
 /// `sh2 = max(l − 1, 0)`, `t = ⌊m n / 2^32⌋`, the quotient is `(t + ((n − t) >> sh1)) >> sh2`
-/// ([`Div32::divide`]; `sp_div32` in the callback).
+/// (`Div32::divide` in the tests; `sp_div32` in the callback).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub(super) struct Div32 {
