@@ -47,12 +47,13 @@ impl Kernel {
         from_function(ctx, function, None)
     }
 
-    /// [`Kernel::from_cudarc`], with the parameter layout read from `image`, the PTX text or
-    /// cubin the function's module was loaded from (for `compile_ptx`'s result,
+    /// [`Kernel::from_cudarc`], with the parameter layout read from `image`, the PTX text,
+    /// cubin or fatbin the function's module was loaded from (for `compile_ptx`'s result,
     /// `ptx.as_bytes()`; for PTX source, its bytes): the count, sizes and alignments the
     /// image declares, each parameter confirmed with `cuFuncGetParamInfo`
-    /// ([`ParamSource::Ptx`](crate::kernel::ParamSource::Ptx) or
-    /// [`Cubin`](crate::kernel::ParamSource::Cubin)). No driver call is refused on the way, so
+    /// ([`ParamSource::Ptx`](crate::kernel::ParamSource::Ptx),
+    /// [`Cubin`](crate::kernel::ParamSource::Cubin) or
+    /// [`Fatbin`](crate::kernel::ParamSource::Fatbin)). No driver call is refused on the way, so
     /// `compute-sanitizer` has nothing to report.
     ///
     /// Refused, besides [`Kernel::from_cudarc`]'s errors: an image that does not declare the
@@ -100,7 +101,7 @@ fn from_function(
                 return Err(Error::Cudarc {
                     what: "Kernel::from_cudarc_image",
                     problem: format!(
-                        "the image (PTX or a cubin) does not declare kernel `{name}`, or its \
+                        "the image (PTX, a cubin or a fatbin) does not declare kernel `{name}`, or its \
                          parameters are not understood: pass the image its module was loaded \
                          from, or use Kernel::from_cudarc"
                     ),

@@ -36,11 +36,16 @@ pub enum ParamSource {
     /// From the PTX's `.entry` declaration (the parameter count, sizes and alignments), each
     /// parameter confirmed by `cudaFuncGetParamInfo`: no CUDA call failed.
     Ptx,
+    /// From every image of a fatbin (its cubins' `.nv.info` sections and its PTX's `.entry`
+    /// declarations, decompressed where they are compressed), which all describe the same
+    /// layout, each parameter confirmed by `cudaFuncGetParamInfo`: no CUDA call failed.
+    Fatbin,
     /// From `cudaFuncGetParamInfo` alone, asked for parameter 0, 1, … until CUDA refused the
     /// index past the last (`cudaErrorInvalidValue`, cleared from the thread's last error, but
-    /// listed by `compute-sanitizer` as an API error): modules loaded from a fatbin, cubins
-    /// whose description of the parameters the crate does not read, and cudarc functions
-    /// taken without their image (`Kernel::from_cudarc`, feature `cudarc`).
+    /// listed by `compute-sanitizer` as an API error): cubins whose description of the
+    /// parameters the crate does not read, fatbins with an image it cannot read (LZ4, an
+    /// unknown kind) or whose images disagree, and cudarc functions taken without their image
+    /// (`Kernel::from_cudarc`, feature `cudarc`).
     Probed,
     /// Given by the caller: a [`RecordingBackend`](crate::dag::RecordingBackend)'s kernel.
     Given,

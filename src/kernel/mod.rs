@@ -6,6 +6,8 @@
 //! - `module`: [`Module`] (`cudaLibrary_t`).
 //! - `cubin`: a kernel's parameter layout read from a cubin's `.nv.info` section, so that
 //!   [`Module::kernel`] counts parameters without a refused CUDA call.
+//! - `fatbin`: the images (cubins, PTX; zstd-compressed ones decompressed) of a fatbin, read
+//!   the same way.
 //! - `launch`: [`Kernel`] and its [`ParamInfo`] layout, argument and launch-shape checks,
 //!   stream launches, [`Dim3`], [`LaunchConfig`].
 //! - `args`: [`KernelArg`], [`args!`](crate::args).
@@ -33,6 +35,7 @@ mod conditional;
 mod cubin;
 mod device_graph;
 mod device_node;
+mod fatbin;
 mod launch;
 mod library;
 mod link;

@@ -10,7 +10,7 @@ use super::launch::{
     value_words, Kernel, KernelCode, KernelInner, KernelOrigin, ParamInfo, ParamSource,
 };
 use super::library::ModuleInner;
-use super::{cubin, ptx};
+use super::{cubin, fatbin, ptx};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::result::runtime as rt;
@@ -20,8 +20,8 @@ use crate::stream::track::GpuUses;
 #[derive(Clone)]
 pub struct Module {
     inner: Arc<ModuleInner>,
-    /// The image, when it is an ELF cubin or PTX text: where [`Module::kernel`] reads
-    /// parameter layouts.
+    /// The image, when it is an ELF cubin, PTX text or a fatbin of those the reader can read:
+    /// where [`Module::kernel`] reads parameter layouts.
     image: Option<Image>,
 }
 
@@ -32,12 +32,26 @@ enum Image {
     Cubin(Arc<[u8]>),
     /// PTX text (its `.entry` declarations).
     Ptx(Arc<str>),
+    /// A fatbin's images (cubins and PTX, decompressed), every one of them.
+    Fatbin(Vec<Image>),
 }
 
 impl Image {
     /// The image kept for `bytes`: a cubin, PTX (text with a `.version` directive, up to an
-    /// optional NUL terminator), or nothing (a fatbin, anything else).
+    /// optional NUL terminator), a fatbin whose images are all one or the other
+    /// (`kernel/fatbin.rs`), or nothing (anything else).
     fn of(bytes: &[u8]) -> Option<Image> {
+        if fatbin::is_fatbin(bytes) {
+            let images = fatbin::images(bytes)?
+                .into_iter()
+                .map(|i| match Image::of(&i.bytes)? {
+                    Image::Cubin(c) if i.elf => Some(Image::Cubin(c)),
+                    Image::Ptx(t) if !i.elf => Some(Image::Ptx(t)),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?;
+            return Some(Image::Fatbin(images));
+        }
         if bytes.starts_with(b"\x7fELF") {
             return Some(Image::Cubin(Arc::from(bytes)));
         }
@@ -58,6 +72,15 @@ impl Image {
                 (layout.collect(), ParamSource::Cubin)
             }),
             Image::Ptx(text) => ptx::entry_params(text, symbol).map(|d| (d, ParamSource::Ptx)),
+            // CUDA loads one of the images (the cubin for the device, else the PTX, compiled):
+            // which one is CUDA's choice, so every image must describe `symbol`, the same way.
+            Image::Fatbin(images) => {
+                let mut layouts = images.iter().map(|i| i.params(symbol).map(|(l, _)| l));
+                let first = layouts.next()??;
+                layouts
+                    .all(|l| l.as_ref() == Some(&first))
+                    .then_some((first, ParamSource::Fatbin))
+            }
         }
     }
 }
@@ -71,6 +94,7 @@ impl std::fmt::Debug for Module {
                 &self.image.as_ref().map(|i| match i {
                     Image::Cubin(c) => ("cubin", c.len()),
                     Image::Ptx(t) => ("ptx", t.len()),
+                    Image::Fatbin(images) => ("fatbin images", images.len()),
                 }),
             )
             .finish()
@@ -105,7 +129,8 @@ impl Module {
     /// Loads a cubin, PTX or fatbin image (`lowered_names` maps C++ names to mangled ones).
     ///
     /// A cubin (an ELF image, as [`compile`](fn@compile) makes) or PTX text is also kept,
-    /// copied, for [`Module::kernel`] to read parameter layouts from.
+    /// copied, for [`Module::kernel`] to read parameter layouts from, and so are the images of
+    /// a fatbin (decompressed) when the reader can read every one of them.
     pub fn load(
         device: &Device,
         image: &[u8],
@@ -133,10 +158,12 @@ impl Module {
     /// the kernel's parameters ([`ParamSource::Cubin`]: its `.nv.info` section) or from PTX
     /// ([`ParamSource::Ptx`]: the `.entry` declaration): the count and layout are read there,
     /// then each parameter is confirmed with `cudaFuncGetParamInfo`, and a difference is
-    /// [`Error::ParamLayoutMismatch`]. Otherwise (a fatbin, a cubin whose records the reader
-    /// does not know) CUDA is asked for parameter 0, 1, … until it refuses the index past the
-    /// last ([`ParamSource::Probed`]); that refusal is not an error here, but
-    /// `compute-sanitizer` lists it as a failed API call.
+    /// [`Error::ParamLayoutMismatch`]. From a fatbin, every image it holds (cubins, PTX) must
+    /// describe the kernel, all the same way ([`ParamSource::Fatbin`]), since CUDA chooses
+    /// which one it loads. Otherwise (a cubin whose records the reader does not know, a fatbin
+    /// with an image it cannot read or images that disagree) CUDA is asked for parameter 0,
+    /// 1, … until it refuses the index past the last ([`ParamSource::Probed`]); that refusal
+    /// is not an error here, but `compute-sanitizer` lists it as a failed API call.
     pub fn kernel(&self, name: &str) -> Result<Kernel> {
         let symbol = self
             .inner
@@ -228,7 +255,7 @@ impl Kernel {
 
 /// The `(offset, size)` of each parameter of `symbol` as `image` (a cubin or PTX) describes
 /// them, and where from; `None` for other images, or when the image does not describe it.
-#[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "cudarc", test)), allow(dead_code))]
 pub(crate) fn described_params(
     image: &[u8],
     symbol: &str,

@@ -264,6 +264,40 @@ fn parameter_layouts_against_a_refused_probe(gpu: &Gpu) -> anyhow::Result<()> {
     Ok(())
 }
 
+register!(gpu "foundation::a_fatbin_modules_layouts_come_from_its_images" => a_fatbin_modules_layouts_come_from_its_images);
+/// A module loaded from a fatbin (CUDA 13.0's `fatbinary`: cubins for `sm_90` and `sm_100`
+/// stored as they are, the `compute_90` PTX zstd-compressed; `src/kernel/fatbin/`) reads each
+/// kernel's layout from its images, confirmed by CUDA with no refused call, and runs.
+fn a_fatbin_modules_layouts_come_from_its_images(gpu: &Gpu) -> anyhow::Result<()> {
+    const FATBIN: &[u8] = include_bytes!("../../src/kernel/fatbin/default.fatbin");
+    let m = Module::load(&gpu.device, FATBIN, Default::default())?;
+    // SAFETY: `cudaGetLastError` takes no arguments; the runtime is loaded (a module is).
+    let _ = unsafe { rt::get_last_error() };
+    let k = m.kernel("scale")?;
+    // SAFETY: as above.
+    let last = unsafe { rt::get_last_error() };
+    ensure!(last.is_ok(), "loading left a last error: {last:?}");
+    ensure!(
+        k.param_source() == ParamSource::Fatbin,
+        "{:?}",
+        k.param_source()
+    );
+    let want = [(0, 8), (8, 4), (16, 8), (24, 4)].map(|(offset, size)| ParamInfo { offset, size });
+    ensure!(k.params() == &want[..], "{:?}", k.params());
+    // `scale(x, a, n, flag)`: x[i] *= a for i < n when flag is set.
+    let n = 1000usize;
+    let x = DeviceBuffer::from_slice(&gpu.device, &vec![2.0f32; n])?;
+    let stream = Stream::new(&gpu.device)?;
+    k.launch(
+        &stream,
+        LaunchConfig::new(n.div_ceil(256) as u32, 256),
+        &args![&x, 1.5f32, n as u64, 1i32],
+    )?;
+    stream.synchronize()?;
+    ensure!(x.to_vec()?.iter().all(|&v| v == 3.0), "scale did not run");
+    Ok(())
+}
+
 register!(gpu "foundation::compile_error_has_log" => compile_error_has_log);
 fn compile_error_has_log(gpu: &Gpu) -> anyhow::Result<()> {
     let opts = CompileOptions {
