@@ -27,9 +27,9 @@
 //! - **No FFT for short transforms** (at most 16 points, `DFT_MAX`, e.g. the 8x128 product
 //!   of Breakthrough Listen's set): the detection kernel `sp_dft_detect` computes each
 //!   spectrum's bin as a direct DFT of the integers it reads from the device input (decoded as
-//!   the load callbacks decode them), so the product's branch is one kernel node. cuFFT's node
-//!   would write 8 bytes of spectra per sample for the detection to read back: for an 8-point
-//!   product that traffic was nearly all of its GPU time.
+//!   the load callbacks decode them), so the product's branch is one kernel node, with no
+//!   spectra written to device memory and read back. Measured on an H100 (32 MiB blocks): the
+//!   8x128 product's branch took 313 µs a block as FFT and detection, 142 µs as one kernel.
 //! - **detect+integrate kernel** per product: fft shift, detection (total power, full
 //!   polarisation or Stokes), the antenna sum with weights, and integration over `nint`
 //!   spectra into a small ring of integration slots on the device. An integration that spans
