@@ -71,19 +71,22 @@ fn slice_at(bytes: &[u8], offset: usize, len: usize) -> Option<&[u8]> {
     bytes.get(offset..offset.checked_add(len)?)
 }
 
-fn u16_at(bytes: &[u8], offset: usize) -> Option<u16> {
+/// The little-endian `u16` at `offset`, if `bytes` holds it (also the fatbin reader's).
+pub(super) fn u16_at(bytes: &[u8], offset: usize) -> Option<u16> {
     Some(u16::from_le_bytes(
         slice_at(bytes, offset, 2)?.try_into().ok()?,
     ))
 }
 
-fn u32_at(bytes: &[u8], offset: usize) -> Option<u32> {
+/// The little-endian `u32` at `offset`, if `bytes` holds it (also the fatbin reader's).
+pub(super) fn u32_at(bytes: &[u8], offset: usize) -> Option<u32> {
     Some(u32::from_le_bytes(
         slice_at(bytes, offset, 4)?.try_into().ok()?,
     ))
 }
 
-fn u64_at(bytes: &[u8], offset: usize) -> Option<u64> {
+/// The little-endian `u64` at `offset`, if `bytes` holds it (also the fatbin reader's).
+pub(super) fn u64_at(bytes: &[u8], offset: usize) -> Option<u64> {
     Some(u64::from_le_bytes(
         slice_at(bytes, offset, 8)?.try_into().ok()?,
     ))

@@ -32,6 +32,8 @@
 
 use std::io::Read;
 
+use super::cubin::{u16_at, u32_at, u64_at};
+
 /// The magic number at the start of every fatbin container.
 const MAGIC: u32 = 0xBA55_ED50;
 /// The size of a container's header.
@@ -132,24 +134,6 @@ fn unzstd(frame: &[u8], len: u64) -> Option<Vec<u8>> {
     // One byte more than announced, to tell a longer stream from an exact one.
     decoder.take(len + 1).read_to_end(&mut out).ok()?;
     (out.len() as u64 == len).then_some(out)
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(
-        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
-}
-
-fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(
-        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
-    ))
 }
 
 #[cfg(test)]
