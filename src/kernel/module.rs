@@ -39,12 +39,13 @@ enum Image {
 impl Image {
     /// The image kept for `bytes`: a cubin, PTX (text with a `.version` directive, up to an
     /// optional NUL terminator), a fatbin whose images are all one or the other
-    /// (`kernel/fatbin.rs`), or nothing (anything else).
+    /// (`kernel/fatbin.rs`; an image that is itself a fatbin is not read: no recursion), or
+    /// nothing (anything else).
     fn of(bytes: &[u8]) -> Option<Image> {
         if fatbin::is_fatbin(bytes) {
             let images = fatbin::images(bytes)?
                 .into_iter()
-                .map(|i| match Image::of(&i.bytes)? {
+                .map(|i| match Image::single(&i.bytes)? {
                     Image::Cubin(c) if i.elf => Some(Image::Cubin(c)),
                     Image::Ptx(t) if !i.elf => Some(Image::Ptx(t)),
                     _ => None,
@@ -52,6 +53,11 @@ impl Image {
                 .collect::<Option<Vec<_>>>()?;
             return Some(Image::Fatbin(images));
         }
+        Image::single(bytes)
+    }
+
+    /// A cubin or PTX image (not a fatbin).
+    fn single(bytes: &[u8]) -> Option<Image> {
         if bytes.starts_with(b"\x7fELF") {
             return Some(Image::Cubin(Arc::from(bytes)));
         }

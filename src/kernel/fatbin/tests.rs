@@ -140,6 +140,54 @@ fn what_the_reader_cannot_read_is_refused_whole() {
     );
 }
 
+/// A fatbin of one uncompressed entry of `kind` holding `payload`.
+fn one_entry(kind: u16, payload: &[u8]) -> Vec<u8> {
+    let mut entry = vec![0u8; 64];
+    entry[0..2].copy_from_slice(&kind.to_le_bytes());
+    entry[2..4].copy_from_slice(&0x0101u16.to_le_bytes());
+    entry[4..8].copy_from_slice(&64u32.to_le_bytes());
+    entry[8..16].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    entry[28..32].copy_from_slice(&90u32.to_le_bytes());
+    let mut b = 0xBA55_ED50u32.to_le_bytes().to_vec();
+    b.extend_from_slice(&1u16.to_le_bytes());
+    b.extend_from_slice(&16u16.to_le_bytes());
+    b.extend_from_slice(&((entry.len() + payload.len()) as u64).to_le_bytes());
+    b.extend_from_slice(&entry);
+    b.extend_from_slice(payload);
+    b
+}
+
+/// An image is read as the kind its entry says, and one that is itself a fatbin is not
+/// opened: no recursion however deeply they nest (reading them recursively overflowed the
+/// test thread's stack).
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "10,000 nested fatbins built by copying: gigabytes of copies under Miri"
+)]
+fn images_are_what_their_entries_say_and_never_fatbins() {
+    let cubin = images(NONE).unwrap().remove(0).bytes;
+    let ptx = images(NONE).unwrap().remove(1).bytes;
+    assert_eq!(
+        layout_of(&one_entry(2, &cubin), "scale"),
+        Some((SCALE.to_vec(), ParamSource::Fatbin))
+    );
+    assert_eq!(
+        layout_of(&one_entry(1, &ptx), "scale"),
+        Some((SCALE.to_vec(), ParamSource::Fatbin))
+    );
+    // A cubin in a PTX entry, PTX in an ELF entry.
+    assert_eq!(layout_of(&one_entry(1, &cubin), "scale"), None);
+    assert_eq!(layout_of(&one_entry(2, &ptx), "scale"), None);
+    // Fatbins nested 10,000 deep.
+    let mut nested = NONE.to_vec();
+    for _ in 0..10_000 {
+        nested = one_entry(2, &nested);
+    }
+    assert!(images(&nested).is_some());
+    assert_eq!(layout_of(&nested, "scale"), None);
+}
+
 #[test]
 #[cfg_attr(
     miri,
