@@ -72,10 +72,11 @@ pub(super) fn images(bytes: &[u8]) -> Option<Vec<FatbinImage>> {
     let mut out = Vec::new();
     let mut at = 0usize;
     while at < bytes.len() {
-        if bytes[at..].iter().all(|&b| b == 0) {
-            break; // padding after the last container
-        }
-        if u32_at(bytes, at)? != MAGIC || u16_at(bytes, at + 4)? != 1 {
+        if u32_at(bytes, at) != Some(MAGIC) || u16_at(bytes, at + 4) != Some(1) {
+            // Zero padding may follow the last container; anything else is not read.
+            if bytes[at..].iter().all(|&b| b == 0) {
+                break;
+            }
             return None;
         }
         let header = usize::from(u16_at(bytes, at + 6)?);
@@ -112,9 +113,10 @@ fn read_entry(container: &[u8], at: usize) -> Option<(FatbinImage, usize)> {
     let start = at.checked_add(header)?;
     let next = start.checked_add(size)?;
     let payload = container.get(start..next)?;
-    let bytes = if flags & FLAG_LZ4 != 0 {
+    if flags & FLAG_LZ4 != 0 {
         return None;
-    } else if flags & FLAG_ZSTD != 0 {
+    }
+    let bytes = if flags & FLAG_ZSTD != 0 {
         unzstd(payload.get(..compressed)?, decompressed)?
     } else {
         payload.to_vec()
