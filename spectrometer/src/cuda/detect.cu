@@ -1,7 +1,8 @@
-// The spectrometer's kernels: `sp_gather` (FFTs longer than a block), `sp_detect` (fft shift,
-// detection, antenna sum, integration of the FFT's output) and `sp_dft_detect` (the same for
-// short transforms, each spectrum computed as a direct DFT of the recorder's integers, with no
-// FFT node before it). Loaded by `gpu.rs` with `include_str!`.
+// The spectrometer's kernels: `sp_gather` (FFTs longer than a block), `sp_unpack` (the
+// recorder's integers as the FFTs' complex input), `sp_detect` (fft shift, detection, antenna
+// sum, integration of the FFT's output) and `sp_dft_detect` (the same for short transforms,
+// each spectrum computed as a direct DFT of the recorder's integers, with no FFT node before
+// it). Loaded by `gpu.rs` with `include_str!`.
 // Copies the new samples of every channel of a block (rows of `row_bytes`, `in_pitch` apart)
 // into column `col` (bytes) of the long buffer (rows `out_pitch` apart), for FFTs longer than
 // a block. 16 bytes per thread where every offset allows (the buffers themselves are
@@ -23,6 +24,20 @@ extern "C" __global__ void sp_gather(const unsigned char* in, unsigned char* out
     }
 }
 
+// Adds weight w times the detected products of x (and y, the second polarisation, if npol is
+// 2) to v: Stokes I (mode 0), XX YY Re(XY*) Im(XY*) (mode 1) or IQUV (mode 2).
+__device__ __forceinline__ void sp_accumulate(float (&v)[4], float w, float2 x, float2 y,
+        unsigned npol, unsigned mode) {
+    float xx = x.x * x.x + x.y * x.y;
+    if (npol == 1) { v[0] += w * xx; return; }
+    float yy = y.x * y.x + y.y * y.y;
+    float re = x.x * y.x + x.y * y.y;   // Re(x conj(y))
+    float im = x.y * y.x - x.x * y.y;   // Im(x conj(y))
+    if (mode == 0) { v[0] += w * (xx + yy); }
+    else if (mode == 1) { v[0] += w * xx; v[1] += w * yy; v[2] += w * re; v[3] += w * im; }
+    else { v[0] += w * (xx + yy); v[1] += w * (xx - yy); v[2] += w * 2.f * re; v[3] += w * -2.f * im; }
+}
+
 // One thread per (fine channel k, coarse channel c, run of spectra): a run is the part of one
 // integration that falls in this block, so runs never share an output slot and no atomics are
 // needed. Loops over outputs and the run's spectra.
@@ -33,12 +48,18 @@ extern "C" __global__ void sp_gather(const unsigned char* in, unsigned char* out
 // detection itself for long FFTs): `phase` = g0 mod nint and `slot0` = (g0 div nint) mod
 // nslots, g0 the global index of the block's first spectrum. Run 0 continues (or, at phase 0,
 // starts) integration g0 div nint; run r starts integration g0 div nint + r.
-// The last five arguments are `sp_dft_detect`'s (the two kernels share one signature).
-extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float* weights,
-        unsigned nfft, unsigned spb, unsigned npol, unsigned nchan, unsigned nant,
-        unsigned sum, unsigned mode, unsigned nint, unsigned nslots, unsigned phase,
-        unsigned slot0, unsigned nbits, unsigned ant0, unsigned chan_start,
-        unsigned nchan_per_ant, unsigned ntime) {
+// A thread loads U spectra of its run at once (`sp_detect`, U = SP_RUN_UNROLL = 8): one spectrum at a time,
+// each load waited for before the next, a thread walking a run of 128 spectra (1024x3072)
+// left the kernel bound by latency (90 µs a block on an H100, 58 µs with U = 8). The loads
+// in flight cost registers (80 against 48) and so occupancy, which a kernel whose runs are
+// one spectrum long (a long FFT's, 2^20 points: 0.83 ms with U = 1, 1.20 ms with U = 8) needs
+// for its parallelism: it gets `sp_detect_single` (U = 1; `gpu.rs` chooses by run length).
+#define SP_RUN_UNROLL 8
+template <unsigned U>
+__device__ __forceinline__ void sp_detect_body(const float2* spec, float* acc,
+        const float* weights, unsigned nfft, unsigned spb, unsigned npol, unsigned nchan,
+        unsigned nant, unsigned sum, unsigned mode, unsigned nint, unsigned nslots,
+        unsigned phase, unsigned slot0) {
     unsigned per = blockDim.x >= nfft ? blockDim.x / nfft : 1;
     unsigned k = per > 1 ? threadIdx.x % nfft : blockIdx.x * blockDim.x + threadIdx.x;
     unsigned sub = per > 1 ? threadIdx.x / nfft : 0;
@@ -63,21 +84,31 @@ extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float
         bool fresh = r > 0 || phase == 0;
         for (unsigned o = 0; o < nout; o++) {
             float v[4] = {0.f, 0.f, 0.f, 0.f};
-            for (unsigned q = q0; q < q1; q++) {
-                for (unsigned a = (sum ? 0 : o); a < (sum ? nant : o + 1); a++) {
-                    float w = weights[a];
-                    unsigned long long sx = ((unsigned long long)(c * nant + a) * npol) * stream_len
-                        + (unsigned long long)q * nfft + j;
-                    float2 x = spec[sx];
-                    float xx = x.x * x.x + x.y * x.y;
-                    if (npol == 1) { v[0] += w * xx; continue; }
-                    float2 y = spec[sx + stream_len];
-                    float yy = y.x * y.x + y.y * y.y;
-                    float re = x.x * y.x + x.y * y.y;   // Re(x conj(y))
-                    float im = x.y * y.x - x.x * y.y;   // Im(x conj(y))
-                    if (mode == 0) { v[0] += w * (xx + yy); }
-                    else if (mode == 1) { v[0] += w * xx; v[1] += w * yy; v[2] += w * re; v[3] += w * im; }
-                    else { v[0] += w * (xx + yy); v[1] += w * (xx - yy); v[2] += w * 2.f * re; v[3] += w * -2.f * im; }
+            for (unsigned a = (sum ? 0 : o); a < (sum ? nant : o + 1); a++) {
+                float w = weights[a];
+                const float2* px = spec + ((unsigned long long)(c * nant + a) * npol) * stream_len + j;
+                unsigned q = q0;
+                if (U > 1) {
+                    // U spectra at a time, their loads issued together.
+                    for (; q + U <= q1; q += U) {
+                        float2 x[U], y[U];
+                        #pragma unroll
+                        for (unsigned u = 0; u < U; u++)
+                            x[u] = px[(unsigned long long)(q + u) * nfft];
+                        #pragma unroll
+                        for (unsigned u = 0; u < U; u++)
+                            y[u] = npol == 2 ? px[(unsigned long long)(q + u) * nfft + stream_len]
+                                             : make_float2(0.f, 0.f);
+                        #pragma unroll
+                        for (unsigned u = 0; u < U; u++)
+                            sp_accumulate(v, w, x[u], y[u], npol, mode);
+                    }
+                }
+                for (; q < q1; q++) {
+                    float2 x = px[(unsigned long long)q * nfft];
+                    float2 y = npol == 2 ? px[(unsigned long long)q * nfft + stream_len]
+                                         : make_float2(0.f, 0.f);
+                    sp_accumulate(v, w, x, y, npol, mode);
                 }
             }
             for (unsigned f = 0; f < nifs; f++) {
@@ -87,6 +118,27 @@ extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float
             }
         }
     }
+}
+
+// The two entries of sp_detect_body (see above). The last five arguments are
+// `sp_dft_detect`'s (the three detection kernels share one signature).
+extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float* weights,
+        unsigned nfft, unsigned spb, unsigned npol, unsigned nchan, unsigned nant,
+        unsigned sum, unsigned mode, unsigned nint, unsigned nslots, unsigned phase,
+        unsigned slot0, unsigned nbits, unsigned ant0, unsigned chan_start,
+        unsigned nchan_per_ant, unsigned ntime) {
+    sp_detect_body<SP_RUN_UNROLL>(spec, acc, weights, nfft, spb, npol, nchan, nant, sum, mode, nint,
+        nslots, phase, slot0);
+}
+// Five blocks of 256 threads per SM (at most 48 registers, as the body before U had): the
+// occupancy its parallelism needs.
+extern "C" __global__ void __launch_bounds__(256, 5) sp_detect_single(const float2* spec,
+        float* acc, const float* weights, unsigned nfft, unsigned spb, unsigned npol, unsigned nchan,
+        unsigned nant, unsigned sum, unsigned mode, unsigned nint, unsigned nslots,
+        unsigned phase, unsigned slot0, unsigned nbits, unsigned ant0, unsigned chan_start,
+        unsigned nchan_per_ant, unsigned ntime) {
+    sp_detect_body<1>(spec, acc, weights, nfft, spb, npol, nchan, nant, sum, mode, nint,
+        nslots, phase, slot0);
 }
 
 // The longest transform sp_dft_detect computes (`DFT_MAX` in gpu.rs).
@@ -146,10 +198,9 @@ extern "C" __global__ void sp_dft_detect(const unsigned char* in, float* acc,
         unsigned slot = slot0 + r; if (slot >= nslots) slot -= nslots;
         bool fresh = r > 0 || phase == 0;
         for (unsigned o = 0; o < nout; o++) {
-            float v0 = 0.f, v1 = 0.f, v2 = 0.f, v3 = 0.f;
+            float v[4] = {0.f, 0.f, 0.f, 0.f};
             for (unsigned q = q0 + s; s < S && q < q1; q += S) {
                 for (unsigned a = (sum ? 0 : o); a < (sum ? nant : o + 1); a++) {
-                    float w = weights[a];
                     unsigned long long gch = (unsigned long long)(ant0 + a) * nchan_per_ant
                         + chan_start + c;
                     unsigned long long i0 = (gch * ntime + (unsigned long long)q * nfft) * npol;
@@ -167,27 +218,19 @@ extern "C" __global__ void sp_dft_detect(const unsigned char* in, float* acc,
                             }
                         }
                     }
-                    float xx = x.x * x.x + x.y * x.y;
-                    if (npol == 1) { v0 += w * xx; continue; }
-                    float yy = y.x * y.x + y.y * y.y;
-                    float re = x.x * y.x + x.y * y.y;   // Re(x conj(y))
-                    float im = x.y * y.x - x.x * y.y;   // Im(x conj(y))
-                    if (mode == 0) { v0 += w * (xx + yy); }
-                    else if (mode == 1) { v0 += w * xx; v1 += w * yy; v2 += w * re; v3 += w * im; }
-                    else { v0 += w * (xx + yy); v1 += w * (xx - yy); v2 += w * 2.f * re; v3 += w * -2.f * im; }
+                    sp_accumulate(v, weights[a], x, y, npol, mode);
                 }
             }
             // Lane k (s = 0) gathers the sums of lanes k + nfft, k + 2 nfft, ...
             for (unsigned s2 = 1; s2 < S; s2++) {
                 unsigned from = k + s2 * nfft;
-                float t0 = __shfl_sync(0xffffffffu, v0, from);
-                float t1 = __shfl_sync(0xffffffffu, v1, from);
-                float t2 = __shfl_sync(0xffffffffu, v2, from);
-                float t3 = __shfl_sync(0xffffffffu, v3, from);
-                if (s == 0) { v0 += t0; v1 += t1; v2 += t2; v3 += t3; }
+                #pragma unroll
+                for (unsigned f = 0; f < 4; f++) {
+                    float t = __shfl_sync(0xffffffffu, v[f], from);
+                    if (s == 0) v[f] += t;
+                }
             }
             if (s != 0) continue;
-            float v[4] = {v0, v1, v2, v3};
             #pragma unroll
             for (unsigned f = 0; f < 4; f++) {
                 if (f >= nifs) break;
@@ -196,5 +239,32 @@ extern "C" __global__ void sp_dft_detect(const unsigned char* in, float* acc,
                 acc[at] = fresh ? v[f] : acc[at] + v[f];
             }
         }
+    }
+}
+
+// The input of a product's FFTs: spectra[((c * nant + a) * npol + pol) * len + tau] is sample
+// tau (< len = spb * nfft) of polarisation pol of channel (ant0 + a) * nchan_per_ant +
+// chan_start + c of `in`, a block (or a long FFT's gathered samples, `ntime` per channel) in
+// the recorder's [channel][time][pol] layout, as float2: the transforms ordered [coarse
+// channel][antenna][pol][spectrum], then transformed in place. Row blockIdx.y = c * nant + a;
+// one thread per time step (its polarisations adjacent in `in`), so that the writes of a
+// warp, 8 bytes per thread, are contiguous.
+// (The engine first decoded the integers in a cuFFT load callback, which cudagraph ran as a
+// conversion kernel before the callback-free transform: every sample's callback split its
+// offset into channel, antenna, polarisation, spectrum and time with four divisions and read
+// its parameters from memory, 115 µs a block for 1024x128 on an H100.)
+extern "C" __global__ void sp_unpack(const unsigned char* in, float2* spectra,
+        unsigned long long len, unsigned npol, unsigned nant, unsigned ant0, unsigned chan_start,
+        unsigned nchan_per_ant, unsigned long long ntime, unsigned nbits) {
+    unsigned row = blockIdx.y;
+    unsigned a = row % nant, c = row / nant;
+    unsigned long long gch = (unsigned long long)(ant0 + a) * nchan_per_ant + chan_start + c;
+    unsigned long long first = gch * ntime * npol;
+    float2* out = spectra + (unsigned long long)row * npol * len;
+    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long tau = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+            tau < len; tau += step) {
+        for (unsigned pol = 0; pol < npol; pol++)
+            out[pol * len + tau] = sp_sample(in, first + tau * npol + pol, nbits);
     }
 }
