@@ -826,23 +826,25 @@ impl Engine for GpuEngine {
 mod tests {
     use super::{DETECT_SRC, DFT_MAX, RUN_UNROLL};
 
+    /// The value of `#define NAME` in `detect.cu`.
+    fn define(name: &str) -> usize {
+        let prefix = format!("#define {name} ");
+        let value = DETECT_SRC
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("{name} in detect.cu"));
+        value.trim().parse().expect("a number")
+    }
+
     /// The host's limit for a direct DFT is the one `sp_dft_detect` was written for.
     #[test]
     fn the_direct_dft_limit_matches_the_kernels() {
-        let value = DETECT_SRC
-            .lines()
-            .find_map(|l| l.strip_prefix("#define SP_DFT_MAX "))
-            .expect("SP_DFT_MAX in detect.cu");
-        assert_eq!(value.trim().parse::<usize>(), Ok(DFT_MAX));
+        assert_eq!(define("SP_DFT_MAX"), DFT_MAX);
     }
 
     /// The run length from which the host chooses `sp_detect` is the one it was written for.
     #[test]
     fn the_run_unroll_matches_the_kernels() {
-        let value = DETECT_SRC
-            .lines()
-            .find_map(|l| l.strip_prefix("#define SP_RUN_UNROLL "))
-            .expect("SP_RUN_UNROLL in detect.cu");
-        assert_eq!(value.trim().parse::<usize>(), Ok(RUN_UNROLL));
+        assert_eq!(define("SP_RUN_UNROLL"), RUN_UNROLL);
     }
 }
