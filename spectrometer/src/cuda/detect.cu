@@ -47,12 +47,13 @@ __device__ __forceinline__ void sp_accumulate(float (&v)[4], float w, float2 x, 
 // detection itself for long FFTs): `phase` = g0 mod nint and `slot0` = (g0 div nint) mod
 // nslots, g0 the global index of the block's first spectrum. Run 0 continues (or, at phase 0,
 // starts) integration g0 div nint; run r starts integration g0 div nint + r.
-// A thread loads U spectra of its run at once (`sp_detect`, U = SP_RUN_UNROLL = 8): one spectrum at a time,
-// each load waited for before the next, a thread walking a run of 128 spectra (1024x3072)
-// left the kernel bound by latency (90 µs a block on an H100, 58 µs with U = 8). The loads
-// in flight cost registers (80 against 48) and so occupancy, which a kernel whose runs are
-// one spectrum long (a long FFT's, 2^20 points: 0.83 ms with U = 1, 1.20 ms with U = 8) needs
-// for its parallelism: it gets `sp_detect_single` (U = 1; `gpu.rs` chooses by run length).
+// A thread loads U spectra of its run at once (`sp_detect`, U = SP_RUN_UNROLL = 8): one
+// spectrum at a time, each load waited for before the next, a thread walking a run of 128
+// spectra (1024x3072) left the kernel bound by latency (90 µs a block on an H100, 58 µs with
+// U = 8). The loads in flight cost registers (80 against 48) and so occupancy, which a kernel
+// whose runs are one spectrum long (a long FFT's, 2^20 points: 0.83 ms with U = 1, 1.20 ms
+// with U = 8) needs for its parallelism: it gets `sp_detect_single` (U = 1; `gpu.rs` chooses
+// by run length).
 #define SP_RUN_UNROLL 8
 template <unsigned U>
 __device__ __forceinline__ void sp_detect_body(const float2* spec, float* acc,
@@ -85,7 +86,8 @@ __device__ __forceinline__ void sp_detect_body(const float2* spec, float* acc,
             float v[4] = {0.f, 0.f, 0.f, 0.f};
             for (unsigned a = (sum ? 0 : o); a < (sum ? nant : o + 1); a++) {
                 float w = weights[a];
-                const float2* px = spec + ((unsigned long long)(c * nant + a) * npol) * stream_len + j;
+                const float2* px =
+                    spec + ((unsigned long long)(c * nant + a) * npol) * stream_len + j;
                 unsigned q = q0;
                 if (U > 1) {
                     // U spectra at a time, their loads issued together.
@@ -126,14 +128,14 @@ extern "C" __global__ void sp_detect(const float2* spec, float* acc, const float
         unsigned sum, unsigned mode, unsigned nint, unsigned nslots, unsigned phase,
         unsigned slot0, unsigned nbits, unsigned ant0, unsigned chan_start,
         unsigned nchan_per_ant, unsigned ntime) {
-    sp_detect_body<SP_RUN_UNROLL>(spec, acc, weights, nfft, spb, npol, nchan, nant, sum, mode, nint,
-        nslots, phase, slot0);
+    sp_detect_body<SP_RUN_UNROLL>(spec, acc, weights, nfft, spb, npol, nchan, nant, sum, mode,
+        nint, nslots, phase, slot0);
 }
 // Five blocks of 256 threads per SM (at most 48 registers, as the body before U had): the
 // occupancy its parallelism needs.
 extern "C" __global__ void __launch_bounds__(256, 5) sp_detect_single(const float2* spec,
-        float* acc, const float* weights, unsigned nfft, unsigned spb, unsigned npol, unsigned nchan,
-        unsigned nant, unsigned sum, unsigned mode, unsigned nint, unsigned nslots,
+        float* acc, const float* weights, unsigned nfft, unsigned spb, unsigned npol,
+        unsigned nchan, unsigned nant, unsigned sum, unsigned mode, unsigned nint, unsigned nslots,
         unsigned phase, unsigned slot0, unsigned nbits, unsigned ant0, unsigned chan_start,
         unsigned nchan_per_ant, unsigned ntime) {
     sp_detect_body<1>(spec, acc, weights, nfft, spb, npol, nchan, nant, sum, mode, nint,
