@@ -2,8 +2,8 @@
 //! launched once per block.
 //!
 //! ```text
-//!                  ┌─> FFT (load callback decodes the packed integers) ─> detect+integrate ─> D2H (product 0)
-//! H2D (block) ─────┼─> FFT ─> detect+integrate ─> D2H                                      (product 1)
+//!                  ┌─> unpack ─> FFT (in place) ─> detect+integrate ─> D2H          (product 0)
+//! H2D (block) ─────┼─> unpack ─> FFT ─> detect+integrate ─> D2H                     (product 1)
 //!                  └─> …
 //! D2H of the previous block's integrations (products whose copy runs late, see below)
 //! ```
@@ -20,14 +20,19 @@
 //! - **D2D** (the graph's first node): the device staging buffer into the one device input
 //!   buffer every FFT reads. Which staging buffer is the source changes per block with
 //!   `Exec::set_copy`.
-//! - **FFT node** per product: C2C, `nfft` points, one transform per (coarse channel, antenna,
-//!   polarisation, spectrum of the block). A custom cuFFT LTO load callback reads the recorder's
-//!   `[channel][time][pol][re, im]` integers (4, 8 or 16 bits) straight from the device input:
-//!   there is no separate conversion pass.
+//! - **unpack kernel** per product (`sp_unpack`): the recorder's `[channel][time][pol][re, im]`
+//!   integers (4, 8 or 16 bits) of the selected channels and antennas as the FFTs' complex
+//!   input, one thread per time step, its writes coalesced.
+//! - **FFT node** per product: C2C, `nfft` points, in place, one transform per (coarse channel,
+//!   antenna, polarisation, spectrum of the block), with no callback. (A custom cuFFT load
+//!   callback decoded the integers before; cudagraph's automatic choice ran it as its
+//!   conversion kernel before the transform, fused being slower, and that kernel cost twice
+//!   `sp_unpack`'s time: every sample's callback divided its offset four times and read its
+//!   parameters from memory.)
 //! - **No FFT for short transforms** (at most 16 points, `DFT_MAX`, e.g. the 8x128 product
 //!   of Breakthrough Listen's set): the detection kernel `sp_dft_detect` computes each
 //!   spectrum's bin as a direct DFT of the integers it reads from the device input (decoded as
-//!   the load callbacks decode them), so the product's branch is one kernel node, with no
+//!   `sp_unpack` decodes them), so the product's branch is one kernel node, with no
 //!   spectra written to device memory and read back. Measured on an H100 (32 MiB blocks): the
 //!   8x128 product's branch took 313 µs a block as FFT and detection, 142 µs as one kernel.
 //! - **detect+integrate kernel** per product: fft shift, detection (total power, full
@@ -65,9 +70,8 @@
 use std::time::{Duration, Instant};
 
 use cudagraph::{
-    args, CallbackParams, CustomCallback, Device, DeviceBuffer, Direction, Event, Exec, FftParams,
-    FftPlan, FftPlanDesc, FftSpec, FftType, HostBuffer, Kernel, KernelArg, LaunchConfig,
-    LoadCallback, Module, NodeId, Stream, StreamFft,
+    args, Device, DeviceBuffer, Direction, Event, Exec, FftParams, FftPlan, FftPlanDesc, FftSpec,
+    FftType, HostBuffer, Kernel, KernelArg, LaunchConfig, Module, NodeId, Stream, StreamFft,
 };
 use num_complex::Complex32;
 use rayon::prelude::*;
@@ -77,14 +81,12 @@ use crate::error::{Error, Result};
 use crate::guppi::Geometry;
 use crate::plan::{AntennaMode, Detection, Plan, ProductPlan};
 
-mod callback;
 mod graph;
 mod launch;
 mod slots;
-use callback::{LoadParams, CALLBACK_SRC};
 mod stages;
 use crate::scan::FilledBlock;
-use slots::{block_start, deferred_copy, detect_block, slot_ring, slots_copied};
+use slots::{block_start, deferred_copy, detect_block, max_runs, slot_ring, slots_copied};
 pub use stages::StageProfile;
 
 /// How the GPU work of a block is issued.
@@ -160,11 +162,12 @@ struct GatherBuffer {
     node: Option<NodeId>,
 }
 
-/// A product's FFT node (or stream-mode plan), and the spectra it writes for `sp_detect`.
+/// A product's FFT node (or stream-mode plan), and the spectra it transforms in place for
+/// `sp_detect`.
 struct ProductFft {
     spectra: DeviceBuffer<Complex32>,
     plan: FftPlan,
-    params: LoadParams,
+    unpack: Unpack,
     /// Stream mode: the plan on a stream.
     stream: Option<StreamFft>,
 }
@@ -181,6 +184,28 @@ const DFT_MAX: usize = 16;
 /// `sp_detect_single`, which needs fewer registers (`cuda/detect.cu` says why). Must equal
 /// `SP_RUN_UNROLL` there.
 const RUN_UNROLL: usize = 8;
+
+/// A product's nodes in the graph.
+#[derive(Clone, Copy)]
+struct ProductNodes {
+    /// The unpack kernel and the FFT (none for a direct DFT).
+    fft: Option<(NodeId, NodeId)>,
+    detect: NodeId,
+    d2h: NodeId,
+}
+
+/// `sp_unpack`'s launch shape and its arguments after the first two (the input and the
+/// spectra).
+struct Unpack {
+    cfg: LaunchConfig,
+    /// Time steps per (channel, antenna) row: `spb * nfft`.
+    len: u64,
+    /// `npol`, `nant`, `ant0`, `chan_start`, `nchan_per_ant`.
+    dims: [u32; 5],
+    /// Samples per channel of what is unpacked (the block, or the long buffer: `nfft`).
+    ntime: u64,
+    nbits: u32,
+}
 
 /// One product's device state.
 struct GpuProduct {
@@ -208,8 +233,8 @@ struct GpuProduct {
     /// The detection kernel's launch shape and its arguments after the first three, but for
     /// `phase` and `slot0` (per block): 9 before them, 5 after.
     detect_args: (LaunchConfig, [u32; 14]),
-    /// Node ids in the graph: the FFT (none for a direct DFT), detection, D2H.
-    nodes: Option<(Option<NodeId>, NodeId, NodeId)>,
+    /// Its nodes in the graph.
+    nodes: Option<ProductNodes>,
     /// For an FFT longer than a block: where its samples are gathered.
     gather: Option<GatherBuffer>,
     /// Integrations emitted so far.
@@ -245,6 +270,7 @@ pub struct GpuEngine {
     /// `sp_dft_detect`, for products without an FFT.
     dft_detect: Kernel,
     gather: Kernel,
+    unpack: Kernel,
     _module: Module,
     products: Vec<GpuProduct>,
     exec: Option<Exec>,
@@ -259,7 +285,7 @@ pub struct GpuEngine {
 }
 
 impl GpuEngine {
-    /// Makes the engine for `plan` on GPU `ordinal`: compiles the kernels and callbacks,
+    /// Makes the engine for `plan` on GPU `ordinal`: compiles the kernels,
     /// allocates the device and pinned buffers, and (in graph mode) builds and instantiates
     /// the DAG.
     pub fn new(plan: &Plan, ordinal: usize, mode: GpuMode) -> Result<GpuEngine> {
@@ -280,6 +306,9 @@ impl GpuEngine {
         let gather = module
             .kernel("sp_gather")
             .map_err(|e| gpu_err("gather kernel", e))?;
+        let unpack = module
+            .kernel("sp_unpack")
+            .map_err(|e| gpu_err("unpack kernel", e))?;
         let new = g.new_samples();
         let ants: Vec<usize> = plan.antennas.clone();
         if ants.windows(2).any(|w| w[1] != w[0] + 1) {
@@ -289,12 +318,9 @@ impl GpuEngine {
             ));
         }
         let nant = ants.len();
-        let (cb_fn, _) = match g.nbits {
-            4 => ("sp_load_4", 1),
-            8 => ("sp_load_8", 2),
-            16 => ("sp_load_16", 4),
-            n => return Err(gpu_err("NBITS", format!("{n} is not supported"))),
-        };
+        if !matches!(g.nbits, 4 | 8 | 16) {
+            return Err(gpu_err("NBITS", format!("{} is not supported", g.nbits)));
+        }
         let alloc = |what: &str, e: cudagraph::Error| gpu_err(what, e);
         let d_in = DeviceBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("input", e))?;
         let d_stage = [
@@ -353,50 +379,46 @@ impl GpuEngine {
                 Detection::FullPol => 1,
                 Detection::Stokes => 2,
             };
-            let params = LoadParams {
-                ptr: 0,
-                nfft: p.nfft as u32,
-                spb: spb as u32,
-                npol: g.npol as u32,
-                nant_sel: nant as u32,
-                ant0: ants[0] as u32,
-                chan_start: plan.chan_start as u32,
-                nchan_per_ant: g.nchan_per_ant as u32,
-                // The long buffer holds `nfft` samples per channel.
-                ntime: if blocks > 1 { p.nfft } else { g.ntime } as u32,
-                ..LoadParams::default()
-            }
-            .with_divisors();
+            let (ant0, chan_start, nchan_per_ant) = (
+                ants[0] as u32,
+                plan.chan_start as u32,
+                g.nchan_per_ant as u32,
+            );
+            // Samples per channel of what the FFT reads: the long buffer holds `nfft`.
+            let ntime = if blocks > 1 { p.nfft } else { g.ntime };
             let fft = if p.nfft <= DFT_MAX && blocks == 1 {
                 None
             } else {
-                let desc = FftPlanDesc::new(FftType::C2C, &[p.nfft as i64], batch as i64)
-                    .with_load(LoadCallback::Custom(CustomCallback {
-                        source: CALLBACK_SRC.to_string(),
-                        function: cb_fn.to_string(),
-                        params_size: std::mem::size_of::<LoadParams>(),
-                        elem_bytes: 1,
-                    }));
+                let desc = FftPlanDesc::new(FftType::C2C, &[p.nfft as i64], batch as i64);
                 let fft = FftPlan::new(desc).map_err(|e| gpu_err("FFT plan", e))?;
+                // One thread per time step of each (channel, antenna) row.
+                let len = (spb * p.nfft) as u64;
+                let rows = (plan.nchan * nant) as u32;
                 Some(ProductFft {
                     spectra: DeviceBuffer::zeros(&device, batch * p.nfft)
                         .map_err(|e| alloc("spectra", e))?,
                     plan: fft,
-                    params,
+                    unpack: Unpack {
+                        cfg: LaunchConfig::new((len.div_ceil(256) as u32, rows), 256),
+                        len,
+                        dims: [g.npol as u32, nant as u32, ant0, chan_start, nchan_per_ant],
+                        ntime: ntime as u64,
+                        nbits: g.nbits as u32,
+                    },
                     stream: None,
                 })
             };
-            // Runs of spectra per block: at most spb / nint + 2. A thread block is one run's
+            // Runs of spectra per block: at most `max_runs`. A thread block is one run's
             // 256 fine channels, or, for nfft < 256, `per` = 256 / nfft whole runs (an 8-point
             // FFT would otherwise make blocks of 8 threads, a quarter of a warp); grid.z covers
             // the runs (each z-block loops over them with a stride, so the limit of 65,535 is
             // never hit). `sp_dft_detect` takes one warp per run instead, 8 per block.
             let cfg = if fft.is_none() {
-                let z = (spb / p.nint + 2).div_ceil(8).min(4096) as u32;
+                let z = max_runs(spb, p.nint).div_ceil(8).min(4096) as u32;
                 LaunchConfig::new((1, plan.nchan as u32, z), 256)
             } else {
                 let (threads, per) = detect_block(p.nfft);
-                let nruns = (spb / p.nint + 2).div_ceil(per).min(4096) as u32;
+                let nruns = max_runs(spb, p.nint).div_ceil(per).min(4096) as u32;
                 LaunchConfig::new(
                     (p.nfft.div_ceil(256) as u32, plan.nchan as u32, nruns),
                     threads,
@@ -432,10 +454,10 @@ impl GpuEngine {
                         p.nint as u32,
                         nslots as u32,
                         g.nbits as u32,
-                        params.ant0,
-                        params.chan_start,
-                        params.nchan_per_ant,
-                        params.ntime,
+                        ant0,
+                        chan_start,
+                        nchan_per_ant,
+                        ntime as u32,
                     ],
                 ),
                 nodes: None,
@@ -462,6 +484,7 @@ impl GpuEngine {
             detect_single,
             dft_detect,
             gather,
+            unpack,
             _module: module,
             products,
             exec: None,
@@ -486,29 +509,47 @@ impl GpuEngine {
         Ok(engine)
     }
 
-    /// The load callback's parameters. The callback reads the block through `dataIn`, the
-    /// FFT's input region, which is the whole device input buffer (its `ptr` stays 0).
-    fn load_params(fft: &ProductFft) -> FftParams {
-        FftParams {
-            load: Some(CallbackParams::custom(fft.params)),
-            store: None,
-        }
-    }
-
-    /// The FFT of `product`, whose FFT is `fft`.
-    fn fft_spec(&self, product: &GpuProduct, fft: &ProductFft) -> FftSpec {
-        let in_bytes = fft.plan.input_bytes();
-        let input = match &product.gather {
-            None => self.d_in.region(..in_bytes),
-            Some(l) => l.buf.region(..in_bytes),
-        };
+    /// The FFT of `product`, whose FFT is `fft`: in place on the spectra `sp_unpack` wrote.
+    fn fft_spec(fft: &ProductFft) -> FftSpec {
         FftSpec {
             plan: fft.plan.clone(),
             direction: Direction::Forward,
-            input,
+            input: (&fft.spectra).into(),
             output: (&fft.spectra).into(),
-            params: Self::load_params(fft),
+            params: FftParams::none(),
         }
+    }
+
+    /// `sp_unpack`'s arguments for `product`, whose FFT is `fft`: from the block, or from
+    /// the long buffer for an FFT longer than a block.
+    fn unpack_args<'a>(
+        &'a self,
+        product: &'a GpuProduct,
+        fft: &'a ProductFft,
+    ) -> [KernelArg<'a>; 10] {
+        let Unpack {
+            len,
+            dims: a,
+            ntime,
+            nbits,
+            ..
+        } = fft.unpack;
+        let input = match &product.gather {
+            None => KernelArg::from(&self.d_in),
+            Some(l) => KernelArg::from(&l.buf),
+        };
+        args![
+            input,
+            &fft.spectra,
+            len,
+            a[0],
+            a[1],
+            a[2],
+            a[3],
+            a[4],
+            ntime,
+            nbits
+        ]
     }
 
     /// The detection kernel of `product`: `sp_detect` after an FFT (`sp_detect_single` where

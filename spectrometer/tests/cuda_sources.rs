@@ -1,12 +1,10 @@
-//! The GPU engine's CUDA C compiles with NVRTC, checked on the host (NVRTC needs no GPU):
-//! the kernels as a cubin, the load callbacks as LTO-IR (as cuFFT links them) and as ordinary
-//! device code (as the unfused form's conversion kernel compiles them). Ignored by a plain
-//! `cargo test`; `.ci/run` installs NVRTC and runs it with `--ignored`.
+//! The GPU engine's CUDA C compiles with NVRTC, checked on the host (NVRTC needs no GPU): the
+//! kernels as a cubin. Ignored by a plain `cargo test`; `.ci/run` installs NVRTC and runs it
+//! with `--ignored`.
 
 use cudagraph::{compile, CodeKind, CompileOptions};
 
 const DETECT: &str = include_str!("../src/cuda/detect.cu");
-const CALLBACKS: &str = include_str!("../src/cuda/load_callbacks.cu");
 
 fn check(name: &str, source: &str, kind: CodeKind) -> Result<usize, String> {
     let opts = CompileOptions {
@@ -23,17 +21,7 @@ fn check(name: &str, source: &str, kind: CodeKind) -> Result<usize, String> {
 #[test]
 #[ignore = "needs NVRTC (libnvrtc.so.13); .ci/run installs it and runs this with --ignored"]
 fn the_engines_cuda_sources_compile_with_nvrtc() {
-    let results = [
-        ("detect.cu", check("detect.cu", DETECT, CodeKind::Cubin)),
-        (
-            "load_callbacks.cu (LTO-IR)",
-            check("load_callbacks.cu", CALLBACKS, CodeKind::LtoIr),
-        ),
-        (
-            "load_callbacks.cu (device code)",
-            check("load_callbacks.cu", CALLBACKS, CodeKind::Cubin),
-        ),
-    ];
+    let results = [("detect.cu", check("detect.cu", DETECT, CodeKind::Cubin))];
     let failed: Vec<String> = results
         .iter()
         .filter_map(|(what, r)| r.as_ref().err().map(|e| format!("{what}: {e}")))

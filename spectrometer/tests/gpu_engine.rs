@@ -351,10 +351,10 @@ fn run_writes_the_graph_as_dot() {
     let dot = std::fs::read_to_string(dir.path().join("out/dot.dot")).expect("dot.dot written");
     assert!(dot.starts_with("digraph"), "{dot}");
     assert!(dot.contains("detect+integrate"), "{dot}");
-    // The FFT node, with the engine's own load callback (a custom callback, in the form
-    // `Fusion::Auto` chose).
+    // The FFT node (no callback), after the kernel that unpacks the integers.
     assert!(dot.contains("fft C2C Forward"), "{dot}");
-    assert!(dot.contains("load sp_load_"), "{dot}");
+    assert!(dot.contains("sp_unpack"), "{dot}");
+    assert!(!dot.contains("load sp_load_"), "{dot}");
     // Stream mode has no graph: a clear error, not a silent skip.
     let r = run(&["--gpu-mode", "stream"]);
     assert!(!r.status.success());

@@ -1,7 +1,8 @@
-// The spectrometer's kernels: `sp_gather` (FFTs longer than a block), `sp_detect` and
-// `sp_detect_single` (fft shift, detection, antenna sum, integration of the FFT's output) and
-// `sp_dft_detect` (the same for short transforms, each spectrum computed as a direct DFT of the
-// recorder's integers, with no FFT node before it). Loaded by `gpu.rs` with `include_str!`.
+// The spectrometer's kernels: `sp_gather` (FFTs longer than a block), `sp_unpack` (the
+// recorder's integers as the FFTs' complex input), `sp_detect` (fft shift, detection, antenna
+// sum, integration of the FFT's output) and `sp_dft_detect` (the same for short transforms,
+// each spectrum computed as a direct DFT of the recorder's integers, with no FFT node before
+// it). Loaded by `gpu.rs` with `include_str!`.
 // Copies the new samples of every channel of a block (rows of `row_bytes`, `in_pitch` apart)
 // into column `col` (bytes) of the long buffer (rows `out_pitch` apart), for FFTs longer than
 // a block. 16 bytes per thread where every offset allows (the buffers themselves are
@@ -240,5 +241,32 @@ extern "C" __global__ void sp_dft_detect(const unsigned char* in, float* acc,
                 acc[at] = fresh ? v[f] : acc[at] + v[f];
             }
         }
+    }
+}
+
+// The input of a product's FFTs: spectra[((c * nant + a) * npol + pol) * len + tau] is sample
+// tau (< len = spb * nfft) of polarisation pol of channel (ant0 + a) * nchan_per_ant +
+// chan_start + c of `in`, a block (or a long FFT's gathered samples, `ntime` per channel) in
+// the recorder's [channel][time][pol] layout, as float2: the transforms ordered [coarse
+// channel][antenna][pol][spectrum], then transformed in place. Row blockIdx.y = c * nant + a;
+// one thread per time step (its polarisations adjacent in `in`), so that the writes of a
+// warp, 8 bytes per thread, are contiguous.
+// (The engine first decoded the integers in a cuFFT load callback, which cudagraph ran as a
+// conversion kernel before the callback-free transform: every sample's callback split its
+// offset into channel, antenna, polarisation, spectrum and time with four divisions and read
+// its parameters from memory, 115 µs a block for 1024x128 on an H100.)
+extern "C" __global__ void sp_unpack(const unsigned char* in, float2* spectra,
+        unsigned long long len, unsigned npol, unsigned nant, unsigned ant0, unsigned chan_start,
+        unsigned nchan_per_ant, unsigned long long ntime, unsigned nbits) {
+    unsigned row = blockIdx.y;
+    unsigned a = row % nant, c = row / nant;
+    unsigned long long gch = (unsigned long long)(ant0 + a) * nchan_per_ant + chan_start + c;
+    unsigned long long first = gch * ntime * npol;
+    float2* out = spectra + (unsigned long long)row * npol * len;
+    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long tau = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+            tau < len; tau += step) {
+        for (unsigned pol = 0; pol < npol; pol++)
+            out[pol * len + tau] = sp_sample(in, first + tau * npol + pol, nbits);
     }
 }

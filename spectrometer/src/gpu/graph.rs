@@ -3,12 +3,13 @@
 
 use cudagraph::{dst, src, Dag};
 
-use super::{copy_back, gpu_err, GpuEngine};
+use super::{copy_back, gpu_err, GpuEngine, ProductNodes};
 use crate::error::Result;
 
 impl GpuEngine {
     /// Builds the per-block DAG and instantiates it: the D2D of the block, then per product
-    /// its gather (FFTs longer than a block), FFT (none for a direct DFT), detection and D2H
+    /// its gather (FFTs longer than a block), unpack and FFT (none for a direct DFT),
+    /// detection and D2H
     /// (a root of its own where the copy runs a block late).
     pub(super) fn build_graph(&mut self) -> Result<()> {
         let mut dag = Dag::new();
@@ -34,14 +35,25 @@ impl GpuEngine {
             gathers.push(gather);
             let f = match &product.fft {
                 Some(fft) => {
+                    let u = dag
+                        .add_kernel(
+                            &self.unpack,
+                            fft.unpack.cfg,
+                            &self.unpack_args(product, fft),
+                        )
+                        .map_err(|x| e("unpack node", x))?;
+                    dag.set_name(
+                        u,
+                        format!("unpack {} x{} (product {i})", product.p.nfft, product.spb),
+                    );
                     let f = dag
-                        .add_fft(self.fft_spec(product, fft))
+                        .add_fft(Self::fft_spec(fft))
                         .map_err(|x| e("FFT node", x))?;
                     dag.set_name(
                         f,
                         format!("FFT {} x{} (product {i})", product.p.nfft, product.spb),
                     );
-                    Some(f)
+                    Some((u, f))
                 }
                 None => None,
             };
@@ -71,7 +83,7 @@ impl GpuEngine {
                 )
                 .map_err(|x| e("D2H node", x))?;
             let mut chain = vec![gather.unwrap_or(h2d)];
-            chain.extend(f);
+            chain.extend(f.into_iter().flat_map(|(u, f)| [u, f]));
             chain.push(d);
             if product.deferred {
                 // A root beside the rest: it copies what the previous launch completed,
@@ -85,7 +97,11 @@ impl GpuEngine {
                 chain.push(c);
             }
             dag.chain(&chain).map_err(|x| e("edges", x))?;
-            nodes.push((f, d, c));
+            nodes.push(ProductNodes {
+                fft: f,
+                detect: d,
+                d2h: c,
+            });
         }
         for ((product, n), gather) in self.products.iter_mut().zip(nodes).zip(gathers) {
             product.nodes = Some(n);

@@ -53,15 +53,18 @@ impl GpuEngine {
                 )
                 .map_err(|x| e("switching the staging buffer", x))?;
                 for product in &self.products {
-                    let (f, d, c) = product.nodes.expect("built");
+                    let nodes = product.nodes.expect("built");
+                    let (f, d, c) = (nodes.fft, nodes.detect, nodes.d2h);
                     let (complete, g0) = Self::block_spectra(product, k);
                     if let Some(l) = &product.gather {
                         let col = (k % l.blocks as u64) * l.row_bytes;
                         exec.set_kernel_arg(l.node.expect("built"), COL_ARG, col)
                             .map_err(|x| e("gather column", x))?;
-                        // The FFT and detection run only on the block that completes a
-                        // spectrum (the FFT's captured kernels are disabled together).
-                        if let Some(f) = f {
+                        // The unpack, FFT and detection run only on the block that completes
+                        // a spectrum (the FFT's captured kernels are disabled together).
+                        if let Some((u, f)) = f {
+                            exec.set_enabled(u, complete)
+                                .map_err(|x| e("enabling the unpack", x))?;
                             exec.set_enabled(f, complete)
                                 .map_err(|x| e("enabling the FFT", x))?;
                         }
@@ -130,7 +133,14 @@ impl GpuEngine {
                         continue;
                     }
                     if let Some(fft) = &self.products[i].fft {
-                        let spec = self.fft_spec(&self.products[i], fft);
+                        self.unpack
+                            .launch(
+                                &self.stream,
+                                fft.unpack.cfg,
+                                &self.unpack_args(&self.products[i], fft),
+                            )
+                            .map_err(|x| e("unpack", x))?;
+                        let spec = Self::fft_spec(fft);
                         let fft = self.products[i].fft.as_mut().expect("matched above");
                         fft.stream
                             .as_mut()

@@ -13,6 +13,16 @@ pub(super) fn detect_block(nfft: usize) -> (u32, usize) {
     }
 }
 
+/// The most runs of spectra (parts of one integration each) a block of `spb` spectra (at
+/// least one) holds, `nint` per integration: `1 + ⌈(spb − 1) / nint⌉`, reached when the
+/// block's first spectrum ends an integration. The detection kernels' grids cover this many
+/// (at most `spb / nint + 2`, the slot ring's size, which they used before: for a long FFT's
+/// block of one spectrum that gave two or three runs where there is one, and the threads of
+/// the others returned at once, two thirds of `sp_detect_single`'s 2^20-point grid).
+pub(super) fn max_runs(spb: usize, nint: usize) -> usize {
+    1 + (spb - 1).div_ceil(nint)
+}
+
 /// A product's ring of integration slots on the device, `(nslots, d2h_slots)`: how many slots,
 /// and how many of them a completing block copies back (`None`: all of them). `spb` spectra
 /// per block (1 for an FFT longer than a block, `long`), `nint` per integration.
@@ -76,7 +86,7 @@ pub(super) fn block_start(g0: u64, nint: usize, nslots: usize) -> (u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::{block_start, deferred_copy, detect_block, slot_ring, slots_copied};
+    use super::{block_start, deferred_copy, detect_block, max_runs, slot_ring, slots_copied};
 
     #[test]
     #[cfg_attr(
@@ -200,6 +210,26 @@ mod tests {
                 (q0, q1, slot, r > 0 || phase == 0)
             })
             .collect()
+    }
+
+    /// `max_runs` bounds the runs the kernel derives for every phase, and is reached.
+    #[test]
+    fn max_runs_bounds_every_blocks_runs() {
+        for spb in 1..=40u32 {
+            for nint in 1..=45u32 {
+                let bound = max_runs(spb as usize, nint as usize);
+                let nslots = spb / nint + 2;
+                let most = (0..nint)
+                    .map(|phase| kernel_runs(phase, 0, spb, nint, nslots).len())
+                    .max()
+                    .unwrap();
+                assert!(
+                    most <= bound,
+                    "spb {spb}, nint {nint}: {most} runs > {bound}"
+                );
+                assert_eq!(most, bound, "spb {spb}, nint {nint}: the bound is reached");
+            }
+        }
     }
 
     #[test]
