@@ -266,8 +266,9 @@ fn main() -> anyhow::Result<()> {
         "Whole runs (engine set-up to files closed; the scans in the page cache; each mode run \
          {REPEATS} times per configuration, the two modes alternating (G S S G G S …), the median \
          run by whole-run rate shown: the first run of a configuration pays for compiling its \
-         kernels, which later runs of the process find cached, whichever mode they use; that first run's set-up is listed after the table). The \
-         reader, the engine and the writer are threads running at once: each phase is one \
+         kernels, which later runs of the process find cached, whichever mode they use; that \
+         first run's set-up is listed after the table). The reader, the engine and the writer \
+         are threads running at once: each phase is one \
          thread's busy time, and the slowest thread sets the run's pace (sync: the files' \
          final write-back to the disk, after the last integration):"
     );
