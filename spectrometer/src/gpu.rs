@@ -655,8 +655,9 @@ impl GpuEngine {
     /// before the first block that is uninitialised input, which only the timings see (FFT,
     /// detection and copies take the same time whatever the values), and every buffer it
     /// writes is written again by the first blocks before anything reads it (the input by the
-    /// block's copy, a long FFT's columns by their gathers, each integration slot at its
-    /// integration's first spectrum, the output buffers by the blocks' copies). So a run after
+    /// block's copy, a long FFT's columns by their gathers, the FFTs' spectra, which they
+    /// transform in place, by `sp_unpack`, each integration slot at its integration's first
+    /// spectrum, the output buffers by the blocks' copies). So a run after
     /// it writes the same files as one without.
     pub fn node_profile(&self, launches: u32) -> Result<Option<cudagraph::Profile>> {
         self.exec

@@ -398,10 +398,13 @@ fn run_profiles_the_graph_and_writes_the_same_files() {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     println!("{stdout}");
     assert!(stdout.contains("graph of prof (one block):"), "{stdout}");
-    assert!(stdout.contains("per-node profile: 8 nodes"), "{stdout}");
+    // D2D, per product unpack, FFT, detection and D2H, and the long product's gather.
+    assert!(stdout.contains("per-node profile: 10 nodes"), "{stdout}");
     assert!(stdout.contains("5 launches"), "{stdout}");
     for node in [
         "D2D block",
+        "unpack 64 x8 (product 0)",
+        "unpack 1024 x1 (product 1)",
         "FFT 64",
         "detect+integrate (product 0)",
         "gather 2 blocks",
