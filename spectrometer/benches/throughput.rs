@@ -268,9 +268,9 @@ fn main() -> anyhow::Result<()> {
          run by whole-run rate shown: the first run of a configuration pays for compiling its \
          kernels, which later runs of the process find cached, whichever mode they use; that \
          first run's set-up is listed after the table). The reader, the engine and the writer \
-         are threads running at once: each phase is one \
-         thread's busy time, and the slowest thread sets the run's pace (sync: the files' \
-         final write-back to the disk, after the last integration):"
+         are threads running at once: each phase is one thread's busy time, and the slowest \
+         thread sets the run's pace (sync: the files' final write-back to the disk, after the \
+         last integration):"
     );
     println!("| configuration | mode | blocks | whole run GB/s | every run's whole GB/s | blocks only GB/s | set-up s | real-time factor | device used MiB | device buffers MiB | host peak RSS MiB | threads' phases (s) |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
