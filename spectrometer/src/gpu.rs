@@ -11,12 +11,13 @@
 //! - **H2D**, outside the graph on a copy stream so that it overlaps the previous block's GPU
 //!   work: the block goes from the reader's ring, which is page-locked (the engine's
 //!   [`Engine::Buffer`] is a `HostBuffer<u8>`, so the file is read straight into pinned memory
-//!   and no host copy is made), to one of two device staging buffers; events order it after
-//!   the launch that last read that device buffer and before the launch that reads it. The
-//!   ring buffer goes back to the reader at once: cudagraph notes the copy on it, and the
-//!   reader's next fill waits for that copy. (A block handed in as a plain slice,
-//!   [`Engine::process_block`], is first copied on every core into one of two pinned staging
-//!   buffers.)
+//!   and no host copy is made), to one of the device staging buffers (two, or one per block
+//!   of the longest FFT where that spans blocks, at most eight: `stage_depth` says why);
+//!   events order it after the launch that last read that device buffer and before the
+//!   launch that reads it. The ring buffer goes back to the reader at once: cudagraph notes
+//!   the copy on it, and the reader's next fill waits for that copy. (A block handed in as a
+//!   plain slice, [`Engine::process_block`], is first copied on every core into one of as
+//!   many pinned staging buffers.)
 //! - **D2D** (the graph's first node): the device staging buffer into the one device input
 //!   buffer every FFT reads. Which staging buffer is the source changes per block with
 //!   `Exec::set_copy`.
@@ -44,16 +45,19 @@
 //!   (`Exec::set_kernel_arg`).
 //! - **D2H** per product: the slots a block completed (one unwrapped run of them where the
 //!   product's shape allows, see `slot_ring`; else the whole slot ring) into the same place in
-//!   that block's pinned output buffer (one of two, alternating per block). Where every block
+//!   the product's next pinned output buffer (one per staging buffer, taken in turn by the
+//!   blocks that copy back; two for a slot ring too large for that, `out_depth`). Where every block
 //!   completes exactly the integrations it starts (`spb` a multiple of `nint`: 1024x16 and
 //!   the like), the copy runs **one block late**: the D2H node is a root of the graph that
 //!   copies what the previous launch completed, beside this block's FFT and detection (which
 //!   write other slots, see `deferred_copy`), so it costs no time on the GPU's critical path;
 //!   the last block's goes after the last launch. Otherwise it follows the block's own
-//!   detection. After launching block `k`, the engine reads the integrations the launch
-//!   before copied back (block `k − 1`'s, or `k − 2`'s when late), which waits only for that
-//!   launch (cudagraph tracks which launches may still use a buffer), so reading overlaps
-//!   the GPU work of block `k`.
+//!   detection. After launching block `k`, the engine reads the integrations launches
+//!   `depth − 1` blocks back copied back (block `k − depth + 1`'s, one block older when
+//!   late; `depth` the number of staging buffers), which waits only for those launches
+//!   (cudagraph tracks which launches may still use a buffer), so the engine queues blocks
+//!   as far ahead as the staging buffers allow and reading overlaps the GPU work of the
+//!   blocks queued since.
 //!
 //! The same work can be issued with plain stream operations instead ([`GpuMode::Stream`]) to
 //! measure what the graph gains.
@@ -86,7 +90,10 @@ mod launch;
 mod slots;
 mod stages;
 use crate::scan::FilledBlock;
-use slots::{block_start, deferred_copy, detect_block, max_runs, slot_ring, slots_copied};
+use slots::{
+    block_start, deferred_copy, detect_block, max_runs, out_depth, slot_ring, slots_copied,
+    stage_depth, CopyBacks,
+};
 pub use stages::StageProfile;
 
 /// How the GPU work of a block is issued.
@@ -126,7 +133,7 @@ fn copy_back(product: &GpuProduct, first_done: u64) -> std::ops::Range<usize> {
 
 impl GpuProduct {
     /// Queues on `stream` the copy-back of the integrations block `block` completed, from
-    /// integration `first` (see [`copy_back`]), into that block's pinned output buffer.
+    /// integration `first` (see [`copy_back`]), into the next pinned output buffer.
     fn queue_copy_back(
         &mut self,
         block: u64,
@@ -134,8 +141,9 @@ impl GpuProduct {
         stream: &Stream,
     ) -> cudagraph::Result<()> {
         let r = copy_back(self, first);
-        let out = &mut self.out[(block % 2) as usize];
-        self.acc.copy_range_to_host_async(r, out, stream)
+        let i = self.backs.next_out(block);
+        self.acc
+            .copy_range_to_host_async(r, &mut self.out[i], stream)
     }
 }
 
@@ -218,17 +226,19 @@ struct GpuProduct {
     /// integration the block completes, where every completing block completes at most `n`
     /// and they never wrap around the ring; `None`: the whole ring.
     d2h_slots: Option<usize>,
-    /// The D2H of block `k`'s integrations runs one block late, in block `k + 1`'s work
-    /// beside its FFT and detection, instead of after block `k`'s detection
-    /// ([`deferred_copy`]); they go to the output buffer of block `k` all the same.
-    deferred: bool,
     /// Values per slot: outputs × IFs × channels.
     slot_len: usize,
     /// The product's FFT; `None` for a transform of at most [`DFT_MAX`] points, which the
     /// detection kernel computes itself (`sp_dft_detect`).
     fft: Option<ProductFft>,
     acc: DeviceBuffer<f32>,
-    out: [HostBuffer<f32>; 2],
+    /// The pinned output buffers, used in turn by the blocks that copy integrations back.
+    out: Vec<HostBuffer<f32>>,
+    /// Which blocks copy integrations back, into which of `out`, and which are unread. The
+    /// D2H of block `k`'s integrations may run one block late (`backs.deferred`), in block
+    /// `k + 1`'s work beside its FFT and detection, instead of after block `k`'s detection
+    /// ([`deferred_copy`]).
+    backs: CopyBacks,
     weights: DeviceBuffer<f32>,
     /// The detection kernel's launch shape and its arguments after the first three, but for
     /// `phase` and `slot0` (per block): 9 before them, 5 after.
@@ -237,8 +247,6 @@ struct GpuProduct {
     nodes: Option<ProductNodes>,
     /// For an FFT longer than a block: where its samples are gathered.
     gather: Option<GatherBuffer>,
-    /// Integrations emitted so far.
-    emitted: u64,
 }
 
 /// The GPU engine (see the module docs).
@@ -247,17 +255,18 @@ pub struct GpuEngine {
     device: Device,
     stream: Stream,
     mode: GpuMode,
-    /// Pinned staging buffers for blocks handed in as slices ([`Engine::process_block`]) and
-    /// for [`GpuEngine::run_from_pinned`]; allocated on first use (the pipeline's blocks come
-    /// in pinned ring buffers and need none).
-    staging: Option<[HostBuffer<u8>; 2]>,
-    /// Device staging buffers the copy stream fills.
-    d_stage: [DeviceBuffer<u8>; 2],
+    /// Pinned staging buffers (one per device staging buffer) for blocks handed in as slices
+    /// ([`Engine::process_block`]) and for [`GpuEngine::run_from_pinned`]; allocated on first
+    /// use (the pipeline's blocks come in pinned ring buffers and need none).
+    staging: Option<Vec<HostBuffer<u8>>>,
+    /// Device staging buffers the copy stream fills, block `k` into `d_stage[k % depth]`
+    /// ([`stage_depth`]).
+    d_stage: Vec<DeviceBuffer<u8>>,
     copy_stream: Stream,
     /// Recorded on the copy stream after the H2D into `d_stage[j]`.
-    h2d_done: [Event; 2],
+    h2d_done: Vec<Event>,
     /// Recorded on the compute stream after the launch that read `d_stage[j]`.
-    read_done: [Event; 2],
+    read_done: Vec<Event>,
     /// Stream mode: the stream of the deferred D2H copies, forked from the compute stream
     /// (`fork`) at a block's start and joined back (`join`) at its end.
     d2h_stream: Stream,
@@ -323,13 +332,16 @@ impl GpuEngine {
         }
         let alloc = |what: &str, e: cudagraph::Error| gpu_err(what, e);
         let d_in = DeviceBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("input", e))?;
-        let d_stage = [
-            DeviceBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))?,
-            DeviceBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))?,
-        ];
+        let depth = stage_depth(new, plan.products.iter().map(|p| p.nfft));
+        let d_stage = (0..depth)
+            .map(|_| {
+                DeviceBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("staging", e))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let copy_stream = Stream::new(&device).map_err(|e| gpu_err("creating a stream", e))?;
         let event = || Event::new(&device).map_err(|e| gpu_err("creating an event", e));
-        let (h2d_done, read_done) = ([event()?, event()?], [event()?, event()?]);
+        let events = || (0..depth).map(|_| event()).collect::<Result<Vec<_>>>();
+        let (h2d_done, read_done) = (events()?, events()?);
         let d2h_stream = Stream::new(&device).map_err(|e| gpu_err("creating a stream", e))?;
         let (fork, join) = (event()?, event()?);
         let mut products = Vec::new();
@@ -424,21 +436,27 @@ impl GpuEngine {
                     threads,
                 )
             };
+            let ring = nslots * slot_len;
+            let out = (0..out_depth(depth, ring * size_of::<f32>()))
+                .map(|_| HostBuffer::zeros(&device, ring).map_err(|e| alloc("output", e)))
+                .collect::<Result<Vec<_>>>()?;
             products.push(GpuProduct {
                 spb,
                 nslots,
                 d2h_slots,
-                deferred: deferred_copy(spb, p.nint, blocks > 1),
                 slot_len,
                 fft,
                 acc: DeviceBuffer::zeros(&device, nslots * slot_len)
                     .map_err(|e| alloc("accumulator", e))?,
-                out: [
-                    HostBuffer::zeros(&device, nslots * slot_len)
-                        .map_err(|e| alloc("output", e))?,
-                    HostBuffer::zeros(&device, nslots * slot_len)
-                        .map_err(|e| alloc("output", e))?,
-                ],
+                backs: CopyBacks::new(
+                    spb,
+                    blocks,
+                    p.nint,
+                    p.integrations,
+                    deferred_copy(spb, p.nint, blocks > 1),
+                    out.len(),
+                ),
+                out,
                 weights: DeviceBuffer::from_slice(&device, &weights)
                     .map_err(|e| alloc("weights", e))?,
                 detect_args: (
@@ -462,7 +480,6 @@ impl GpuEngine {
                 ),
                 nodes: None,
                 gather: long,
-                emitted: 0,
                 p: p.clone(),
             });
         }
@@ -615,34 +632,6 @@ impl GpuEngine {
         }
     }
 
-    /// Integrations of `product` complete after block `k` (capped at the plan's count).
-    fn done_after(product: &GpuProduct, k: u64) -> u64 {
-        let end_g = match &product.gather {
-            None => (k + 1) * product.spb as u64,
-            Some(l) => (k + 1) / l.blocks as u64,
-        };
-        (end_g / product.p.nint as u64).min(product.p.integrations)
-    }
-
-    /// The first integration of `product` block `k` completes, if it completes any (only then
-    /// are the integrations copied back).
-    fn first_completed(product: &GpuProduct, k: u64) -> Option<u64> {
-        let before = if k == 0 {
-            0
-        } else {
-            Self::done_after(product, k - 1)
-        };
-        (Self::done_after(product, k) > before).then_some(before)
-    }
-
-    /// The block whose integrations the work of block `k` copies back (itself, or the one
-    /// before for a deferred copy), and the first integration that block completes; `None`
-    /// when that block completes none.
-    fn copied_by(product: &GpuProduct, k: u64) -> Option<(u64, u64)> {
-        let b = k.checked_sub(u64::from(product.deferred))?;
-        Self::first_completed(product, b).map(|first| (b, first))
-    }
-
     /// The DOT text of the graph (graph mode).
     pub fn to_dot(&self) -> Option<String> {
         self.exec.as_ref().map(|x| x.to_dot())
@@ -672,7 +661,7 @@ impl GpuEngine {
     /// Device memory the engine allocated, bytes.
     pub fn device_bytes(&self) -> usize {
         self.d_in.size_bytes()
-            + 2 * self.d_stage[0].size_bytes()
+            + self.d_stage.len() * self.d_stage[0].size_bytes()
             + self
                 .products
                 .iter()
@@ -686,82 +675,121 @@ impl GpuEngine {
     }
 
     /// The pinned staging buffers, allocated on first use.
-    fn staging(&mut self) -> Result<&mut [HostBuffer<u8>; 2]> {
+    fn staging(&mut self) -> Result<&mut [HostBuffer<u8>]> {
         if self.staging.is_none() {
             let n = self.plan.geometry.blocsize;
             let alloc =
                 || HostBuffer::<u8>::zeros(&self.device, n).map_err(|e| gpu_err("staging", e));
-            self.staging = Some([alloc()?, alloc()?]);
+            self.staging = Some(
+                (0..self.d_stage.len())
+                    .map(|_| alloc())
+                    .collect::<Result<_>>()?,
+            );
         }
         Ok(self.staging.as_mut().expect("allocated above"))
     }
 
-    /// After queuing block `k = launched − 1`: emits, of each product, what the launch
-    /// before copied back (block `k − 1`'s integrations, or block `k − 2`'s for a deferred
-    /// copy), which waits for that launch only.
-    fn collect_previous(&mut self, out: &mut Vec<Integration>) -> Result<()> {
+    /// The staging buffer of the next block, `launched mod depth`.
+    fn stage_slot(&self) -> usize {
+        (self.launched % self.d_stage.len() as u64) as usize
+    }
+
+    /// Before queuing block `k = launched`: reads, of each product that block `k`'s work
+    /// copies integrations back for and whose output buffers all hold copies not yet read, the
+    /// oldest (only products with fewer output buffers than staging buffers, [`out_depth`]).
+    fn make_room(&mut self, out: &mut Vec<Integration>) -> Result<()> {
+        let k = self.launched;
         let t = Instant::now();
-        let launched = self.launched;
-        self.collect(|p| launched.checked_sub(2 + u64::from(p.deferred)), out)?;
+        for i in 0..self.products.len() {
+            let p = &self.products[i];
+            if p.backs.full_for(k) {
+                self.collect_oldest(i, out)?;
+            }
+        }
         self.collect_time += t.elapsed();
         Ok(())
     }
 
-    /// Emits, of each product, the integrations that block `block(product)` completed (from
-    /// that block's output buffer; the launch that copied them back must have been queued).
-    fn collect(
-        &mut self,
-        block: impl Fn(&GpuProduct) -> Option<u64>,
-        out: &mut Vec<Integration>,
-    ) -> Result<()> {
-        for product in &mut self.products {
-            let Some(k) = block(product) else { continue };
-            let j = (k % 2) as usize;
-            let done = Self::done_after(product, k);
-            if done <= product.emitted {
-                continue;
+    /// After queuing block `k = launched − 1`: emits, of each product, what the launches
+    /// `depth − 1` and more blocks back copied back (integrations of block `k − depth + 1` and
+    /// older, or `k − depth` for a deferred copy), which waits for those launches only. So the
+    /// engine queues up to `depth` blocks ahead of the GPU, as the staging buffers allow, and
+    /// reading overlaps the GPU work of the blocks queued since.
+    fn collect_previous(&mut self, out: &mut Vec<Integration>) -> Result<()> {
+        let t = Instant::now();
+        let lag = self.d_stage.len() as u64;
+        let launched = self.launched;
+        for i in 0..self.products.len() {
+            while self.products[i].backs.due(launched, lag) {
+                self.collect_oldest(i, out)?;
             }
-            // Waits for the launch (or stream work) that wrote it, and no later one; reads the
-            // completed integrations in place (no copy of the whole slot ring).
-            let nout = self.plan.outputs.len();
-            let per_out = product.p.nifs * product.p.nchans;
-            let (emitted, nslots, slot_len, product_index) = (
-                product.emitted,
-                product.nslots as u64,
-                product.slot_len,
-                product.p.index,
-            );
-            let first = out.len();
-            for index in emitted..done {
-                for output in 0..nout {
-                    out.push(Integration {
-                        product: product_index,
-                        output,
-                        index,
-                        data: self.pool.take(per_out),
-                    });
-                }
-            }
-            let fill = |host: &[f32], it: &mut Integration| {
-                let slot = (it.index % nslots) as usize;
-                let at = slot * slot_len + it.output * per_out;
-                it.data.extend_from_slice(&host[at..at + per_out]);
-            };
-            let fresh = &mut out[first..];
-            // Large integrations (full polarisation: 1 MiB each) are copied out of pinned
-            // memory on every core; small ones on this thread.
-            let parallel = fresh.len() > 1 && per_out >= 1 << 16;
-            product.out[j]
-                .read_with(|host| {
-                    if parallel {
-                        fresh.par_iter_mut().for_each(|it| fill(host, it));
-                    } else {
-                        fresh.iter_mut().for_each(|it| fill(host, it));
-                    }
-                })
-                .map_err(|x| gpu_err("reading integrations", x))?;
-            product.emitted = done;
         }
+        self.collect_time += t.elapsed();
+        Ok(())
+    }
+
+    /// Emits every integration copied back and not yet read (the launches that copied them
+    /// must have been queued).
+    fn collect_all(&mut self, out: &mut Vec<Integration>) -> Result<()> {
+        for i in 0..self.products.len() {
+            while self.products[i].backs.pending() {
+                self.collect_oldest(i, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Emits the integrations of product `i` that its oldest pending copy-back holds (those
+    /// its block completed), from that copy's output buffer.
+    fn collect_oldest(&mut self, i: usize, out: &mut Vec<Integration>) -> Result<()> {
+        let nout = self.plan.outputs.len();
+        let product = &mut self.products[i];
+        let Some((k, j)) = product.backs.pop() else {
+            return Ok(());
+        };
+        let done = product.backs.done_after(k);
+        if done <= product.backs.emitted {
+            return Ok(());
+        }
+        // Waits for the launch (or stream work) that wrote it, and no later one; reads the
+        // completed integrations in place (no copy of the whole slot ring).
+        let per_out = product.p.nifs * product.p.nchans;
+        let (emitted, nslots, slot_len, product_index) = (
+            product.backs.emitted,
+            product.nslots as u64,
+            product.slot_len,
+            product.p.index,
+        );
+        let first = out.len();
+        for index in emitted..done {
+            for output in 0..nout {
+                out.push(Integration {
+                    product: product_index,
+                    output,
+                    index,
+                    data: self.pool.take(per_out),
+                });
+            }
+        }
+        let fill = |host: &[f32], it: &mut Integration| {
+            let slot = (it.index % nslots) as usize;
+            let at = slot * slot_len + it.output * per_out;
+            it.data.extend_from_slice(&host[at..at + per_out]);
+        };
+        let fresh = &mut out[first..];
+        // Large integrations (full polarisation: 1 MiB each) are copied out of pinned
+        // memory on every core; small ones on this thread.
+        let parallel = fresh.len() > 1 && per_out >= 1 << 16;
+        product.out[j]
+            .read_with(|host| {
+                if parallel {
+                    fresh.par_iter_mut().for_each(|it| fill(host, it));
+                } else {
+                    fresh.iter_mut().for_each(|it| fill(host, it));
+                }
+            })
+            .map_err(|x| gpu_err("reading integrations", x))?;
+        product.backs.emitted = done;
         Ok(())
     }
 }
@@ -782,9 +810,10 @@ impl Engine for GpuEngine {
 
     fn process_block(&mut self, block: &BlockView<'_>, out: &mut Vec<Integration>) -> Result<()> {
         crate::engine::check_block(&self.plan, block)?;
-        let j = (self.launched % 2) as usize;
+        self.make_room(out)?;
+        let j = self.stage_slot();
         let t = Instant::now();
-        // Waits only for the launch two blocks back, the last one that read this buffer; the
+        // Waits only for the H2D `depth` blocks back, the last one that read this buffer; the
         // copy runs on every core.
         self.staging()?[j]
             .write_with(|dst| {
@@ -809,7 +838,8 @@ impl Engine for GpuEngine {
         out: &mut Vec<Integration>,
     ) -> Result<()> {
         crate::engine::check_block_size(&self.plan, block.seq, block.buf.len())?;
-        let j = (self.launched % 2) as usize;
+        self.make_room(out)?;
+        let j = self.stage_slot();
         let t = Instant::now();
         self.queue_h2d(j, &block.buf)?;
         self.launch_block(j)?;
@@ -820,17 +850,17 @@ impl Engine for GpuEngine {
     fn finish(&mut self, out: &mut Vec<Integration>) -> Result<()> {
         let t = Instant::now();
         if let Some(last) = self.launched.checked_sub(1) {
-            // A deferred copy's last two blocks: the one the last launch copied back, then
-            // the last one, copied back here on the stream after it.
-            self.collect(|p| p.deferred.then(|| last.checked_sub(1)).flatten(), out)?;
-            for product in self.products.iter_mut().filter(|p| p.deferred) {
-                if let Some(first) = Self::first_completed(product, last) {
+            // Every copy queued; then a deferred copy's last block, copied back here on the
+            // stream after the last launch (its output buffers all read, so room is made).
+            self.collect_all(out)?;
+            for product in self.products.iter_mut().filter(|p| p.backs.deferred) {
+                if let Some(first) = product.backs.first_completed(last) {
                     product
                         .queue_copy_back(last, first, &self.stream)
                         .map_err(|x| gpu_err("D2H of the last block", x))?;
                 }
             }
-            self.collect(|_| Some(last), out)?;
+            self.collect_all(out)?;
         }
         if let Some(exec) = &mut self.exec {
             exec.synchronize().map_err(|x| gpu_err("finishing", x))?;

@@ -85,7 +85,7 @@ impl GpuEngine {
             let mut chain = vec![gather.unwrap_or(h2d)];
             chain.extend(f.into_iter().flat_map(|(u, f)| [u, f]));
             chain.push(d);
-            if product.deferred {
+            if product.backs.deferred {
                 // A root beside the rest: it copies what the previous launch completed,
                 // which this launch's detection does not touch (`deferred_copy`).
                 dag.set_name(

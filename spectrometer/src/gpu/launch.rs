@@ -7,7 +7,8 @@ use super::{copy_back, gpu_err, run_start, GpuEngine, GpuMode, COL_ARG, PHASE_AR
 use crate::error::Result;
 
 impl GpuEngine {
-    /// Queues block `launched` from staging buffer `j` ([`GpuEngine::staging`]).
+    /// Queues block `launched` from staging buffer `j` ([`GpuEngine::staging`]); room made
+    /// ([`GpuEngine::make_room`]).
     pub(super) fn submit_staged(&mut self, j: usize) -> Result<()> {
         self.staging()?;
         let staging = self.staging.as_ref().expect("allocated above");
@@ -21,8 +22,8 @@ impl GpuEngine {
     /// copy on it, and host writes to it wait for the copy.
     pub(super) fn queue_h2d(&self, j: usize, block: &HostBuffer<u8>) -> Result<()> {
         let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
-        if self.launched >= 2 {
-            // The launch two blocks back read `d_stage[j]`.
+        if self.launched >= self.d_stage.len() as u64 {
+            // The launch `depth` blocks back read `d_stage[j]`.
             self.copy_stream
                 .wait_event(&self.read_done[j])
                 .map_err(|x| e("ordering the H2D", x))?;
@@ -52,7 +53,7 @@ impl GpuEngine {
                     src(&self.d_stage[j]),
                 )
                 .map_err(|x| e("switching the staging buffer", x))?;
-                for product in &self.products {
+                for product in &mut self.products {
                     let nodes = product.nodes.expect("built");
                     let (f, d, c) = (nodes.fft, nodes.detect, nodes.d2h);
                     let (complete, g0) = Self::block_spectra(product, k);
@@ -78,14 +79,15 @@ impl GpuEngine {
                         .map_err(|x| e("integration slot", x))?;
                     // The integrations go back only from a block that completes one, into
                     // that block's output buffer.
-                    let copied = Self::copied_by(product, k);
+                    let copied = product.backs.copied_by(k);
                     exec.set_enabled(c, copied.is_some())
                         .map_err(|x| e("enabling the D2H", x))?;
                     if let Some((b, first)) = copied {
                         let r = copy_back(product, first);
+                        let i = product.backs.next_out(b);
                         exec.set_copy(
                             c,
-                            dst(product.out[(b % 2) as usize].region(r.clone())),
+                            dst(product.out[i].region(r.clone())),
                             src(product.acc.region(r)),
                         )
                         .map_err(|x| e("switching the output buffer", x))?;
@@ -99,7 +101,7 @@ impl GpuEngine {
                 let fork = self
                     .products
                     .iter()
-                    .any(|p| p.deferred && Self::copied_by(p, k).is_some());
+                    .any(|p| p.backs.deferred && p.backs.copied_by(k).is_some());
                 if fork {
                     self.fork
                         .record(&self.stream)
@@ -107,8 +109,8 @@ impl GpuEngine {
                     self.d2h_stream
                         .wait_event(&self.fork)
                         .map_err(|x| e("ordering the D2H", x))?;
-                    for product in self.products.iter_mut().filter(|p| p.deferred) {
-                        if let Some((b, first)) = Self::copied_by(product, k) {
+                    for product in self.products.iter_mut().filter(|p| p.backs.deferred) {
+                        if let Some((b, first)) = product.backs.copied_by(k) {
                             product
                                 .queue_copy_back(b, first, &self.d2h_stream)
                                 .map_err(|x| e("D2H", x))?;
@@ -163,10 +165,10 @@ impl GpuEngine {
                         )
                         .map_err(|x| e("detect", x))?;
                     let product = &mut self.products[i];
-                    if product.deferred {
+                    if product.backs.deferred {
                         continue;
                     }
-                    if let Some((b, first)) = Self::copied_by(product, k) {
+                    if let Some((b, first)) = product.backs.copied_by(k) {
                         product
                             .queue_copy_back(b, first, &self.stream)
                             .map_err(|x| e("D2H", x))?;

@@ -1,6 +1,10 @@
 //! The arithmetic of the integration slots, apart from the device: how `sp_detect`'s thread
 //! blocks cover the runs of spectra, how many slots a product's ring has and which of them a
-//! block copies back, and where a block starts in the integrations.
+//! block copies back, and where a block starts in the integrations; how many staging and
+//! output buffers the engine cycles through, and which output buffer holds which block's
+//! integrations.
+
+use std::collections::VecDeque;
 
 /// `sp_detect`'s threads per block for an `nfft`-point product, and how many runs of spectra
 /// one block covers (`blockDim.x / nfft` in the kernel when `nfft` < 256, else 1).
@@ -77,6 +81,155 @@ pub(super) fn slots_copied(
     }
 }
 
+/// The most device staging buffers the engine cycles through ([`stage_depth`]).
+pub(super) const MAX_STAGE_DEPTH: usize = 8;
+
+/// Bytes a product's output buffers may take together before it gets only two
+/// ([`out_depth`]).
+pub(super) const OUT_RING_BYTES: usize = 256 << 20;
+
+/// How many blocks' H2D copies may be queued ahead of the GPU work that reads them: the
+/// number of device staging buffers (block `k` goes to buffer `k mod depth`), `nfft`s the
+/// products' transform lengths, `new` the samples a block adds.
+///
+/// Two (a block's copy overlaps the previous block's work) unless a product's FFT is longer
+/// than a block. Such a product's gather runs every block, but its FFT and detection only on
+/// every `b`-th (`b = nfft / new`), and that block's work takes several blocks' copy time
+/// (2^20 points from 131,072-sample blocks: about 3 ms against 0.6 ms of H2D). With two
+/// buffers the copy of block `k + 2` waits for block `k`'s work, so the copies stopped
+/// through the long block and the GPU stages ran at the copy rate plus that stall (64 % of
+/// H2D for the three-product set). With `b` buffers (at most [`MAX_STAGE_DEPTH`]) the copies
+/// run on through it, and the short blocks after it catch up from the buffers filled.
+pub(super) fn stage_depth(new: usize, nffts: impl IntoIterator<Item = usize>) -> usize {
+    nffts
+        .into_iter()
+        .filter(|&n| n > new && n.is_multiple_of(new))
+        .map(|n| n / new)
+        .max()
+        .unwrap_or(2)
+        .clamp(2, MAX_STAGE_DEPTH)
+}
+
+/// How many pinned output buffers a product whose slot ring takes `ring_bytes` gets: one per
+/// staging buffer (`depth`), so that the engine reads a block's integrations `depth` blocks
+/// after queuing it and never waits on the way; two where that would take more than
+/// [`OUT_RING_BYTES`] (a long FFT's ring: 256 MiB a slot for 2^20 points of 64 channels). Such
+/// a product copies back rarely (once per integration of many blocks), and the engine reads
+/// its oldest buffer early only when a copy would otherwise overwrite it.
+pub(super) fn out_depth(depth: usize, ring_bytes: usize) -> usize {
+    if ring_bytes.saturating_mul(depth) <= OUT_RING_BYTES {
+        depth
+    } else {
+        2
+    }
+}
+
+/// A product's copy-backs: which blocks complete integrations, whose work copies them to the
+/// host (the block's own, or the next block's for a deferred copy), into which of the
+/// product's pinned output buffers (taken in turn), and which copies the engine has not read
+/// yet. Host-side bookkeeping only: `GpuEngine` queues the copies and reads the buffers.
+pub(super) struct CopyBacks {
+    /// Block `k` ends after spectrum `(k + 1) spb / blocks` of every stream: `spb` spectra a
+    /// block (and `blocks` = 1), or one spectrum every `blocks` blocks (`spb` = 1, an FFT
+    /// longer than a block).
+    spb: u64,
+    blocks: u64,
+    nint: u64,
+    /// The plan's integrations (those after it are never completed).
+    integrations: u64,
+    /// The copy of block `k`'s integrations runs in block `k + 1`'s work ([`deferred_copy`]).
+    pub(super) deferred: bool,
+    /// Output buffers ([`out_depth`]).
+    nbuf: usize,
+    /// Copies queued so far: the next goes to buffer `copies mod nbuf`.
+    copies: u64,
+    /// The copies queued and not yet read: (block whose integrations it holds, buffer),
+    /// oldest first; never more than `nbuf`.
+    pending: VecDeque<(u64, usize)>,
+    /// Integrations read so far (all before this one).
+    pub(super) emitted: u64,
+}
+
+impl CopyBacks {
+    /// A product of `spb` spectra a block or, where `blocks` > 1, one spectrum every `blocks`
+    /// blocks, integrating `nint` spectra, `integrations` of them, with `nbuf` output buffers.
+    pub(super) fn new(
+        spb: usize,
+        blocks: usize,
+        nint: usize,
+        integrations: u64,
+        deferred: bool,
+        nbuf: usize,
+    ) -> CopyBacks {
+        assert!(nbuf >= 2 && spb >= 1 && blocks >= 1 && nint >= 1);
+        CopyBacks {
+            spb: spb as u64,
+            blocks: blocks as u64,
+            nint: nint as u64,
+            integrations,
+            deferred,
+            nbuf,
+            copies: 0,
+            pending: VecDeque::with_capacity(nbuf),
+            emitted: 0,
+        }
+    }
+
+    /// Integrations complete after block `k` (capped at the plan's count).
+    pub(super) fn done_after(&self, k: u64) -> u64 {
+        ((k + 1) * self.spb / self.blocks / self.nint).min(self.integrations)
+    }
+
+    /// The first integration block `k` completes, if it completes any (only then are the
+    /// integrations copied back).
+    pub(super) fn first_completed(&self, k: u64) -> Option<u64> {
+        let before = k.checked_sub(1).map_or(0, |p| self.done_after(p));
+        (self.done_after(k) > before).then_some(before)
+    }
+
+    /// The block whose integrations the work of block `k` copies back (itself, or the one
+    /// before for a deferred copy), and the first integration that block completes; `None`
+    /// when that block completes none.
+    pub(super) fn copied_by(&self, k: u64) -> Option<(u64, u64)> {
+        let b = k.checked_sub(u64::from(self.deferred))?;
+        self.first_completed(b).map(|first| (b, first))
+    }
+
+    /// Before queuing block `k`: whether its copy-back would go to a buffer whose last copy
+    /// has not been read (then the oldest must be read first: [`CopyBacks::pop`]).
+    pub(super) fn full_for(&self, k: u64) -> bool {
+        self.pending.len() >= self.nbuf && self.copied_by(k).is_some()
+    }
+
+    /// The buffer for the copy-back of block `block`'s integrations, noted as pending.
+    pub(super) fn next_out(&mut self, block: u64) -> usize {
+        assert!(self.pending.len() < self.nbuf, "room made before the copy");
+        let i = (self.copies % self.nbuf as u64) as usize;
+        self.copies += 1;
+        self.pending.push_back((block, i));
+        i
+    }
+
+    /// Whether the oldest pending copy is due once `launched` blocks are queued: it copied
+    /// block `lag` or more blocks back (one more for a deferred copy), so that the engine
+    /// runs at most `lag` blocks ahead of what it reads.
+    pub(super) fn due(&self, launched: u64, lag: u64) -> bool {
+        self.pending
+            .front()
+            .is_some_and(|&(b, _)| b + lag + u64::from(self.deferred) <= launched)
+    }
+
+    /// Whether a copy-back is queued and not yet read.
+    pub(super) fn pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// The oldest pending copy-back (block, buffer), taken off the list.
+    pub(super) fn pop(&mut self) -> Option<(u64, usize)> {
+        self.pending.pop_front()
+    }
+}
+
 /// Where a block whose first spectrum has global index `g0` starts, as `sp_detect` takes it
 /// (`GpuEngine`'s `run_start`): `(g0 mod nint, (g0 div nint) mod nslots)`.
 pub(super) fn block_start(g0: u64, nint: usize, nslots: usize) -> (u32, u32) {
@@ -86,7 +239,10 @@ pub(super) fn block_start(g0: u64, nint: usize, nslots: usize) -> (u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::{block_start, deferred_copy, detect_block, max_runs, slot_ring, slots_copied};
+    use super::{
+        block_start, deferred_copy, detect_block, max_runs, out_depth, slot_ring, slots_copied,
+        stage_depth, CopyBacks, MAX_STAGE_DEPTH, OUT_RING_BYTES,
+    };
 
     #[test]
     #[cfg_attr(
@@ -297,5 +453,107 @@ mod tests {
             }
         }
         assert_eq!(detect_block(8), (256, 32));
+    }
+
+    #[test]
+    fn staging_depth_follows_the_longest_fft() {
+        let new = 131_072;
+        // Transforms within a block (or as long as one): two buffers.
+        assert_eq!(stage_depth(new, [8, 1024, new]), 2);
+        assert_eq!(stage_depth(new, []), 2);
+        // 2^20 points: one spectrum every 8 blocks, 8 buffers.
+        assert_eq!(stage_depth(new, [1 << 20, 8, 1024]), 8);
+        assert_eq!(stage_depth(new, [2 * new]), 2);
+        assert_eq!(stage_depth(new, [4 * new, 2 * new]), 4);
+        // Capped.
+        assert_eq!(stage_depth(new, [1 << 24]), MAX_STAGE_DEPTH);
+        // A length that is neither (the engine refuses it) does not count.
+        assert_eq!(stage_depth(new, [3 * new / 2]), 2);
+    }
+
+    #[test]
+    fn small_rings_get_an_output_buffer_per_staging_buffer() {
+        assert_eq!(out_depth(8, 1 << 20), 8);
+        assert_eq!(out_depth(8, OUT_RING_BYTES / 8), 8);
+        assert_eq!(out_depth(8, OUT_RING_BYTES / 8 + 1), 2);
+        assert_eq!(out_depth(2, 512 << 20), 2);
+        assert_eq!(out_depth(8, usize::MAX), 2);
+    }
+
+    /// The engine's order of calls, simulated with the copies done at once: room made before
+    /// each block, the block's copy-back (if any) into `next_out`, then the due copies read;
+    /// at the end every copy read, then a deferred product's last block copied and read.
+    /// Every read must find its buffer holding the block it was queued for (no copy-back
+    /// overwrote a buffer not yet read), the reads must cover every integration once in
+    /// order, and the engine must never be more than `depth` blocks ahead of what it read,
+    /// nor wait (read early) where a product has as many buffers as staging buffers.
+    #[test]
+    fn copy_backs_never_overwrite_an_unread_buffer() {
+        let mut early_reads = 0;
+        for (spb, blocks) in [(1, 1), (3, 1), (8, 1), (1, 2), (1, 8)] {
+            for nint in 1..=12usize {
+                let long = blocks > 1;
+                let deferred = deferred_copy(spb, nint, long);
+                for depth in 2..=MAX_STAGE_DEPTH {
+                    for nbuf in [2, depth] {
+                        for nblocks in [1u64, 2, 7, 40] {
+                            let integrations = nblocks * spb as u64 / blocks as u64 / nint as u64;
+                            let mut c =
+                                CopyBacks::new(spb, blocks, nint, integrations, deferred, nbuf);
+                            let mut bufs = vec![None; nbuf];
+                            let mut read = Vec::new();
+                            let mut take = |c: &mut CopyBacks, bufs: &[Option<u64>]| {
+                                let (b, i) = c.pop().expect("pending");
+                                assert_eq!(bufs[i], Some(b), "buffer {i} overwritten");
+                                let done = c.done_after(b);
+                                read.extend(c.emitted..done);
+                                c.emitted = c.emitted.max(done);
+                            };
+                            for k in 0..nblocks {
+                                if c.full_for(k) {
+                                    assert!(nbuf < depth, "no early read with a buffer each");
+                                    early_reads += 1;
+                                    take(&mut c, &bufs);
+                                }
+                                if let Some((b, _)) = c.copied_by(k) {
+                                    bufs[c.next_out(b)] = Some(b);
+                                }
+                                while c.due(k + 1, depth as u64) {
+                                    take(&mut c, &bufs);
+                                }
+                                if let Some(&(b, _)) = c.pending.front() {
+                                    assert!(
+                                        b + depth as u64 + u64::from(deferred) > k + 1,
+                                        "a due copy left"
+                                    );
+                                }
+                                assert!(c.pending.len() < nbuf.max(depth), "at most depth − 1");
+                            }
+                            while c.pending() {
+                                take(&mut c, &bufs);
+                            }
+                            if let Some(last) = nblocks.checked_sub(1) {
+                                if deferred && c.first_completed(last).is_some() {
+                                    bufs[c.next_out(last)] = Some(last);
+                                }
+                            }
+                            while c.pending() {
+                                take(&mut c, &bufs);
+                            }
+                            assert_eq!(
+                                read,
+                                (0..integrations).collect::<Vec<_>>(),
+                                "spb {spb}, blocks {blocks}, nint {nint}, depth {depth}, \
+                                 nbuf {nbuf}, {nblocks} blocks"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            early_reads > 100,
+            "the early read is exercised ({early_reads})"
+        );
     }
 }

@@ -44,7 +44,8 @@ impl GpuEngine {
         let t = Instant::now();
         let mut sink = Vec::new();
         for _ in 0..blocks {
-            let j = (self.launched % 2) as usize;
+            self.make_room(&mut sink)?;
+            let j = self.stage_slot();
             self.submit_staged(j)?;
             self.drop_previous(&mut sink)?;
         }
@@ -63,7 +64,8 @@ impl GpuEngine {
         let (mut h2d, mut work) = (0f64, 0f64);
         let mut sink = Vec::new();
         for _ in 0..blocks {
-            let j = (self.launched % 2) as usize;
+            self.make_room(&mut sink)?;
+            let j = self.stage_slot();
             start
                 .record(&self.copy_stream)
                 .map_err(|x| e("profile event", x))?;
@@ -97,9 +99,9 @@ impl GpuEngine {
         })
     }
 
-    /// After queuing block `launched − 1`: collects what the launch before copied back
-    /// (through `sink`, left empty; `GpuEngine::collect_previous`) and hands the buffers
-    /// straight back, as the writer does.
+    /// After queuing block `launched − 1`: collects what the launches `depth` blocks back
+    /// copied back (through `sink`, left empty; `GpuEngine::collect_previous`) and hands the
+    /// buffers straight back, as the writer does.
     fn drop_previous(&mut self, sink: &mut Vec<Integration>) -> Result<()> {
         self.collect_previous(sink)?;
         for it in sink.drain(..) {
