@@ -18,9 +18,10 @@
 //!   the copy on it, and the reader's next fill waits for that copy. (A block handed in as a
 //!   plain slice, [`Engine::process_block`], is first copied on every core into one of as
 //!   many pinned staging buffers.)
-//! - **D2D** (the graph's first node): the device staging buffer into the one device input
-//!   buffer every FFT reads. Which staging buffer is the source changes per block with
-//!   `Exec::set_copy`.
+//! - No copy of the block on the device: the nodes that read it (each product's gather,
+//!   unpack, or direct DFT) read its staging buffer, their first argument switched per block
+//!   with `Exec::set_kernel_arg`. (A D2D node copied the block into one input buffer for them
+//!   before, 28 µs of every 32 MiB block's GPU time on an H100.)
 //! - **unpack kernel** per product (`sp_unpack`): the recorder's `[channel][time][pol][re, im]`
 //!   integers (4, 8 or 16 bits) of the selected channels and antennas as the FFTs' complex
 //!   input, one thread per time step, its writes coalesced.
@@ -272,7 +273,6 @@ pub struct GpuEngine {
     d2h_stream: Stream,
     fork: Event,
     join: Event,
-    d_in: DeviceBuffer<u8>,
     detect: Kernel,
     /// `sp_detect_single`, for products whose runs are shorter than [`RUN_UNROLL`] spectra.
     detect_single: Kernel,
@@ -283,7 +283,6 @@ pub struct GpuEngine {
     _module: Module,
     products: Vec<GpuProduct>,
     exec: Option<Exec>,
-    h2d: Option<NodeId>,
     /// Blocks launched.
     launched: u64,
     stage_time: Duration,
@@ -331,7 +330,6 @@ impl GpuEngine {
             return Err(gpu_err("NBITS", format!("{} is not supported", g.nbits)));
         }
         let alloc = |what: &str, e: cudagraph::Error| gpu_err(what, e);
-        let d_in = DeviceBuffer::<u8>::zeros(&device, g.blocsize).map_err(|e| alloc("input", e))?;
         let depth = stage_depth(new, plan.products.iter().map(|p| p.nfft));
         let d_stage = (0..depth)
             .map(|_| {
@@ -496,7 +494,6 @@ impl GpuEngine {
             d2h_stream,
             fork,
             join,
-            d_in,
             detect,
             detect_single,
             dft_detect,
@@ -505,7 +502,6 @@ impl GpuEngine {
             _module: module,
             products,
             exec: None,
-            h2d: None,
             launched: 0,
             stage_time: Duration::ZERO,
             submit_time: Duration::ZERO,
@@ -537,12 +533,13 @@ impl GpuEngine {
         }
     }
 
-    /// `sp_unpack`'s arguments for `product`, whose FFT is `fft`: from the block, or from
-    /// the long buffer for an FFT longer than a block.
+    /// `sp_unpack`'s arguments for `product`, whose FFT is `fft`: from the block in staging
+    /// buffer `j`, or from the long buffer for an FFT longer than a block.
     fn unpack_args<'a>(
         &'a self,
         product: &'a GpuProduct,
         fft: &'a ProductFft,
+        j: usize,
     ) -> [KernelArg<'a>; 10] {
         let Unpack {
             len,
@@ -552,7 +549,7 @@ impl GpuEngine {
             ..
         } = fft.unpack;
         let input = match &product.gather {
-            None => KernelArg::from(&self.d_in),
+            None => KernelArg::from(&self.d_stage[j]),
             Some(l) => KernelArg::from(&l.buf),
         };
         args![
@@ -580,13 +577,18 @@ impl GpuEngine {
     }
 
     /// The detection kernel's arguments for a block whose first spectrum is `g0`: the spectra,
-    /// or (no FFT) the block itself, first.
-    fn detect_args<'a>(&'a self, product: &'a GpuProduct, g0: u64) -> [KernelArg<'a>; 19] {
+    /// or (no FFT) the block itself in staging buffer `j`, first.
+    fn detect_args<'a>(
+        &'a self,
+        product: &'a GpuProduct,
+        g0: u64,
+        j: usize,
+    ) -> [KernelArg<'a>; 19] {
         let a = product.detect_args.1;
         let (phase, slot0) = run_start(product, g0);
         let input = match &product.fft {
             Some(fft) => KernelArg::from(&fft.spectra),
-            None => KernelArg::from(&self.d_in),
+            None => KernelArg::from(&self.d_stage[j]),
         };
         args![
             input,
@@ -611,10 +613,16 @@ impl GpuEngine {
         ]
     }
 
-    fn gather_args<'a>(&'a self, l: &'a GatherBuffer, block: u64) -> [cudagraph::KernelArg<'a>; 6] {
+    /// `sp_gather`'s arguments for block `block`, in staging buffer `j`.
+    fn gather_args<'a>(
+        &'a self,
+        l: &'a GatherBuffer,
+        block: u64,
+        j: usize,
+    ) -> [cudagraph::KernelArg<'a>; 6] {
         let col = (block % l.blocks as u64) * l.row_bytes;
         args![
-            &self.d_in,
+            &self.d_stage[j],
             &l.buf,
             l.row_bytes,
             l.in_pitch,
@@ -660,8 +668,7 @@ impl GpuEngine {
 
     /// Device memory the engine allocated, bytes.
     pub fn device_bytes(&self) -> usize {
-        self.d_in.size_bytes()
-            + self.d_stage.len() * self.d_stage[0].size_bytes()
+        self.d_stage.len() * self.d_stage[0].size_bytes()
             + self
                 .products
                 .iter()

@@ -1,5 +1,5 @@
-//! The graph mode's DAG: one branch per product after the block's D2D copy (see the module
-//! docs of `gpu`).
+//! The graph mode's DAG: one branch per product, each reading the block from its staging
+//! buffer (see the module docs of `gpu`).
 
 use cudagraph::{dst, src, Dag};
 
@@ -7,17 +7,14 @@ use super::{copy_back, gpu_err, GpuEngine, ProductNodes};
 use crate::error::Result;
 
 impl GpuEngine {
-    /// Builds the per-block DAG and instantiates it: the D2D of the block, then per product
-    /// its gather (FFTs longer than a block), unpack and FFT (none for a direct DFT),
-    /// detection and D2H
-    /// (a root of its own where the copy runs a block late).
+    /// Builds the per-block DAG and instantiates it: per product its gather (FFTs longer than
+    /// a block), unpack and FFT (none for a direct DFT), detection and D2H (a root of its own
+    /// where the copy runs a block late). The nodes that read the block (gather, unpack, or a
+    /// direct DFT's detection) read staging buffer 0 here; each launch points them at its
+    /// block's (`Exec::set_kernel_arg`).
     pub(super) fn build_graph(&mut self) -> Result<()> {
         let mut dag = Dag::new();
         let e = |what: &str, err: cudagraph::Error| gpu_err(what, err);
-        let h2d = dag
-            .add_copy(dst(&self.d_in), src(&self.d_stage[0]))
-            .map_err(|x| e("D2D node", x))?;
-        dag.set_name(h2d, "D2D block");
         let mut nodes = Vec::new();
         let mut gathers = Vec::new();
         for (i, product) in self.products.iter().enumerate() {
@@ -25,10 +22,9 @@ impl GpuEngine {
                 None => None,
                 Some(l) => {
                     let n = dag
-                        .add_kernel(&self.gather, l.cfg, &self.gather_args(l, 0))
+                        .add_kernel(&self.gather, l.cfg, &self.gather_args(l, 0, 0))
                         .map_err(|x| e("gather node", x))?;
                     dag.set_name(n, format!("gather {} blocks (product {i})", l.blocks));
-                    dag.add_dependency(h2d, n).map_err(|x| e("edges", x))?;
                     Some(n)
                 }
             };
@@ -39,7 +35,7 @@ impl GpuEngine {
                         .add_kernel(
                             &self.unpack,
                             fft.unpack.cfg,
-                            &self.unpack_args(product, fft),
+                            &self.unpack_args(product, fft, 0),
                         )
                         .map_err(|x| e("unpack node", x))?;
                     dag.set_name(
@@ -61,7 +57,7 @@ impl GpuEngine {
                 .add_kernel(
                     self.detect_kernel(product),
                     product.detect_args.0,
-                    &self.detect_args(product, 0),
+                    &self.detect_args(product, 0, 0),
                 )
                 .map_err(|x| e("detect node", x))?;
             dag.set_name(
@@ -82,7 +78,7 @@ impl GpuEngine {
                     src(product.acc.region(r)),
                 )
                 .map_err(|x| e("D2H node", x))?;
-            let mut chain = vec![gather.unwrap_or(h2d)];
+            let mut chain: Vec<_> = gather.into_iter().collect();
             chain.extend(f.into_iter().flat_map(|(u, f)| [u, f]));
             chain.push(d);
             if product.backs.deferred {
@@ -113,7 +109,6 @@ impl GpuEngine {
             .into_exec(&self.device)
             .map_err(|x| e("instantiating", x))?;
         self.exec = Some(exec);
-        self.h2d = Some(h2d);
         Ok(())
     }
 }

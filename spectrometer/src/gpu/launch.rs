@@ -47,16 +47,20 @@ impl GpuEngine {
         match self.mode {
             GpuMode::Graph => {
                 let exec = self.exec.as_mut().expect("graph mode has an exec");
-                exec.set_copy(
-                    self.h2d.expect("built"),
-                    dst(&self.d_in),
-                    src(&self.d_stage[j]),
-                )
-                .map_err(|x| e("switching the staging buffer", x))?;
+                let block = &self.d_stage[j];
                 for product in &mut self.products {
                     let nodes = product.nodes.expect("built");
                     let (f, d, c) = (nodes.fft, nodes.detect, nodes.d2h);
                     let (complete, g0) = Self::block_spectra(product, k);
+                    // The node that reads the block (argument 0 of each), pointed at its
+                    // staging buffer.
+                    let reader = match (&product.gather, f) {
+                        (Some(l), _) => l.node.expect("built"),
+                        (None, Some((u, _))) => u,
+                        (None, None) => d,
+                    };
+                    exec.set_kernel_arg(reader, 0, block)
+                        .map_err(|x| e("switching the staging buffer", x))?;
                     if let Some(l) = &product.gather {
                         let col = (k % l.blocks as u64) * l.row_bytes;
                         exec.set_kernel_arg(l.node.expect("built"), COL_ARG, col)
@@ -120,13 +124,10 @@ impl GpuEngine {
                         .record(&self.d2h_stream)
                         .map_err(|x| e("join event", x))?;
                 }
-                self.d_in
-                    .copy_from_device_async(&self.d_stage[j], &self.stream)
-                    .map_err(|x| e("D2D", x))?;
                 for i in 0..self.products.len() {
                     let (complete, g0) = Self::block_spectra(&self.products[i], k);
                     if let Some(l) = &self.products[i].gather {
-                        let args = self.gather_args(l, k);
+                        let args = self.gather_args(l, k, j);
                         self.gather
                             .launch(&self.stream, l.cfg, &args)
                             .map_err(|x| e("gather", x))?;
@@ -139,7 +140,7 @@ impl GpuEngine {
                             .launch(
                                 &self.stream,
                                 fft.unpack.cfg,
-                                &self.unpack_args(&self.products[i], fft),
+                                &self.unpack_args(&self.products[i], fft, j),
                             )
                             .map_err(|x| e("unpack", x))?;
                         let spec = Self::fft_spec(fft);
@@ -161,7 +162,7 @@ impl GpuEngine {
                         .launch(
                             &self.stream,
                             product.detect_args.0,
-                            &self.detect_args(product, g0),
+                            &self.detect_args(product, g0, j),
                         )
                         .map_err(|x| e("detect", x))?;
                     let product = &mut self.products[i];
