@@ -649,10 +649,10 @@ impl GpuEngine {
     /// `launches` launches of a sequential copy of it on the compute stream
     /// ([`cudagraph::Exec::profile`]: the nodes one at a time, events between them). The
     /// engine's own graph is not launched. The copy runs on the engine's buffers as they are:
-    /// before the first block that is uninitialised input, which only the timings see (FFT,
-    /// detection and copies take the same time whatever the values), and every buffer it
-    /// writes is written again by the first blocks before anything reads it (the input by the
-    /// block's copy, a long FFT's columns by their gathers, the FFTs' spectra, which they
+    /// before the first block it reads the zeroed staging buffer, which only the timings see
+    /// (FFT, detection and copies take the same time whatever the values), and every buffer
+    /// it writes is written again by the first blocks before anything reads it (a long FFT's
+    /// columns by their gathers, the FFTs' spectra, which they
     /// transform in place, by `sp_unpack`, each integration slot at its integration's first
     /// spectrum, the output buffers by the blocks' copies). So a run after
     /// it writes the same files as one without.
