@@ -86,6 +86,7 @@ use crate::error::{Error, Result};
 use crate::guppi::Geometry;
 use crate::plan::{AntennaMode, Detection, Plan, ProductPlan};
 
+mod collect;
 mod graph;
 mod launch;
 mod slots;
@@ -197,6 +198,9 @@ const RUN_UNROLL: usize = 8;
 /// A product's nodes in the graph.
 #[derive(Clone, Copy)]
 struct ProductNodes {
+    /// The node that reads the block, its argument 0 switched to the block's staging buffer
+    /// per launch: the gather, else the unpack kernel, else (a direct DFT) the detection.
+    reads_block: NodeId,
     /// The unpack kernel and the FFT (none for a direct DFT).
     fft: Option<(NodeId, NodeId)>,
     detect: NodeId,
@@ -695,110 +699,6 @@ impl GpuEngine {
         }
         Ok(self.staging.as_mut().expect("allocated above"))
     }
-
-    /// The staging buffer of the next block, `launched mod depth`.
-    fn stage_slot(&self) -> usize {
-        (self.launched % self.d_stage.len() as u64) as usize
-    }
-
-    /// Before queuing block `k = launched`: reads, of each product that block `k`'s work
-    /// copies integrations back for and whose output buffers all hold copies not yet read, the
-    /// oldest (only products with fewer output buffers than staging buffers, [`out_depth`]).
-    fn make_room(&mut self, out: &mut Vec<Integration>) -> Result<()> {
-        let k = self.launched;
-        let t = Instant::now();
-        for i in 0..self.products.len() {
-            let p = &self.products[i];
-            if p.backs.full_for(k) {
-                self.collect_oldest(i, out)?;
-            }
-        }
-        self.collect_time += t.elapsed();
-        Ok(())
-    }
-
-    /// After queuing block `k = launched − 1`: emits, of each product, what the launches
-    /// `depth − 1` and more blocks back copied back (integrations of block `k − depth + 1` and
-    /// older, or `k − depth` for a deferred copy), which waits for those launches only. So the
-    /// engine queues up to `depth` blocks ahead of the GPU, as the staging buffers allow, and
-    /// reading overlaps the GPU work of the blocks queued since.
-    fn collect_previous(&mut self, out: &mut Vec<Integration>) -> Result<()> {
-        let t = Instant::now();
-        let lag = self.d_stage.len() as u64;
-        let launched = self.launched;
-        for i in 0..self.products.len() {
-            while self.products[i].backs.due(launched, lag) {
-                self.collect_oldest(i, out)?;
-            }
-        }
-        self.collect_time += t.elapsed();
-        Ok(())
-    }
-
-    /// Emits every integration copied back and not yet read (the launches that copied them
-    /// must have been queued).
-    fn collect_all(&mut self, out: &mut Vec<Integration>) -> Result<()> {
-        for i in 0..self.products.len() {
-            while self.products[i].backs.pending() {
-                self.collect_oldest(i, out)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Emits the integrations of product `i` that its oldest pending copy-back holds (those
-    /// its block completed), from that copy's output buffer.
-    fn collect_oldest(&mut self, i: usize, out: &mut Vec<Integration>) -> Result<()> {
-        let nout = self.plan.outputs.len();
-        let product = &mut self.products[i];
-        let Some((k, j)) = product.backs.pop() else {
-            return Ok(());
-        };
-        let done = product.backs.done_after(k);
-        if done <= product.backs.emitted {
-            return Ok(());
-        }
-        // Waits for the launch (or stream work) that wrote it, and no later one; reads the
-        // completed integrations in place (no copy of the whole slot ring).
-        let per_out = product.p.nifs * product.p.nchans;
-        let (emitted, nslots, slot_len, product_index) = (
-            product.backs.emitted,
-            product.nslots as u64,
-            product.slot_len,
-            product.p.index,
-        );
-        let first = out.len();
-        for index in emitted..done {
-            for output in 0..nout {
-                out.push(Integration {
-                    product: product_index,
-                    output,
-                    index,
-                    data: self.pool.take(per_out),
-                });
-            }
-        }
-        let fill = |host: &[f32], it: &mut Integration| {
-            let slot = (it.index % nslots) as usize;
-            let at = slot * slot_len + it.output * per_out;
-            it.data.extend_from_slice(&host[at..at + per_out]);
-        };
-        let fresh = &mut out[first..];
-        // Large integrations (full polarisation: 1 MiB each) are copied out of pinned
-        // memory on every core; small ones on this thread.
-        let parallel = fresh.len() > 1 && per_out >= 1 << 16;
-        product.out[j]
-            .read_with(|host| {
-                if parallel {
-                    fresh.par_iter_mut().for_each(|it| fill(host, it));
-                } else {
-                    fresh.iter_mut().for_each(|it| fill(host, it));
-                }
-            })
-            .map_err(|x| gpu_err("reading integrations", x))?;
-        product.backs.emitted = done;
-        Ok(())
-    }
 }
 
 impl Engine for GpuEngine {
@@ -817,8 +717,7 @@ impl Engine for GpuEngine {
 
     fn process_block(&mut self, block: &BlockView<'_>, out: &mut Vec<Integration>) -> Result<()> {
         crate::engine::check_block(&self.plan, block)?;
-        self.make_room(out)?;
-        let j = self.stage_slot();
+        let j = self.next_slot(out)?;
         let t = Instant::now();
         // Waits only for the H2D `depth` blocks back, the last one that read this buffer; the
         // copy runs on every core.
@@ -845,8 +744,7 @@ impl Engine for GpuEngine {
         out: &mut Vec<Integration>,
     ) -> Result<()> {
         crate::engine::check_block_size(&self.plan, block.seq, block.buf.len())?;
-        self.make_room(out)?;
-        let j = self.stage_slot();
+        let j = self.next_slot(out)?;
         let t = Instant::now();
         self.queue_h2d(j, &block.buf)?;
         self.launch_block(j)?;

@@ -288,8 +288,9 @@ fn ffts_longer_than_a_block_gather_blocks() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = scan(dir.path(), "long");
         s.blocks_per_file = 4; // 8 blocks of 512 samples
-                               // 2, 4 and 8 blocks a spectrum: the engine cycles through 8 staging buffers, and
-                               // reads a block's integrations 8 blocks after queuing it (the last ones in `finish`).
+
+        // 2, 4 and 8 blocks a spectrum: the engine cycles through 8 staging buffers, and
+        // reads a block's integrations 8 blocks after queuing it (the last ones in `finish`).
         compare(
             &s,
             &[

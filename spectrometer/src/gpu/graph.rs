@@ -94,6 +94,7 @@ impl GpuEngine {
             }
             dag.chain(&chain).map_err(|x| e("edges", x))?;
             nodes.push(ProductNodes {
+                reads_block: chain[0],
                 fft: f,
                 detect: d,
                 d2h: c,

@@ -7,8 +7,8 @@ use super::{copy_back, gpu_err, run_start, GpuEngine, GpuMode, COL_ARG, PHASE_AR
 use crate::error::Result;
 
 impl GpuEngine {
-    /// Queues block `launched` from staging buffer `j` ([`GpuEngine::staging`]); room made
-    /// ([`GpuEngine::make_room`]).
+    /// Queues block `launched` from staging buffer `j` ([`GpuEngine::staging`]), as
+    /// [`GpuEngine::next_slot`] gave it.
     pub(super) fn submit_staged(&mut self, j: usize) -> Result<()> {
         self.staging()?;
         let staging = self.staging.as_ref().expect("allocated above");
@@ -52,14 +52,7 @@ impl GpuEngine {
                     let nodes = product.nodes.expect("built");
                     let (f, d, c) = (nodes.fft, nodes.detect, nodes.d2h);
                     let (complete, g0) = Self::block_spectra(product, k);
-                    // The node that reads the block (argument 0 of each), pointed at its
-                    // staging buffer.
-                    let reader = match (&product.gather, f) {
-                        (Some(l), _) => l.node.expect("built"),
-                        (None, Some((u, _))) => u,
-                        (None, None) => d,
-                    };
-                    exec.set_kernel_arg(reader, 0, block)
+                    exec.set_kernel_arg(nodes.reads_block, 0, block)
                         .map_err(|x| e("switching the staging buffer", x))?;
                     if let Some(l) = &product.gather {
                         let col = (k % l.blocks as u64) * l.row_bytes;

@@ -44,8 +44,7 @@ impl GpuEngine {
         let t = Instant::now();
         let mut sink = Vec::new();
         for _ in 0..blocks {
-            self.make_room(&mut sink)?;
-            let j = self.stage_slot();
+            let j = self.next_slot(&mut sink)?;
             self.submit_staged(j)?;
             self.drop_previous(&mut sink)?;
         }
@@ -64,8 +63,7 @@ impl GpuEngine {
         let (mut h2d, mut work) = (0f64, 0f64);
         let mut sink = Vec::new();
         for _ in 0..blocks {
-            self.make_room(&mut sink)?;
-            let j = self.stage_slot();
+            let j = self.next_slot(&mut sink)?;
             start
                 .record(&self.copy_stream)
                 .map_err(|x| e("profile event", x))?;
