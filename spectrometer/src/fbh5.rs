@@ -338,6 +338,27 @@ pub struct Fbh5Info {
 /// Reads an FBH5 file of 32-bit floats (as this program, rawspec and blimpy write them) into a
 /// [`Filterbank`], with `src_raj`/`src_dej` packed again as in a `.fil`.
 pub fn read_fbh5(path: &Path) -> Result<(Filterbank, Fbh5Info)> {
+    let (data, header, info) = open_fbh5(path)?;
+    let values = data.read_raw::<f32>().map_err(h5err(path))?;
+    Ok((
+        Filterbank {
+            header,
+            data: values,
+        },
+        info,
+    ))
+}
+
+/// The header of the FBH5 file at `path` (as [`read_fbh5`] reads it), what else it found, and
+/// the number of spectra, without reading the data.
+pub fn read_fbh5_header(path: &Path) -> Result<(FilterbankHeader, Fbh5Info, u64)> {
+    let (data, header, info) = open_fbh5(path)?;
+    Ok((header, info, data.shape()[0] as u64))
+}
+
+/// The `data` dataset of the FBH5 file at `path` (three axes, checked against the header), its
+/// header and what else [`read_fbh5`] reports.
+fn open_fbh5(path: &Path) -> Result<(hdf5::Dataset, FilterbankHeader, Fbh5Info)> {
     let err = h5err(path);
     let file = hdf5::File::open(path).map_err(&err)?;
     let get_str = |loc: &hdf5::Location, name: &str| -> Result<String> {
@@ -410,19 +431,12 @@ pub fn read_fbh5(path: &Path) -> Result<(Filterbank, Fbh5Info)> {
             ),
         ));
     }
-    let values = data.read_raw::<f32>().map_err(&err)?;
     let info = Fbh5Info {
         version,
         bitshuffle: data.filters().iter().any(|f| f.id() == BITSHUFFLE_FILTER),
         chunk: data.chunk(),
     };
-    Ok((
-        Filterbank {
-            header,
-            data: values,
-        },
-        info,
-    ))
+    Ok((data, header, info))
 }
 
 #[cfg(test)]

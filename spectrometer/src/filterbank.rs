@@ -259,6 +259,52 @@ impl Filterbank {
     }
 }
 
+/// The most header bytes [`read_header`] reads (SIGPROC headers are a few hundred bytes; a
+/// `rawdatafile` or `source_name` longer than this is refused, as by [`FilterbankHeader::parse`]).
+const HEADER_READ_LIMIT: u64 = 64 * 1024;
+
+/// Reads only the header of the filterbank file at `path` and counts its spectra from the file's
+/// size, without reading the data (a product file may be many gigabytes). Any `nbits` SIGPROC
+/// allows (1, 2, 4, 8, 16 or 32) is accepted; the data must be a whole number of spectra.
+pub fn read_header(path: &Path) -> Result<(FilterbankHeader, u64)> {
+    use std::io::Read;
+    let bad = |reason: String| Error::Filterbank {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let mut bytes = Vec::new();
+    file.take(HEADER_READ_LIMIT)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(path, e))?;
+    let (header, hlen) = FilterbankHeader::parse(&bytes).map_err(bad)?;
+    if ![1, 2, 4, 8, 16, 32].contains(&header.nbits) {
+        return Err(bad(format!(
+            "nbits {} (SIGPROC allows 1, 2, 4, 8, 16 and 32)",
+            header.nbits
+        )));
+    }
+    let per_bits = [header.nifs, header.nchans, header.nbits]
+        .iter()
+        .try_fold(1u64, |acc, &v| acc.checked_mul(u64::try_from(v).ok()?))
+        .filter(|&b| b > 0 && b.is_multiple_of(8))
+        .ok_or_else(|| {
+            bad(format!(
+                "nifs {} × nchans {} × nbits {} is not a positive whole number of bytes per spectrum",
+                header.nifs, header.nchans, header.nbits
+            ))
+        })?;
+    let per = per_bits / 8;
+    let body = len - hlen as u64;
+    if !body.is_multiple_of(per) {
+        return Err(bad(format!(
+            "{body} data bytes are not a whole number of {per}-byte spectra"
+        )));
+    }
+    Ok((header, body / per))
+}
+
 /// Writes `values` as little-endian `f32`.
 pub fn write_f32s(w: &mut impl Write, values: &[f32]) -> std::io::Result<()> {
     if cfg!(target_endian = "little") {
@@ -325,13 +371,9 @@ mod tests {
         assert_eq!(pack_sexagesimal("12:61:00"), None);
     }
 
-    #[test]
-    fn many_ifs_and_channels_without_data() {
-        // Found writing the `filterbank` fuzz target (fuzz/), which reaches it: a header of
-        // 65,536 IFs × 65,536 channels and no data is read (0 bytes are a whole number of
-        // spectra); counting its spectra multiplied the two as i32 and overflowed (then
-        // divided by zero in release).
-        let header = FilterbankHeader {
+    /// A header of `nifs` IFs × `nchans` channels of `nbits` bits.
+    fn header(nifs: i32, nchans: i32, nbits: i32) -> FilterbankHeader {
+        FilterbankHeader {
             telescope_id: 0,
             machine_id: 0,
             data_type: 1,
@@ -343,16 +385,66 @@ mod tests {
             tsamp: 1.0,
             fch1: 1.0,
             foff: 1.0,
-            nchans: 1 << 16,
-            nifs: 1 << 16,
-            nbits: 32,
+            nchans,
+            nifs,
+            nbits,
             ibeam: 0,
             nbeams: 1,
-        };
+        }
+    }
+
+    #[test]
+    fn many_ifs_and_channels_without_data() {
+        // Found writing the `filterbank` fuzz target (fuzz/), which reaches it: a header of
+        // 65,536 IFs × 65,536 channels and no data is read (0 bytes are a whole number of
+        // spectra); counting its spectra multiplied the two as i32 and overflowed (then
+        // divided by zero in release).
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("wide.fil");
-        std::fs::write(&path, header.to_bytes()).unwrap();
+        std::fs::write(&path, header(1 << 16, 1 << 16, 32).to_bytes()).unwrap();
         let fb = Filterbank::read(&path).unwrap();
         assert_eq!(fb.nsamples(), 0);
+        assert_eq!(read_header(&path).unwrap().1, 0);
+    }
+
+    #[test]
+    fn read_header_counts_spectra_from_the_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.fil");
+        let write = |h: &FilterbankHeader, data_bytes: usize| {
+            let mut bytes = h.to_bytes();
+            bytes.resize(bytes.len() + data_bytes, 7);
+            std::fs::write(&path, bytes).unwrap();
+        };
+        // 32 bits, 2 IFs × 3 channels: 24 bytes a spectrum; the header as written.
+        let h = header(2, 3, 32);
+        write(&h, 5 * 24);
+        assert_eq!(read_header(&path).unwrap(), (h.clone(), 5));
+        assert_eq!(Filterbank::read(&path).unwrap().nsamples(), 5);
+        // A partial spectrum at the end.
+        write(&h, 5 * 24 + 1);
+        let e = read_header(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("121 data bytes are not a whole number of 24-byte spectra"),
+            "{e}"
+        );
+        // 8 and 2 bits (Filterbank::read reads 32 only; the header reader counts any).
+        write(&header(1, 16, 8), 3 * 16);
+        assert_eq!(read_header(&path).unwrap().1, 3);
+        write(&header(1, 16, 2), 7 * 4);
+        assert_eq!(read_header(&path).unwrap().1, 7);
+        // Bits that are no SIGPROC size, and spectra that are not whole bytes.
+        write(&header(1, 16, 12), 0);
+        let e = read_header(&path).unwrap_err().to_string();
+        assert!(e.contains("nbits 12"), "{e}");
+        write(&header(1, 3, 1), 0);
+        let e = read_header(&path).unwrap_err().to_string();
+        assert!(e.contains("not a positive whole number of bytes"), "{e}");
+        write(&header(0, 3, 32), 0);
+        assert!(read_header(&path).is_err());
+        // Not a filterbank file at all.
+        std::fs::write(&path, b"BACKEND = 'GUPPI   '").unwrap();
+        let e = read_header(&path).unwrap_err().to_string();
+        assert!(e.contains("not a valid filterbank file"), "{e}");
     }
 }

@@ -69,6 +69,48 @@ fn generate_run_header_png() {
     let text = String::from_utf8_lossy(&h.stdout);
     assert!(text.contains("nchans       512"), "{text}");
     assert!(text.contains("spectra      5"), "{text}");
+    // The header of a RAW file (any file of the sequence): its scan as `run` reads it, and the
+    // first block's cards; the gap and the truncation reported as by `run`.
+    let h = bin()
+        .arg("header")
+        .arg(d.join("raw/cli.0001.raw"))
+        .output()
+        .unwrap();
+    let (text, err) = (
+        String::from_utf8_lossy(&h.stdout),
+        String::from_utf8_lossy(&h.stderr),
+    );
+    assert!(h.status.success(), "{err}");
+    for line in [
+        "files        2",
+        "blocks       4 read, 1 dropped (PKTIDX gaps)",
+        "obsnchan     2 (1 antenna(s) of 2)",
+        "ntime        512 samples per block, overlap 0",
+        "samples      2560 per channel",
+        "cli.0000.raw block 0 (",
+        "  OBSNCHAN = 2",
+        "  OBSBW    = -6.25",
+        "  BACKEND  = 'GUPPI'",
+    ] {
+        assert!(text.contains(line), "{line:?} missing from:\n{text}");
+    }
+    assert!(
+        err.contains("gap:") && err.contains("ends inside block"),
+        "{err}"
+    );
+    // A filterbank file is read by its header only: the spectra are counted from its size,
+    // and a partial spectrum at the end is an error naming the file.
+    let fil = d.join("out/cli.0.fil");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&fil).unwrap();
+    std::io::Write::write_all(&mut f, &[0; 3]).unwrap();
+    drop(f);
+    let h = bin().arg("header").arg(&fil).output().unwrap();
+    assert!(!h.status.success());
+    let err = String::from_utf8_lossy(&h.stderr);
+    assert!(
+        err.contains("cli.0.fil") && err.contains("not a whole number of 2048-byte spectra"),
+        "{err}"
+    );
     // Nothing else (no temporaries) in the output directory.
     assert_eq!(std::fs::read_dir(d.join("out")).unwrap().count(), 4);
 }
@@ -133,6 +175,23 @@ fn format_h5_without_the_feature_is_refused_with_the_way_to_get_it() {
         "{e}"
     );
     assert!(!d.join("out").join("s.0.h5").exists());
+}
+
+/// `header` of an HDF5 file in a build without the `fbh5` feature says how to get one that
+/// reads it (the file is recognised by its first bytes, whatever its name).
+#[cfg(not(feature = "fbh5"))]
+#[test]
+fn header_of_an_h5_without_the_feature_says_how_to_read_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("scan.0.data");
+    std::fs::write(&p, b"\x89HDF\r\n\x1a\n\0\0\0\0").unwrap();
+    let o = bin().arg("header").arg(&p).output().unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("scan.0.data") && e.contains("HDF5 (FBH5)") && e.contains("--features fbh5"),
+        "{e}"
+    );
 }
 
 /// `--profile` (the per-node profile of the GPU engine's graph) is parsed and checked on the

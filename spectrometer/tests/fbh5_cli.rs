@@ -54,6 +54,36 @@ fn run_and_rawspec_write_the_spectra_of_the_fil_outputs() {
         h.src_dej = fil.header.src_dej;
         assert_eq!(h, fil.header, "product {p}");
     }
+    // `header` reads either (by the first bytes): the same lines but for the file's name and
+    // the coordinates (degrees packed again as hhmmss.s), then the FBH5 file's own.
+    let header = |f: &str| {
+        let o = bin().arg("header").arg(d.join(f)).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let (fil, h5) = (header("fil/scan.1.fil"), header("h5/scan.1.h5"));
+    let same = |t: &str| {
+        t.lines()
+            .filter(|l| {
+                !["file", "src_raj", "src_dej", "version", "filter", "chunk"]
+                    .iter()
+                    .any(|k| l.starts_with(k))
+            })
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(same(&h5), same(&fil));
+    assert!(fil.contains("spectra      "), "{fil}");
+    let filter = if bitshuffle_available() {
+        "bitshuffle"
+    } else {
+        "none"
+    };
+    assert!(h5.contains(&format!("filter       {filter}")), "{h5}");
+    assert!(
+        h5.contains("version      ") && h5.contains("chunk        ["),
+        "{h5}"
+    );
     let names: Vec<_> = std::fs::read_dir(d.join("h5"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
