@@ -177,10 +177,21 @@ pub enum Error {
     },
     /// No `stem.NNNN.raw` file exists for a stem (a path that names a file is read as that file,
     /// see [`crate::scan::resolve_input`]).
-    #[error("no RAW files for stem {}: expected {}.0000.raw, {}.0001.raw, …", stem.display(), stem.display(), stem.display())]
+    #[error("no RAW files for stem {}: expected {}.0000.raw, {}.0001.raw, …{}", stem.display(), stem.display(), stem.display(), scans_note(scans))]
     NoFiles {
         /// The stem as given.
         stem: PathBuf,
+        /// The scans in the stem's directory (stem and number of files; see
+        /// [`crate::scan::scans_in`]), named in the message as what could have been meant.
+        scans: Vec<(String, usize)>,
+    },
+    /// The input is a directory: a run takes scans (files or stems), one by one.
+    #[error("{} is a directory, not a scan: give one of its scans, as a RAW file or a stem{}", dir.display(), scans_note(scans))]
+    InputIsDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// Its scans (stem and number of files; see [`crate::scan::scans_in`]).
+        scans: Vec<(String, usize)>,
     },
     /// The scan is too short for one integration of a product.
     #[error("product {product} ({nfft}×{nint}) needs {needed} samples per channel for one integration but the scan has {available} (after skipped blocks); choose a smaller Nfft×Nint")]
@@ -275,6 +286,24 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+}
+
+/// The most scans an error lists.
+const SCANS_LISTED: usize = 8;
+
+/// "; the scans there: a (2 files), b (1 file)" for the scans of a directory, at most
+/// [`SCANS_LISTED`] of them, or a note that it holds no RAW file.
+fn scans_note(scans: &[(String, usize)]) -> String {
+    if scans.is_empty() {
+        return "; there is no .raw file there".to_string();
+    }
+    let mut listed: Vec<String> = (scans.iter().take(SCANS_LISTED))
+        .map(|(stem, n)| format!("{stem} ({n} file{})", if *n == 1 { "" } else { "s" }))
+        .collect();
+    if scans.len() > SCANS_LISTED {
+        listed.push(format!("and {} more", scans.len() - SCANS_LISTED));
+    }
+    format!("; the scans there: {}", listed.join(", "))
 }
 
 impl Error {

@@ -186,6 +186,12 @@ pub fn stem_of(input: &Path) -> PathBuf {
 ///   cannot be read), its stem the path without `.raw`;
 /// - anything else: a stem, whose files are `STEM.NNNN.raw` ([`Error::NoFiles`] if none).
 pub fn resolve_input(input: &Path) -> Result<(PathBuf, Vec<PathBuf>)> {
+    if input.is_dir() {
+        return Err(Error::InputIsDirectory {
+            dir: input.to_path_buf(),
+            scans: scans_in(input),
+        });
+    }
     if let Some(stem) = sequence_stem(input) {
         let files = find_files(&stem)?;
         return Ok((stem, files));
@@ -198,18 +204,36 @@ pub fn resolve_input(input: &Path) -> Result<(PathBuf, Vec<PathBuf>)> {
     Ok((input.to_path_buf(), find_files(input)?))
 }
 
+/// The scans in directory `dir`: the stems of its `.raw` files (as [`stem_of`] names them: a
+/// sequence `NAME.NNNN.raw` is one scan, any other `NAME.raw` another) with their numbers of
+/// files, sorted by stem. Best effort, for error messages: empty when `dir` cannot be read.
+pub fn scans_in(dir: &Path) -> Vec<(String, usize)> {
+    let mut scans = std::collections::BTreeMap::<String, usize>::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = PathBuf::from(entry.file_name());
+        if name.extension().is_some_and(|e| e == "raw") && !entry.path().is_dir() {
+            *scans
+                .entry(stem_of(&name).to_string_lossy().into_owned())
+                .or_default() += 1;
+        }
+    }
+    scans.into_iter().collect()
+}
+
 /// The files `stem.NNNN.raw` that exist, in numeric order.
 pub fn find_files(stem: &Path) -> Result<Vec<PathBuf>> {
     let dir = match stem.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    let no_files = || Error::NoFiles {
+        stem: stem.to_path_buf(),
+        scans: scans_in(&dir),
+    };
     let name = stem
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| Error::NoFiles {
-            stem: stem.to_path_buf(),
-        })?;
+        .ok_or_else(no_files)?;
     let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))?;
     let mut found = Vec::new();
     for entry in entries {
@@ -230,9 +254,7 @@ pub fn find_files(stem: &Path) -> Result<Vec<PathBuf>> {
     }
     found.sort();
     if found.is_empty() {
-        return Err(Error::NoFiles {
-            stem: stem.to_path_buf(),
-        });
+        return Err(no_files());
     }
     Ok(found.into_iter().map(|(_, p)| p).collect())
 }
@@ -443,7 +465,10 @@ impl Scan {
             }
         }
         if data_blocks == 0 {
-            return Err(short.unwrap_or(Error::NoFiles { stem }));
+            return Err(short.unwrap_or(Error::NoFiles {
+                stem,
+                scans: Vec::new(),
+            }));
         }
         let (header, geometry, info) = first.expect("a whole block was read");
         Ok(Scan {

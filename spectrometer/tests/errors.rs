@@ -306,5 +306,56 @@ fn failure_during_processing_leaves_no_output() {
 fn missing_files() {
     let dir = tempfile::tempdir().unwrap();
     let (r, _) = run_on(dir.path(), "nothing", p1());
-    assert!(matches!(r, Err(Error::NoFiles { .. })), "{r:?}");
+    let Err(e @ Error::NoFiles { .. }) = r else {
+        panic!("{r:?}")
+    };
+    assert!(
+        e.to_string().ends_with("; there is no .raw file there"),
+        "{e}"
+    );
+}
+
+/// A stem with no files names the scans of its directory (what may have been meant), and a
+/// directory given as the input is refused naming its scans.
+#[test]
+fn missing_stem_and_directory_name_the_scans_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut spec = tiny(d, "guppi_60000_1234");
+    spec.files = 3;
+    generate(&spec).unwrap();
+    generate(&tiny(d, "other")).unwrap();
+    std::fs::copy(d.join("other.0000.raw"), d.join("sample_puppi.raw")).unwrap();
+    std::fs::create_dir(d.join("sub.raw")).unwrap(); // a directory is no scan
+    std::fs::write(d.join("notes.txt"), "").unwrap();
+    let listing = "guppi_60000_1234 (3 files), other (1 file), sample_puppi (1 file)";
+    let (r, _) = run_on(d, "guppi_60000", p1());
+    let Err(e @ Error::NoFiles { .. }) = r else {
+        panic!("{r:?}")
+    };
+    let text = e.to_string();
+    assert!(text.contains("guppi_60000.0000.raw"), "{text}");
+    assert!(
+        text.ends_with(&format!("; the scans there: {listing}")),
+        "{text}"
+    );
+    let (r, _) = run_on(d, "", p1());
+    let Err(e @ Error::InputIsDirectory { .. }) = r else {
+        panic!("{r:?}")
+    };
+    let text = e.to_string();
+    assert!(text.contains("is a directory, not a scan"), "{text}");
+    assert!(
+        text.ends_with(&format!("; the scans there: {listing}")),
+        "{text}"
+    );
+    // Long listings are cut.
+    for i in 0..9 {
+        std::fs::write(d.join(format!("s{i}.raw")), "").unwrap();
+    }
+    let r = Scan::open(d);
+    let Err(e @ Error::InputIsDirectory { .. }) = r else {
+        panic!("{r:?}")
+    };
+    assert!(e.to_string().ends_with(", and 4 more"), "{e}");
 }
