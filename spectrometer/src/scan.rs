@@ -220,6 +220,44 @@ pub fn scans_in(dir: &Path) -> Vec<(String, usize)> {
     scans.into_iter().collect()
 }
 
+/// The number and its digits of a file `NAME.NNNN.raw` of a sequence.
+fn sequence_number(file: &Path) -> Option<(u64, usize)> {
+    let (_, num) = file.to_str()?.strip_suffix(".raw")?.rsplit_once('.')?;
+    let digits = num.len() >= 4 && num.bytes().all(|b| b.is_ascii_digit());
+    digits.then(|| Some((num.parse().ok()?, num.len())))?
+}
+
+/// A warning for each hole in the numbering of a sequence's `files` (in numeric order): a
+/// missing file's blocks are read as dropped ones only where the `PKTIDX` of the next file
+/// says so, so the hole is named even when it is not a gap.
+fn missing_files(stem: &Path, files: &[PathBuf]) -> Vec<String> {
+    let numbered: Vec<(u64, usize)> = files.iter().filter_map(|f| sequence_number(f)).collect();
+    if numbered.len() != files.len() {
+        return Vec::new();
+    }
+    numbered
+        .windows(2)
+        .zip(files.windows(2))
+        .filter(|(n, _)| n[1].0 > n[0].0 + 1)
+        .map(|(n, f)| {
+            let (first, last, w) = (n[0].0 + 1, n[1].0 - 1, n[0].1);
+            let which = if first == last {
+                format!("file {}.{first:0w$}.raw is", stem.display())
+            } else {
+                format!(
+                    "files {}.{first:0w$}.raw to .{last:0w$}.raw are",
+                    stem.display()
+                )
+            };
+            format!(
+                "{which} missing from the sequence (between {} and {})",
+                f[0].display(),
+                f[1].display()
+            )
+        })
+        .collect()
+}
+
 /// The files `stem.NNNN.raw` that exist, in numeric order.
 pub fn find_files(stem: &Path) -> Result<Vec<PathBuf>> {
     let dir = match stem.parent() {
@@ -290,7 +328,7 @@ impl Scan {
         let mut slots = Vec::new();
         let mut gaps = Vec::new();
         let mut truncations = Vec::new();
-        let mut warnings = Vec::new();
+        let mut warnings = missing_files(&stem, &files);
         let mut prev_pktidx: Option<i64> = None;
         let mut step: Option<i64> = None;
         let mut pktidx_ok = true;

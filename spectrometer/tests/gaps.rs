@@ -131,3 +131,46 @@ fn file_ending_inside_a_later_header_is_a_warning() {
     assert!(scan.truncations[0].in_header);
     assert_eq!(scan.truncations[0].bytes_ignored, 200);
 }
+
+/// A file missing from a sequence's numbering is named in a warning (its blocks are a PKTIDX
+/// gap here), one warning per hole, a run of missing files as a range; a sequence without
+/// holes has no such warning.
+#[test]
+fn files_missing_from_a_sequence_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = tiny(dir.path(), "seq");
+    spec.blocks_per_file = 2;
+    spec.files = 6;
+    generate(&spec).unwrap();
+    let stem = dir.path().join("seq");
+    let missing = |scan: &Scan| -> Vec<String> {
+        let w = scan
+            .warnings
+            .iter()
+            .filter(|w| w.contains("missing from the sequence"));
+        w.cloned().collect()
+    };
+    assert_eq!(missing(&Scan::open(&stem).unwrap()), Vec::<String>::new());
+    for n in [1, 3, 4] {
+        std::fs::remove_file(dir.path().join(format!("seq.000{n}.raw"))).unwrap();
+    }
+    let scan = Scan::open(&dir.path().join("seq.0005.raw")).unwrap();
+    let s = stem.display();
+    assert_eq!(
+        missing(&scan),
+        vec![
+            format!("file {s}.0001.raw is missing from the sequence (between {s}.0000.raw and {s}.0002.raw)"),
+            format!("files {s}.0003.raw to .0004.raw are missing from the sequence (between {s}.0002.raw and {s}.0005.raw)"),
+        ]
+    );
+    assert_eq!(
+        scan.gaps.len(),
+        2,
+        "the PKTIDX of the next files see them as gaps"
+    );
+    let lines = scan.report_lines();
+    assert!(
+        lines.iter().any(|l| l.starts_with("warning: file ")),
+        "{lines:?}"
+    );
+}
