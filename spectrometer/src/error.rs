@@ -113,7 +113,7 @@ pub enum Error {
         now: String,
     },
     /// `PKTIDX` went backwards or jumped by something that is not a whole number of blocks.
-    #[error("{}: block {block}: header key PKTIDX = {now} after {previous}: not a positive multiple of the step {step} inferred from the first two blocks", file.display())]
+    #[error("{}: block {block}: header key PKTIDX = {now} after {previous}: not a positive multiple of the step {step} {}", file.display(), if *piperblk { "given by PIPERBLK" } else { "inferred from the first two blocks" })]
     PktidxIrregular {
         /// The RAW file.
         file: PathBuf,
@@ -125,6 +125,8 @@ pub enum Error {
         now: i64,
         /// The per-block step (0 when the first two blocks already disagree).
         step: i64,
+        /// Whether the step is the first block's `PIPERBLK` (else it was inferred).
+        piperblk: bool,
     },
     /// `PKTIDX` jumped over more dropped blocks than the scan's limit
     /// ([`crate::scan::ScanOptions::max_gap_blocks`], `--max-gap-blocks`): far more likely a

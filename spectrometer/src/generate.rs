@@ -89,6 +89,9 @@ pub struct GenerateSpec {
     pub truncate_bytes: u64,
     /// `PKTIDX` step per block.
     pub pktidx_step: i64,
+    /// Write `PIPERBLK` (the `PKTIDX` step per block, as hashpipe recorders write it) in every
+    /// header.
+    pub piperblk: bool,
     /// `STT_IMJD`.
     pub stt_imjd: i64,
     /// `STT_SMJD`.
@@ -128,6 +131,7 @@ impl Default for GenerateSpec {
             drop_blocks: Vec::new(),
             truncate_bytes: 0,
             pktidx_step: 16,
+            piperblk: false,
             stt_imjd: 60000,
             stt_smjd: 43200,
             stt_offs: 0.25,
@@ -290,6 +294,9 @@ impl GenerateSpec {
         h.set_int("STT_SMJD", self.stt_smjd);
         h.set_float("STT_OFFS", self.stt_offs);
         h.set_int("PKTIDX", n as i64 * self.pktidx_step);
+        if self.piperblk {
+            h.set_int("PIPERBLK", self.pktidx_step);
+        }
         h.set_int("PKTSIZE", 8192);
         h.set_str("DATATYPE", "FLOAT");
         h

@@ -309,6 +309,9 @@ struct GenArgs {
     /// PKTIDX step per block.
     #[arg(long, default_value_t = 16)]
     pktidx_step: i64,
+    /// Write PIPERBLK (the PKTIDX step per block, as hashpipe recorders do) in every header.
+    #[arg(long)]
+    piperblk: bool,
     /// STT_IMJD.
     #[arg(long, default_value_t = 60000)]
     stt_imjd: i64,
@@ -716,6 +719,7 @@ fn cmd_generate(a: GenArgs) -> anyhow::Result<()> {
         drop_blocks: a.drop_blocks,
         truncate_bytes: a.truncate_bytes,
         pktidx_step: a.pktidx_step,
+        piperblk: a.piperblk,
         stt_imjd: a.stt_imjd,
         stt_smjd: a.stt_smjd,
         stt_offs: a.stt_offs,

@@ -8,11 +8,13 @@
 //! Conventions (see the README for the reasoning):
 //! - **Overlap.** The last `OVERLAP` samples of every block repeat the first samples of the next
 //!   one, so each block contributes its first `ntime − OVERLAP` samples (the last block too).
-//! - **Gaps.** The `PKTIDX` step per block is the difference between the first two blocks' values.
-//!   A later jump of `k × step` (k > 1) means `k − 1` blocks were dropped: they become
+//! - **Gaps.** The `PKTIDX` step per block is the first block's `PIPERBLK` where the recorder
+//!   wrote it (hashpipe's "PKTIDX per block"), else the difference between the first two blocks'
+//!   values. A jump of `k × step` (k > 1) means `k − 1` blocks were dropped: they become
 //!   [`SlotKind::Gap`] slots, read as zero bytes (which decode to zero samples), and are reported
-//!   in [`Scan::gaps`]. Any other jump is an [`Error::PktidxIrregular`]. A gap between the first
-//!   two blocks cannot be told from the step. Without `PKTIDX` no gaps are detected.
+//!   in [`Scan::gaps`]. Any other jump is an [`Error::PktidxIrregular`]. Without `PIPERBLK`, a
+//!   gap between the first two blocks cannot be told from the step. Without `PKTIDX` no gaps
+//!   are detected.
 //!   A jump of more than [`ScanOptions::max_gap_blocks`] blocks is an
 //!   [`Error::PktidxGapTooLong`] (a corrupt `PKTIDX` would otherwise make a huge time axis).
 //! - **Truncation.** A file that ends inside a block (its header or its data) is read up to its
@@ -331,6 +333,8 @@ impl Scan {
         let mut warnings = missing_files(&stem, &files);
         let mut prev_pktidx: Option<i64> = None;
         let mut step: Option<i64> = None;
+        // Whether `step` is the first block's PIPERBLK.
+        let mut piperblk = false;
         let mut pktidx_ok = true;
         let mut data_blocks = 0usize;
 
@@ -416,7 +420,21 @@ impl Scan {
                     });
                     break;
                 }
-                // PKTIDX: infer the step from the first two blocks, then look for gaps.
+                // PIPERBLK, where the recorder wrote it (hashpipe's PKTIDX step per block), is
+                // the step from the first block on, so that a gap right after it is seen too.
+                if data_blocks == 0 {
+                    let ignored = "ignored: the PKTIDX step is inferred from the first two blocks";
+                    match header.opt_int("PIPERBLK", &loc) {
+                        Ok(Some(s)) if s > 0 => (step, piperblk) = (Some(s), true),
+                        Ok(None) => {}
+                        Ok(Some(s)) => warnings.push(format!(
+                            "{}: block {block}: PIPERBLK = {s} is not a positive step, {ignored}",
+                            path.display()
+                        )),
+                        Err(e) => warnings.push(format!("{e}; {ignored}")),
+                    }
+                }
+                // PKTIDX: the step from PIPERBLK or the first two blocks, then look for gaps.
                 match header.opt_int("PKTIDX", &loc)? {
                     None => {
                         if pktidx_ok {
@@ -435,6 +453,7 @@ impl Scan {
                                 previous: prev,
                                 now: p,
                                 step,
+                                piperblk,
                             };
                             let d = p
                                 .checked_sub(prev)
@@ -442,13 +461,7 @@ impl Scan {
                             match step {
                                 None => {
                                     if d <= 0 {
-                                        return Err(Error::PktidxIrregular {
-                                            file: path.clone(),
-                                            block,
-                                            previous: prev,
-                                            now: p,
-                                            step: 0,
-                                        });
+                                        return Err(irregular(0));
                                     }
                                     step = Some(d);
                                 }
@@ -477,15 +490,7 @@ impl Scan {
                                     });
                                     slots.extend((0..missing).map(|_| SlotKind::Gap));
                                 }
-                                Some(s) => {
-                                    return Err(Error::PktidxIrregular {
-                                        file: path.clone(),
-                                        block,
-                                        previous: prev,
-                                        now: p,
-                                        step: s,
-                                    })
-                                }
+                                Some(s) => return Err(irregular(s)),
                             }
                         }
                         prev_pktidx = Some(p);

@@ -264,10 +264,65 @@ fn geometry_change_and_irregular_pktidx() {
             previous,
             now,
             step,
+            piperblk,
         }) => {
-            assert_eq!((file, block, previous, now, step), (path, 2, 1, 1, 1))
+            assert_eq!(
+                (file, block, previous, now, step, piperblk),
+                (path, 2, 1, 1, 1, false)
+            )
         }
         other => panic!("{other:?}"),
+    }
+}
+
+/// With PIPERBLK in the first header, the PKTIDX step is PIPERBLK: a jump that is no multiple
+/// of it is refused naming PIPERBLK; a PIPERBLK that is no positive number is a warning and the
+/// step is inferred as without it.
+#[test]
+fn piperblk_is_the_step_and_a_bad_one_is_a_warning() {
+    // Block `i` (PKTIDX 2i) with PIPERBLK written as `v`.
+    fn block(v: &str, i: i64) -> (Header, Vec<u8>) {
+        let mut h = minimal_header(8, i * 2);
+        h.set("PIPERBLK", spectrometer::guppi::Value::Raw(v.into()));
+        (h, vec![0u8; 16])
+    }
+    // PKTIDX 0, 2, 4 with PIPERBLK 3.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pb.0000.raw");
+    write_raw(&path, &[block("3", 0), block("3", 1), block("3", 2)], false);
+    let r = Scan::open(&path);
+    let Err(
+        e @ Error::PktidxIrregular {
+            block: 1,
+            step: 3,
+            piperblk: true,
+            ..
+        },
+    ) = r
+    else {
+        panic!("{r:?}")
+    };
+    assert!(
+        e.to_string().ends_with("the step 3 given by PIPERBLK"),
+        "{e}"
+    );
+    // PIPERBLK 0 and "x": warnings; the step (2) from the first two blocks.
+    for (v, says) in [
+        ("0", "PIPERBLK = 0 is not a positive step"),
+        ("x", "PIPERBLK"),
+    ] {
+        write_raw(&path, &[block(v, 0), block(v, 1), block(v, 2)], false);
+        let scan = Scan::open(&path).unwrap();
+        assert_eq!(scan.pktidx_step, Some(2));
+        let w = scan
+            .warnings
+            .iter()
+            .find(|w| w.contains("the PKTIDX step is inferred"));
+        assert!(
+            w.is_some_and(|w| w.contains(says)),
+            "{v}: {:?}",
+            scan.warnings
+        );
     }
 }
 

@@ -174,3 +174,37 @@ fn files_missing_from_a_sequence_are_named() {
         "{lines:?}"
     );
 }
+
+/// PIPERBLK (hashpipe's PKTIDX step per block), where the recorder wrote it, is the step from
+/// the first block on: a block dropped right after the first is a gap, which the step inferred
+/// from the first two blocks cannot show.
+#[test]
+fn piperblk_shows_a_gap_after_the_first_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = tiny(dir.path(), "pb");
+    spec.drop_blocks = vec![1];
+    spec.piperblk = true;
+    generate(&spec).unwrap();
+    let scan = Scan::open(&dir.path().join("pb")).unwrap();
+    assert_eq!(scan.pktidx_step, Some(16));
+    assert_eq!(scan.gaps.len(), 1);
+    assert_eq!((scan.gaps[0].block, scan.gaps[0].missing_blocks), (1, 1));
+    assert_eq!(scan.slot_count(), 4);
+    assert!(matches!(scan.slot(1), Some(SlotKind::Gap)));
+    // Without it, the first two blocks' difference (32) is taken as the step, and the next
+    // (16) does not fit it.
+    spec.piperblk = false;
+    generate(&spec).unwrap();
+    let r = Scan::open(&dir.path().join("pb"));
+    assert!(
+        matches!(
+            r,
+            Err(spectrometer::Error::PktidxIrregular {
+                step: 32,
+                piperblk: false,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+}
