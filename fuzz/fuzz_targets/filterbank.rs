@@ -7,7 +7,10 @@
 //! - a parsed header's length lies within the input, and the header written back
 //!   ([`FilterbankHeader::to_bytes`]) parses to a header that writes the same bytes;
 //! - a file read holds a whole number of spectra: `data.len() == nsamples × nifs × nchans`,
-//!   and [`Filterbank::at`] reaches its last value.
+//!   and [`Filterbank::at`] reaches its last value;
+//! - the header-only reader ([`read_header`], which `header` uses) gives the same header and
+//!   number of spectra as the whole-file reader wherever that one reads the file, and refuses
+//!   nothing it reads.
 //!
 //! Memory: the reader holds the file and its values (8 bytes per input byte at most); run with
 //! `-rss_limit_mb=2048 -malloc_limit_mb=64` (inputs are at most `-max_len` bytes, 64 KiB in CI).
@@ -18,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use spectrometer::filterbank::{Filterbank, FilterbankHeader};
+use spectrometer::filterbank::{read_header, Filterbank, FilterbankHeader};
 
 /// One file per fuzzing process, in memory where the system has `/dev/shm`.
 fn scratch() -> &'static PathBuf {
@@ -46,8 +49,17 @@ fuzz_target!(|data: &[u8]| {
 
     let path = scratch();
     std::fs::write(path, data).expect("writing the scratch file");
+    let header_only = read_header(path);
     match Filterbank::read(path) {
         Ok(fb) => {
+            let (h, spectra) =
+                header_only.expect("the header reader reads what the file reader reads");
+            assert_eq!(h, fb.header, "the same header both ways");
+            assert_eq!(
+                spectra,
+                fb.nsamples() as u64,
+                "the same number of spectra both ways"
+            );
             let (nifs, nchans) = (fb.header.nifs as usize, fb.header.nchans as usize);
             assert!(nifs > 0 && nchans > 0, "a file read has IFs and channels");
             let n = fb.nsamples();

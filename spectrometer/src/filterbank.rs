@@ -126,7 +126,7 @@ impl FilterbankHeader {
         let take = |pos: &mut usize, n: usize| -> std::result::Result<&[u8], String> {
             let s = bytes
                 .get(*pos..*pos + n)
-                .ok_or_else(|| format!("header ends early at byte {pos}"))?;
+                .ok_or_else(|| format!("{ENDS_EARLY} at byte {pos}"))?;
             *pos += n;
             Ok(s)
         };
@@ -259,9 +259,12 @@ impl Filterbank {
     }
 }
 
-/// The most header bytes [`read_header`] reads (SIGPROC headers are a few hundred bytes; a
-/// `rawdatafile` or `source_name` longer than this is refused, as by [`FilterbankHeader::parse`]).
-const HEADER_READ_LIMIT: u64 = 64 * 1024;
+/// The bytes [`read_header`] reads first (SIGPROC headers are a few hundred bytes); it reads
+/// on (four times as many each time) only where the header goes on past them.
+const HEADER_READ_FIRST: u64 = 64 * 1024;
+
+/// The error [`FilterbankHeader::parse`] gives for a header cut short.
+const ENDS_EARLY: &str = "header ends early";
 
 /// Reads only the header of the filterbank file at `path` and counts its spectra from the file's
 /// size, without reading the data (a product file may be many gigabytes). Any `nbits` SIGPROC
@@ -272,13 +275,22 @@ pub fn read_header(path: &Path) -> Result<(FilterbankHeader, u64)> {
         path: path.to_path_buf(),
         reason,
     };
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut bytes = Vec::new();
-    file.take(HEADER_READ_LIMIT)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Error::io(path, e))?;
-    let (header, hlen) = FilterbankHeader::parse(&bytes).map_err(bad)?;
+    let mut want = HEADER_READ_FIRST;
+    let (header, hlen) = loop {
+        (&mut file)
+            .take(want - bytes.len() as u64)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io(path, e))?;
+        match FilterbankHeader::parse(&bytes) {
+            Err(e) if e.starts_with(ENDS_EARLY) && (bytes.len() as u64) < len => {
+                want = want.saturating_mul(4)
+            }
+            parsed => break parsed.map_err(bad)?,
+        }
+    };
     if ![1, 2, 4, 8, 16, 32].contains(&header.nbits) {
         return Err(bad(format!(
             "nbits {} (SIGPROC allows 1, 2, 4, 8, 16 and 32)",
@@ -442,6 +454,21 @@ mod tests {
         assert!(e.contains("not a positive whole number of bytes"), "{e}");
         write(&header(0, 3, 32), 0);
         assert!(read_header(&path).is_err());
+        // A header longer than the first read (a keyword repeated), read on to its end.
+        let mut long = h.to_bytes();
+        let end = long.len() - (4 + "HEADER_END".len());
+        let mut repeat = Vec::new();
+        for _ in 0..(HEADER_READ_FIRST as usize / 8) {
+            repeat.extend_from_slice(&5i32.to_le_bytes());
+            repeat.extend_from_slice(b"nbits");
+            repeat.extend_from_slice(&32i32.to_le_bytes());
+        }
+        long.splice(end..end, repeat);
+        assert!(long.len() as u64 > HEADER_READ_FIRST);
+        long.resize(long.len() + 2 * 24, 0);
+        std::fs::write(&path, &long).unwrap();
+        assert_eq!(read_header(&path).unwrap(), (h.clone(), 2));
+        assert_eq!(Filterbank::read(&path).unwrap().nsamples(), 2);
         // Not a filterbank file at all.
         std::fs::write(&path, b"BACKEND = 'GUPPI   '").unwrap();
         let e = read_header(&path).unwrap_err().to_string();
