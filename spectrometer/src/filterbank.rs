@@ -308,7 +308,7 @@ pub fn read_header(path: &Path) -> Result<(FilterbankHeader, u64)> {
             ))
         })?;
     let per = per_bits / 8;
-    let body = len - hlen as u64;
+    let body = len.saturating_sub(hlen as u64);
     if !body.is_multiple_of(per) {
         return Err(bad(format!(
             "{body} data bytes are not a whole number of {per}-byte spectra"

@@ -10,6 +10,7 @@
 //! - [`cpu`]: the CPU reference engine;
 //! - [`gpu`]: the GPU engine (one cudagraph DAG, launched once per block);
 //! - [`filterbank`]: the SIGPROC writer and reader;
+//! - [`inspect`]: what the `header` command prints about a `.fil`, `.h5` or RAW file;
 //! - `fbh5` (feature `fbh5`): the FBH5 (HDF5 filterbank) writer and reader;
 //! - [`plot`]: the PNG plots;
 //! - [`pipeline`]: a run (reader thread → engine → writer thread);
@@ -33,6 +34,7 @@ pub mod filterbank;
 pub mod generate;
 pub mod gpu;
 pub mod guppi;
+pub mod inspect;
 pub mod output;
 pub mod pipeline;
 pub mod plan;

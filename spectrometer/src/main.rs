@@ -7,14 +7,13 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use spectrometer::cpu::CpuEngine;
-use spectrometer::filterbank::{self, FilterbankHeader};
 use spectrometer::generate::{generate, GenerateSpec, Tone};
 use spectrometer::gpu::{GpuEngine, GpuMode};
-use spectrometer::guppi::{self, Value};
+use spectrometer::inspect;
 use spectrometer::pipeline::{run_stem, EngineKind, OutputFormat, RunConfig};
 use spectrometer::plan::{AntennaMode, Plan, ProductSpec, Selection, MAX_PRODUCTS};
 use spectrometer::rawspec::{Naming, RawspecOptions};
-use spectrometer::scan::{Scan, ScanOptions, SlotKind};
+use spectrometer::scan::{Scan, ScanOptions};
 use spectrometer::Error;
 
 #[derive(Parser)]
@@ -746,145 +745,15 @@ fn cmd_generate(a: GenArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first bytes of every HDF5 file (FBH5 is HDF5) without a user block.
-const HDF5_SIGNATURE: &[u8] = b"\x89HDF\r\n\x1a\n";
-
-/// Whether `start` (a file's first bytes) opens a GUPPI RAW header: a whole 80-byte card of
-/// printable ASCII whose keyword (8 columns) is followed by `= `, as FITS writes a value card.
-fn looks_like_raw(start: &[u8]) -> bool {
-    start.len() >= guppi::CARD_LEN
-        && start[..guppi::CARD_LEN]
-            .iter()
-            .all(|b| (0x20..0x7f).contains(b))
-        && start[..8]
-            .iter()
-            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b" _-".contains(b))
-        && &start[8..10] == b"= "
-}
-
-/// `header`: a filterbank, FBH5 or RAW file, told apart by its first bytes.
+/// `header`: the lines of [`inspect::describe`] on standard output, its warnings on standard
+/// error.
 fn cmd_header(file: PathBuf) -> anyhow::Result<()> {
-    let mut start = [0u8; guppi::CARD_LEN];
-    let n = std::fs::File::open(&file)
-        .and_then(|mut f| guppi::read_full(&mut f, &mut start))
-        .map_err(|e| Error::io(&file, e))?;
-    let start = &start[..n];
-    if start.starts_with(HDF5_SIGNATURE) {
-        return header_fbh5(file);
+    let d = inspect::describe(&file)?;
+    for w in &d.warnings {
+        eprintln!("{w}");
     }
-    if looks_like_raw(start) {
-        return header_raw(file);
-    }
-    let (h, spectra) = filterbank::read_header(&file)?;
-    print_filterbank_header(&file, &h, spectra, &[])
-}
-
-/// Prints a filterbank header, its spectra and `more` lines (name, value) after them.
-fn print_filterbank_header(
-    file: &std::path::Path,
-    h: &FilterbankHeader,
-    spectra: u64,
-    more: &[(&str, String)],
-) -> anyhow::Result<()> {
-    out!("file         {}", file.display())?;
-    out!("telescope_id {}", h.telescope_id)?;
-    out!("machine_id   {}", h.machine_id)?;
-    out!("data_type    {}", h.data_type)?;
-    out!("rawdatafile  {}", h.rawdatafile)?;
-    out!("source_name  {}", h.source_name)?;
-    out!("src_raj      {}", h.src_raj)?;
-    out!("src_dej      {}", h.src_dej)?;
-    out!("tstart       {:.12}", h.tstart)?;
-    out!("tsamp        {:e}", h.tsamp)?;
-    out!("fch1         {:.9}", h.fch1)?;
-    out!("foff         {:e}", h.foff)?;
-    out!("nchans       {}", h.nchans)?;
-    out!("nifs         {}", h.nifs)?;
-    out!("nbits        {}", h.nbits)?;
-    out!("ibeam        {}", h.ibeam)?;
-    out!("nbeams       {}", h.nbeams)?;
-    out!("spectra      {spectra}")?;
-    for (name, value) in more {
-        out!("{name:<12} {value}")?;
-    }
-    Ok(())
-}
-
-/// `header` of an FBH5 file: the same lines as for a `.fil` (`src_raj`/`src_dej` packed as
-/// there), then the file's format version, compression and chunk shape.
-#[cfg(feature = "fbh5")]
-fn header_fbh5(file: PathBuf) -> anyhow::Result<()> {
-    let (h, info, spectra) = spectrometer::fbh5::read_fbh5_header(&file)?;
-    let chunk = info
-        .chunk
-        .map_or("none (contiguous)".into(), |c| format!("{c:?}"));
-    let filter = if info.bitshuffle {
-        "bitshuffle"
-    } else {
-        "none"
-    };
-    let more = [
-        ("version", info.version),
-        ("filter", filter.to_string()),
-        ("chunk", chunk),
-    ];
-    print_filterbank_header(&file, &h, spectra, &more)
-}
-
-/// `header` of an FBH5 file in a build without HDF5: what to do instead.
-#[cfg(not(feature = "fbh5"))]
-fn header_fbh5(file: PathBuf) -> anyhow::Result<()> {
-    bail!(
-        "{}: an HDF5 (FBH5) file, which this build cannot read: build with the fbh5 feature, \
-         cargo build --release -p cudagraph-spectrometer --features fbh5 (see the README)",
-        file.display()
-    )
-}
-
-/// `header` of a GUPPI RAW file: the scan it belongs to (as `run` would read it: its files,
-/// blocks, geometry, gaps and truncations) and its first block's cards as written.
-fn header_raw(file: PathBuf) -> anyhow::Result<()> {
-    let scan = Scan::open(&file)?;
-    for line in scan.report_lines() {
-        eprintln!("{line}");
-    }
-    let g = &scan.geometry;
-    let read = (scan.slots.iter())
-        .filter(|s| matches!(s, SlotKind::Data { .. }))
-        .count();
-    out!("file         {}", file.display())?;
-    out!("stem         {}", scan.stem.display())?;
-    out!("files        {}", scan.files.len())?;
-    out!(
-        "blocks       {read} read, {} dropped (PKTIDX gaps)",
-        scan.slot_count() - read
-    )?;
-    out!("blocsize     {} bytes", g.blocsize)?;
-    out!(
-        "obsnchan     {} ({} antenna(s) of {})",
-        g.obsnchan,
-        g.nants,
-        g.nchan_per_ant
-    )?;
-    out!("npol         {} complex polarisation(s)", g.npol)?;
-    out!("nbits        {}", g.nbits)?;
-    out!(
-        "ntime        {} samples per block, overlap {}",
-        g.ntime,
-        g.overlap
-    )?;
-    out!("samples      {} per channel", scan.samples_from(0))?;
-    out!(
-        "the header of {} block 0 ({} cards):",
-        scan.files[0].display(),
-        scan.header.cards.len()
-    )?;
-    for (key, value) in &scan.header.cards {
-        match value {
-            Value::Str(s) => out!("  {key:<8} = '{s}'")?,
-            Value::Raw(r) => out!("  {key:<8} = {r}")?,
-            Value::Blank => out!("  {key:<8} =")?,
-        }
+    for line in &d.lines {
+        out!("{line}")?;
     }
     Ok(())
 }
