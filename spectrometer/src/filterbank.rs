@@ -270,6 +270,11 @@ const ENDS_EARLY: &str = "header ends early";
 /// size, without reading the data (a product file may be many gigabytes). Any `nbits` SIGPROC
 /// allows (1, 2, 4, 8, 16 or 32) is accepted; the data must be a whole number of spectra.
 pub fn read_header(path: &Path) -> Result<(FilterbankHeader, u64)> {
+    read_header_from(path, HEADER_READ_FIRST)
+}
+
+/// [`read_header`], reading `first` bytes first.
+fn read_header_from(path: &Path, first: u64) -> Result<(FilterbankHeader, u64)> {
     use std::io::Read;
     let bad = |reason: String| Error::Filterbank {
         path: path.to_path_buf(),
@@ -278,16 +283,16 @@ pub fn read_header(path: &Path) -> Result<(FilterbankHeader, u64)> {
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut bytes = Vec::new();
-    let mut want = HEADER_READ_FIRST;
+    let mut want = first.max(1);
     let (header, hlen) = loop {
         (&mut file)
             .take(want - bytes.len() as u64)
             .read_to_end(&mut bytes)
             .map_err(|e| Error::io(path, e))?;
+        // Short of `want`: the end of the file (however its size changed since `len`).
+        let more = bytes.len() as u64 == want;
         match FilterbankHeader::parse(&bytes) {
-            Err(e) if e.starts_with(ENDS_EARLY) && (bytes.len() as u64) < len => {
-                want = want.saturating_mul(4)
-            }
+            Err(e) if e.starts_with(ENDS_EARLY) && more => want = want.saturating_mul(4),
             parsed => break parsed.map_err(bad)?,
         }
     };
@@ -454,21 +459,16 @@ mod tests {
         assert!(e.contains("not a positive whole number of bytes"), "{e}");
         write(&header(0, 3, 32), 0);
         assert!(read_header(&path).is_err());
-        // A header longer than the first read (a keyword repeated), read on to its end.
-        let mut long = h.to_bytes();
-        let end = long.len() - (4 + "HEADER_END".len());
-        let mut repeat = Vec::new();
-        for _ in 0..(HEADER_READ_FIRST as usize / 8) {
-            repeat.extend_from_slice(&5i32.to_le_bytes());
-            repeat.extend_from_slice(b"nbits");
-            repeat.extend_from_slice(&32i32.to_le_bytes());
-        }
-        long.splice(end..end, repeat);
-        assert!(long.len() as u64 > HEADER_READ_FIRST);
-        long.resize(long.len() + 2 * 24, 0);
-        std::fs::write(&path, &long).unwrap();
-        assert_eq!(read_header(&path).unwrap(), (h.clone(), 2));
-        assert_eq!(Filterbank::read(&path).unwrap().nsamples(), 2);
+        // A header longer than the first read is read on to its end (from 16 bytes: four
+        // reads for this one), here with 2 spectra and a header of a few hundred bytes.
+        write(&h, 2 * 24);
+        assert!(h.to_bytes().len() > 256);
+        assert_eq!(read_header_from(&path, 16).unwrap(), (h.clone(), 2));
+        // A file that ends inside its header is an error however far it is read.
+        let cut = &h.to_bytes()[..100];
+        std::fs::write(&path, cut).unwrap();
+        let e = read_header_from(&path, 16).unwrap_err().to_string();
+        assert!(e.contains("header ends early at byte"), "{e}");
         // Not a filterbank file at all.
         std::fs::write(&path, b"BACKEND = 'GUPPI   '").unwrap();
         let e = read_header(&path).unwrap_err().to_string();
