@@ -162,12 +162,21 @@ impl Scan {
     }
 }
 
+/// Whether `num` numbers a file of a sequence: four digits or more.
+fn is_sequence_number(num: &str) -> bool {
+    num.len() >= 4 && num.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// `dir/name.0003.raw` → `("dir/name", "0003")`; any other path → `None`.
+fn sequence_parts(input: &Path) -> Option<(&str, &str)> {
+    let (stem, num) = input.to_str()?.strip_suffix(".raw")?.rsplit_once('.')?;
+    is_sequence_number(num).then_some((stem, num))
+}
+
 /// `dir/name.0003.raw` (four digits or more) → `Some(dir/name)`; any other path → `None`.
 fn sequence_stem(input: &Path) -> Option<PathBuf> {
-    let s = input.to_str()?;
-    let (stem, num) = s.strip_suffix(".raw")?.rsplit_once('.')?;
-    let is_seq = num.len() >= 4 && num.bytes().all(|b| b.is_ascii_digit());
-    (is_seq && !stem.is_empty() && !stem.ends_with('/')).then(|| PathBuf::from(stem))
+    let (stem, _) = sequence_parts(input)?;
+    (!stem.is_empty() && !stem.ends_with('/')).then(|| PathBuf::from(stem))
 }
 
 /// The stem that names an input's outputs: `dir/name.0003.raw` → `dir/name`, `dir/name.raw` →
@@ -224,9 +233,8 @@ pub fn scans_in(dir: &Path) -> Vec<(String, usize)> {
 
 /// The number and its digits of a file `NAME.NNNN.raw` of a sequence.
 fn sequence_number(file: &Path) -> Option<(u64, usize)> {
-    let (_, num) = file.to_str()?.strip_suffix(".raw")?.rsplit_once('.')?;
-    let digits = num.len() >= 4 && num.bytes().all(|b| b.is_ascii_digit());
-    digits.then(|| Some((num.parse().ok()?, num.len())))?
+    let (_, num) = sequence_parts(file)?;
+    Some((num.parse().ok()?, num.len()))
 }
 
 /// A warning for each hole in the numbering of a sequence's `files` (in numeric order): a
@@ -286,7 +294,7 @@ pub fn find_files(stem: &Path) -> Result<Vec<PathBuf>> {
         else {
             continue;
         };
-        if rest.len() >= 4 && rest.bytes().all(|b| b.is_ascii_digit()) {
+        if is_sequence_number(rest) {
             if let Ok(n) = rest.parse::<u64>() {
                 found.push((n, entry.path()));
             }
